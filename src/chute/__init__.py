@@ -1,0 +1,55 @@
+"""chute: fast, memory-conscious data loading for PyTorch.
+
+A dataset is a folder of plain ``.npy`` files plus a JSON manifest: opened in O(1) with lazy
+memory maps, gathered in batches with zero per-sample Python, fed to the GPU with the copy
+overlapped. See https://github.com/chute-dev/chute#readme.
+"""
+
+from .errors import (
+    ChecksumError,
+    ChuteError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    FormatError,
+    MissingDependencyError,
+    SampleIndexError,
+    SchemaError,
+    SourceError,
+    UnsafePathError,
+    VersionError,
+    WorkerError,
+)
+from .fetch import RaggedBatch
+from .format import Bytes, Ragged, String, Tensor
+from .reader import Dataset, open
+from .verify import verify
+from .writer import Writer, write
+
+# -- exports of the other stages (loader, device, sources, ...) are added below --
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Bytes",
+    "ChecksumError",
+    "ChuteError",
+    "Dataset",
+    "DatasetExistsError",
+    "DatasetNotFoundError",
+    "FormatError",
+    "MissingDependencyError",
+    "Ragged",
+    "RaggedBatch",
+    "SampleIndexError",
+    "SchemaError",
+    "SourceError",
+    "String",
+    "Tensor",
+    "UnsafePathError",
+    "VersionError",
+    "WorkerError",
+    "Writer",
+    "open",
+    "verify",
+    "write",
+]

@@ -1,0 +1,64 @@
+"""One exception family. Each class also subclasses the matching builtin, so
+``except FileNotFoundError`` keeps working for code that does not know chute."""
+
+from __future__ import annotations
+
+
+class ChuteError(Exception):
+    """Base of every error chute raises on purpose."""
+
+
+class DatasetNotFoundError(ChuteError, FileNotFoundError):
+    """The path is not a (committed) chute dataset, or a source does not exist."""
+
+
+class DatasetExistsError(ChuteError, FileExistsError):
+    """The destination exists and ``overwrite=True`` was not given."""
+
+
+class SchemaError(ChuteError, ValueError):
+    """A value does not fit the schema: wrong dtype, shape, kind, or length."""
+
+
+class FormatError(ChuteError, ValueError):
+    """A dataset on disk is malformed: bad manifest, wrong file size, bad .npy header."""
+
+
+class VersionError(FormatError):
+    """The manifest declares a format version this chute cannot read."""
+
+
+class UnsafePathError(FormatError, PermissionError):
+    """A manifest names a file outside the dataset folder (``..``, absolute path, symlink)."""
+
+
+class ChecksumError(FormatError):
+    """A data file's content does not match the checksum recorded at write time."""
+
+
+class SampleIndexError(ChuteError, IndexError):
+    """An index is out of range for the dataset."""
+
+
+class SourceError(ChuteError, ValueError):
+    """A source to convert from cannot be read or mapped to chute fields."""
+
+
+class WorkerError(ChuteError, RuntimeError):
+    """A loader worker failed; the message carries the worker's traceback."""
+
+
+class MissingDependencyError(ChuteError, ImportError):
+    """An optional dependency is needed; the message says which extra to install."""
+
+
+def require(module: str, extra: str):
+    """Import an optional dependency lazily, or say how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"{module} is needed for this; install it with: pip install 'chute[{extra}]'"
+        ) from exc

@@ -1,0 +1,374 @@
+"""The chute on-disk format, version 1: constants, field kinds and the manifest schema.
+
+This module does no I/O. ``docs/format.md`` is the prose version of the same spec.
+
+A dataset is a folder holding ``chute.json`` (the manifest) and plain ``.npy`` files, one set
+per part: the root folder itself (part ``"."``) and/or ``part-NNNNN/`` sub-folders. Paths are
+never read from the manifest: they are derived from validated field and part names, so a
+manifest cannot point outside its folder.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+import torch
+
+from .errors import FormatError, SchemaError, VersionError
+
+FORMAT_NAME = "chute"
+FORMAT_VERSION = 1
+MANIFEST = "chute.json"
+CHECKSUM = "xxh3_64"  # of the bytes after the .npy header (the header is validated field by field)
+OFFSETS_DTYPE = np.dtype("<i8")
+SHAPES_DTYPE = np.dtype("<i8")
+ROOT_PART = "."
+
+# Field and part names become file names; they are checked before any path is built from them.
+_NAME_COMPONENT = r"[A-Za-z0-9_][A-Za-z0-9_\-]{0,127}"
+FIELD_NAME = re.compile(rf"{_NAME_COMPONENT}(/{_NAME_COMPONENT}){{0,7}}")
+PART_NAME = re.compile(r"part-[0-9]{5,9}")
+
+# numpy dtype name -> torch dtype. bfloat16 has no numpy dtype: it is stored as its 16 bits ('<u2').
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "bool": torch.bool,
+    "uint8": torch.uint8,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint16": torch.uint16,
+    "uint32": torch.uint32,
+    "uint64": torch.uint64,
+    "float16": torch.float16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "complex64": torch.complex64,
+    "complex128": torch.complex128,
+    "bfloat16": torch.bfloat16,
+}
+_STORAGE = {"bfloat16": np.dtype("<u2")}
+MAX_NDIM = 32
+MAX_SAMPLES = 2**48
+
+
+def dtype_name(dtype: Any) -> str:
+    """Canonical name of a numpy or torch dtype, e.g. ``"float32"`` or ``"bfloat16"``."""
+    if isinstance(dtype, torch.dtype):
+        for name, td in TORCH_DTYPES.items():
+            if td == dtype:
+                return name
+        raise SchemaError(
+            f"torch dtype {dtype} is not supported; supported: {sorted(TORCH_DTYPES)}"
+        )
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return dtype
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise SchemaError(f"{dtype!r} is not a dtype") from exc
+    if dt.name not in TORCH_DTYPES:
+        raise SchemaError(
+            f"dtype {dt} cannot be stored: chute stores numeric dtypes, bool and bfloat16 "
+            f"({', '.join(sorted(TORCH_DTYPES))}); convert object/str arrays to String() or Bytes()"
+        )
+    return dt.name
+
+
+def storage_dtype(name: str) -> np.dtype:
+    """The little-endian numpy dtype a field of dtype ``name`` is stored as."""
+    if name in _STORAGE:
+        return _STORAGE[name]
+    return np.dtype(name).newbyteorder("<")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A fixed-shape field: every sample is an array of ``shape`` and ``dtype``.
+
+    Stored as ``NAME.npy`` of shape ``(N, *shape)``; reads are zero-copy views.
+    """
+
+    shape: tuple[int, ...] = ()
+    dtype: str = "float32"
+    kind = "tensor"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", _check_shape(self.shape, allow_none=False))
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+
+
+@dataclass(frozen=True)
+class Ragged:
+    """A variable-size field, e.g. token ids or images of different sizes.
+
+    ``inner_shape`` gives the sample shape after the first (variable) axis; ``None`` marks
+    further variable dimensions, e.g. ``Ragged("uint8", (None, 3))`` for HxWx3 images.
+    Stored as ``NAME.values.npy`` + ``NAME.offsets.npy`` (int64, N+1), plus
+    ``NAME.shapes.npy`` (int64, N x ndim) when a dimension other than the first varies.
+    """
+
+    dtype: str = "float32"
+    inner_shape: tuple[int | None, ...] = ()
+    kind = "ragged"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        object.__setattr__(self, "inner_shape", _check_shape(self.inner_shape, allow_none=True))
+
+    @property
+    def variable_dims(self) -> bool:
+        """True when some dimension besides the first varies (a shapes file is stored)."""
+        return None in self.inner_shape
+
+
+@dataclass(frozen=True)
+class Bytes:
+    """Raw bytes per sample (e.g. an encoded JPEG). Read back as a 1-D uint8 tensor."""
+
+    kind = "bytes"
+    dtype = "uint8"
+    inner_shape: tuple[int | None, ...] = field(default=(), init=False)
+    variable_dims = False
+
+
+@dataclass(frozen=True)
+class String:
+    """A ``str`` per sample, stored UTF-8 encoded. Read back as ``str``."""
+
+    kind = "string"
+    dtype = "uint8"
+    inner_shape: tuple[int | None, ...] = field(default=(), init=False)
+    variable_dims = False
+
+
+Field = Union[Tensor, Ragged, Bytes, String]  # noqa: UP007 - a runtime alias, py3.10 safe
+VarField = (Ragged, Bytes, String)  # kinds stored as values + offsets
+
+
+def _check_shape(shape: Any, *, allow_none: bool) -> tuple:
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError as exc:
+        raise SchemaError(f"shape must be a tuple of ints, got {shape!r}") from exc
+    if len(dims) > MAX_NDIM:
+        raise SchemaError(f"shape {dims} has more than {MAX_NDIM} dimensions")
+    for d in dims:
+        ok = (d is None and allow_none) or (
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) and 0 <= d < 2**40
+        )
+        if not ok:
+            raise SchemaError(f"bad dimension {d!r} in shape {dims}")
+    return tuple(None if d is None else int(d) for d in dims)
+
+
+def field_files(name: str, f: Field) -> dict[str, str]:
+    """Role -> file name (relative to its part folder) for field ``name``."""
+    if isinstance(f, Tensor):
+        return {"data": f"{name}.npy"}
+    files = {"values": f"{name}.values.npy", "offsets": f"{name}.offsets.npy"}
+    if f.variable_dims:
+        files["shapes"] = f"{name}.shapes.npy"
+    return files
+
+
+def field_to_json(f: Field) -> dict[str, Any]:
+    if isinstance(f, Tensor):
+        return {"kind": f.kind, "dtype": f.dtype, "shape": list(f.shape)}
+    if isinstance(f, Ragged):
+        return {"kind": f.kind, "dtype": f.dtype, "inner_shape": list(f.inner_shape)}
+    return {"kind": f.kind}
+
+
+def field_from_json(name: str, obj: Any) -> Field:
+    if not isinstance(obj, dict):
+        raise FormatError(f"field {name!r}: expected an object, got {type(obj).__name__}")
+    kind = obj.get("kind")
+    try:
+        if kind == "tensor":
+            return Tensor(tuple(_list(obj, "shape")), str(obj.get("dtype")))
+        if kind == "ragged":
+            return Ragged(str(obj.get("dtype")), tuple(_list(obj, "inner_shape")))
+    except SchemaError as exc:
+        raise FormatError(f"field {name!r}: {exc}") from None
+    if kind == "bytes":
+        return Bytes()
+    if kind == "string":
+        return String()
+    raise FormatError(f"field {name!r}: unknown kind {kind!r}")
+
+
+def _list(obj: dict, key: str) -> list:
+    value = obj.get(key)
+    if not isinstance(value, list):
+        raise FormatError(f"{key!r} must be a list, got {value!r}")
+    return value
+
+
+def check_field_name(name: Any) -> str:
+    if not isinstance(name, str) or not FIELD_NAME.fullmatch(name):
+        raise SchemaError(
+            f"field name {name!r} is not allowed: use letters, digits, '_' and '-' "
+            "(nested names as 'group/name'); no '.', '..', or leading '/'"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A data file as recorded in the manifest."""
+
+    nbytes: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class PartInfo:
+    """One part: a folder of files holding ``num_samples`` consecutive samples."""
+
+    name: str
+    num_samples: int
+    files: Mapping[str, FileInfo]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The parsed, validated content of ``chute.json``."""
+
+    fields: Mapping[str, Field]
+    parts: tuple[PartInfo, ...]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_samples(self) -> int:
+        return sum(p.num_samples for p in self.parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "num_samples": self.num_samples,
+            "checksum": CHECKSUM,
+            "fields": {n: field_to_json(f) for n, f in self.fields.items()},
+            "parts": [
+                {
+                    "name": p.name,
+                    "num_samples": p.num_samples,
+                    "files": {
+                        fn: {"bytes": fi.nbytes, CHECKSUM: fi.checksum}
+                        for fn, fi in p.files.items()
+                    },
+                }
+                for p in self.parts
+            ],
+            "metadata": dict(self.metadata),
+        }
+
+
+def parse_manifest(obj: Any) -> Manifest:
+    """Validate a decoded ``chute.json``; every problem is a :class:`FormatError`."""
+    if not isinstance(obj, dict):
+        raise FormatError("manifest must be a JSON object")
+    if obj.get("format") != FORMAT_NAME:
+        raise FormatError(f"not a chute manifest (format is {obj.get('format')!r})")
+    version = obj.get("version")
+    if version != FORMAT_VERSION:
+        raise VersionError(
+            f"format version {version!r} is not supported by this chute (reads version "
+            f"{FORMAT_VERSION}); upgrade chute or rewrite the dataset"
+        )
+    if obj.get("checksum", CHECKSUM) != CHECKSUM:
+        raise FormatError(f"unknown checksum algorithm {obj.get('checksum')!r}")
+    raw_fields = obj.get("fields")
+    if not isinstance(raw_fields, dict) or not raw_fields:
+        raise FormatError("manifest 'fields' must be a non-empty object")
+    fields: dict[str, Field] = {}
+    for name, spec in raw_fields.items():
+        try:
+            check_field_name(name)
+        except SchemaError as exc:
+            raise FormatError(str(exc)) from None
+        fields[name] = field_from_json(name, spec)
+    expected = {fn for n, f in fields.items() for fn in field_files(n, f).values()}
+    raw_parts = obj.get("parts")
+    if not isinstance(raw_parts, list):
+        raise FormatError("manifest 'parts' must be a list")
+    parts = []
+    seen: set[str] = set()
+    for i, p in enumerate(raw_parts):
+        parts.append(_parse_part(i, p, expected, seen))
+    if ROOT_PART in seen and parts[0].name != ROOT_PART:
+        raise FormatError("the root part '.' may only be the first part")
+    metadata = obj.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise FormatError("manifest 'metadata' must be an object")
+    manifest = Manifest(fields, tuple(parts), metadata)
+    if obj.get("num_samples") != manifest.num_samples:
+        raise FormatError(
+            f"num_samples {obj.get('num_samples')!r} disagrees with the parts' total "
+            f"{manifest.num_samples}"
+        )
+    return manifest
+
+
+def _parse_part(i: int, p: Any, expected: set[str], seen: set[str]) -> PartInfo:
+    if not isinstance(p, dict):
+        raise FormatError(f"part {i}: expected an object")
+    name = p.get("name")
+    if not isinstance(name, str) or not (name == ROOT_PART or PART_NAME.fullmatch(name)):
+        raise FormatError(f"part {i}: bad name {name!r} (expected '.' or 'part-NNNNN')")
+    if name in seen:
+        raise FormatError(f"part {name!r} is listed twice")
+    seen.add(name)
+    n = p.get("num_samples")
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SAMPLES:
+        raise FormatError(f"part {name!r}: bad num_samples {n!r}")
+    files = p.get("files")
+    if not isinstance(files, dict) or set(files) != expected:
+        got = sorted(files) if isinstance(files, dict) else files
+        raise FormatError(
+            f"part {name!r}: files {got} do not match the fields ({sorted(expected)})"
+        )
+    infos = {}
+    for fn, fi in files.items():
+        nbytes = fi.get("bytes") if isinstance(fi, dict) else None
+        checksum = fi.get(CHECKSUM) if isinstance(fi, dict) else None
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+            raise FormatError(f"part {name!r}, file {fn!r}: bad byte size {nbytes!r}")
+        if not isinstance(checksum, str):
+            raise FormatError(f"part {name!r}, file {fn!r}: missing {CHECKSUM} checksum")
+        infos[fn] = FileInfo(nbytes, checksum)
+    return PartInfo(name, n, infos)
+
+
+def expected_shape(f: Field, role: str, n: int, total: int | None = None) -> tuple[int, ...] | None:
+    """Shape of file ``role`` of field ``f`` in a part of ``n`` samples.
+
+    For ``values`` the leading dimension ``total`` comes from the offsets (None: unknown yet).
+    """
+    if isinstance(f, Tensor):
+        return (n, *f.shape)
+    if role == "offsets":
+        return (n + 1,)
+    if role == "shapes":
+        return (n, 1 + len(f.inner_shape))
+    if total is None:
+        return None
+    if f.variable_dims:
+        return (total,)
+    return (total, *f.inner_shape)  # type: ignore[arg-type]
+
+
+def row_nbytes(f: Field) -> int:
+    """Bytes of one sample of a fixed field (or one row of a ragged field's values)."""
+    inner = f.shape if isinstance(f, Tensor) else tuple(d or 1 for d in f.inner_shape)
+    if isinstance(f, Ragged) and f.variable_dims:
+        inner = ()
+    return math.prod(inner) * storage_dtype(f.dtype).itemsize

@@ -1,0 +1,404 @@
+"""Reading datasets: ``chute.open`` -> a lazy, zero-copy, picklable :class:`Dataset`.
+
+Opening reads the manifest and stats the data files (sizes are checked, so a truncated file
+fails here and not mid-epoch); each file is memory-mapped on first use. Maps are private
+(``MAP_PRIVATE``): reads share the OS page cache across processes, the arrays are writable so
+``torch.from_numpy`` gives plain tensors, and a write by the user never reaches the file.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import mmap
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import format as fmt
+from .errors import (
+    DatasetNotFoundError,
+    FormatError,
+    SampleIndexError,
+    SchemaError,
+    UnsafePathError,
+)
+from .fetch import RaggedBatch, pad_batch, take_rows, var_take
+from .npyio import check_size, read_header
+
+MAX_MANIFEST_BYTES = 256 << 20
+Batch = dict[str, Any]
+
+
+def read_manifest(path: str | os.PathLike) -> fmt.Manifest:
+    """Read and validate ``PATH/chute.json``."""
+    path = Path(path)
+    file = path / fmt.MANIFEST
+    if not path.is_dir():
+        raise DatasetNotFoundError(f"{path}: no such dataset folder")
+    try:
+        size = file.stat().st_size
+    except FileNotFoundError:
+        raise DatasetNotFoundError(
+            f"{path} is not a chute dataset: it has no {fmt.MANIFEST} "
+            "(an unfinished write leaves none)"
+        ) from None
+    if size > MAX_MANIFEST_BYTES:
+        raise FormatError(f"{file}: manifest of {size} bytes is too large")
+    try:
+        obj = json.loads(file.read_bytes().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise FormatError(f"{file}: not valid JSON ({exc})") from None
+    try:
+        return fmt.parse_manifest(obj)
+    except FormatError as exc:
+        raise type(exc)(f"{file}: {exc}") from None
+
+
+def _to_torch(arr: np.ndarray, dtype: str) -> torch.Tensor:
+    t = torch.from_numpy(arr)
+    return t.view(torch.bfloat16) if dtype == "bfloat16" else t
+
+
+def _as_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.view(torch.int16).numpy().view("<u2") if t.dtype == torch.bfloat16 else t.numpy()
+
+
+class _Part:
+    def __init__(self, info: fmt.PartInfo, folder: Path, start: int):
+        self.info, self.folder, self.start = info, folder, start
+        self.columns: dict[str, dict[str, np.ndarray]] = {}
+
+
+class Dataset(torch.utils.data.Dataset):
+    """A chute dataset on disk: ``len(ds)``, ``ds[i]``, ``ds[a:b]``, ``ds.gather(indices)``.
+
+    Create with :func:`chute.open`. Fixed-shape fields come back as zero-copy tensors; ragged
+    fields as :class:`chute.RaggedBatch` (batches) or tensors (samples); strings as ``str``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        fields: Sequence[str] | None = None,
+        *,
+        in_memory: bool = False,
+    ):
+        self.path = Path(path)
+        self._fields_arg = None if fields is None else list(fields)
+        self._in_memory = in_memory
+        manifest = read_manifest(self.path)
+        self.metadata: Mapping[str, Any] = manifest.metadata
+        if isinstance(fields, str):
+            raise SchemaError("fields= takes a list of field names, not a string")
+        unknown = [f for f in fields or () if f not in manifest.fields]
+        if unknown:
+            raise SchemaError(
+                f"{self.path}: no field(s) {unknown}; the dataset has {sorted(manifest.fields)}"
+            )
+        self.schema: dict[str, fmt.Field] = {
+            k: v for k, v in manifest.fields.items() if fields is None or k in fields
+        }
+        self._root = os.path.realpath(self.path)
+        self._parts: list[_Part] = []
+        start = 0
+        for info in manifest.parts:
+            folder = self.path / info.name
+            self._parts.append(_Part(info, folder, start))
+            start += info.num_samples
+            for name, f in self.schema.items():
+                for fn in fmt.field_files(name, f).values():
+                    self._check_file(folder / fn, info.files[fn].nbytes)
+        self._len = start
+        self._ends = np.array([p.start + p.info.num_samples for p in self._parts], np.int64)
+        if in_memory:
+            for i in range(len(self._parts)):
+                for name in self.schema:
+                    self._column(i, name)
+
+    # ------------------------------------------------------------------ files
+
+    def _check_file(self, file: Path, nbytes: int) -> None:
+        real = os.path.realpath(file)
+        if not real.startswith(self._root + os.sep):
+            raise UnsafePathError(f"{file} resolves to {real}, outside the dataset {self._root}")
+        try:
+            size = os.stat(real).st_size
+        except FileNotFoundError:
+            raise FormatError(f"{file} is missing; the dataset is incomplete") from None
+        if size != nbytes:
+            raise FormatError(
+                f"{file} is {size} bytes but the manifest says {nbytes}: the file was truncated "
+                "or modified after writing"
+            )
+
+    def _load(self, file: Path, dtype: str, shape: tuple[int, ...] | None) -> np.ndarray:
+        """Map (or read, when in memory) one .npy file after checking its header."""
+        want = fmt.storage_dtype(dtype)
+        with builtins.open(file, "rb") as f:
+            got, got_shape, offset = read_header(f, str(file))
+            size = os.fstat(f.fileno()).st_size
+            if got != want or (shape is not None and got_shape != shape):
+                raise FormatError(
+                    f"{file}: holds {got_shape} {got} but the manifest says {shape} {want}"
+                )
+            check_size(str(file), got, got_shape, offset, size)
+            nbytes = size - offset
+            if nbytes == 0:
+                return np.zeros(got_shape, got)
+            if self._in_memory:
+                arr = np.empty(got_shape, got)
+                f.readinto(memoryview(arr.reshape(-1).view(np.uint8)))
+                return arr
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        return np.frombuffer(buf, got, nbytes // got.itemsize, offset).reshape(got_shape)
+
+    def _column(self, part: int, name: str) -> dict[str, np.ndarray]:
+        p = self._parts[part]
+        col = p.columns.get(name)
+        if col is not None:
+            return col
+        f = self.schema[name]
+        files = fmt.field_files(name, f)
+        n = p.info.num_samples
+        if isinstance(f, fmt.Tensor):
+            col = {"data": self._load(p.folder / files["data"], f.dtype, (n, *f.shape))}
+        else:
+            offsets = self._load(p.folder / files["offsets"], "int64", (n + 1,))
+            values = self._load(p.folder / files["values"], f.dtype, None)
+            inner = () if f.variable_dims else f.inner_shape
+            if values.shape[1:] != inner or offsets[0] != 0 or offsets[-1] != len(values):
+                raise FormatError(
+                    f"{p.folder / files['values']}: values {values.shape} do not match the "
+                    f"offsets (0..{int(offsets[-1])}) and inner shape {inner}"
+                )
+            col = {"values": values, "offsets": offsets}
+            if f.variable_dims:
+                col["shapes"] = self._load(
+                    p.folder / files["shapes"], "int64", (n, 1 + len(f.inner_shape))
+                )
+        p.columns[name] = col
+        return col
+
+    # ------------------------------------------------------------------ access
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        if not -self._len <= i < self._len:
+            raise SampleIndexError(
+                f"index {i} is out of range for {self.path} ({self._len} samples)"
+            )
+        i %= self._len
+        part = int(np.searchsorted(self._ends, i, side="right"))
+        return part, i - self._parts[part].start
+
+    def __getitem__(self, key: int | slice | np.integer) -> Batch:
+        if isinstance(key, slice):
+            return self.gather(np.arange(*key.indices(self._len)))
+        if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
+            raise TypeError(f"dataset indices are ints or slices, not {type(key).__name__}")
+        part, j = self._locate(int(key))
+        out: Batch = {}
+        for name, f in self.schema.items():
+            col = self._column(part, name)
+            if isinstance(f, fmt.Tensor):
+                out[name] = _to_torch(col["data"][j, ...], f.dtype)
+                continue
+            values = col["values"][col["offsets"][j] : col["offsets"][j + 1]]
+            if len(values) != col["offsets"][j + 1] - col["offsets"][j]:
+                raise FormatError(f"{self.path}: field {name!r}, sample {key}: bad offsets")
+            if isinstance(f, fmt.String):
+                out[name] = values.tobytes().decode("utf-8", errors="replace")
+            elif "shapes" in col:
+                out[name] = _to_torch(values.reshape(col["shapes"][j]), f.dtype)
+            else:
+                out[name] = _to_torch(values, f.dtype)
+        return out
+
+    def __iter__(self) -> Iterator[Batch]:
+        for i in range(self._len):
+            yield self[i]
+
+    def _check_indices(self, indices: Any) -> np.ndarray:
+        idx = indices.numpy() if isinstance(indices, torch.Tensor) else np.asarray(indices)
+        if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+            raise SampleIndexError(
+                f"indices must be a 1-D array of ints, got {idx.dtype} {idx.shape}"
+            )
+        idx = idx.astype(np.int64, copy=False)
+        if idx.size and (idx.min() < -self._len or idx.max() >= self._len):
+            bad = idx[(idx < -self._len) | (idx >= self._len)][0]
+            raise SampleIndexError(
+                f"index {bad} is out of range for {self.path} ({self._len} samples)"
+            )
+        return np.where(idx < 0, idx + self._len, idx) if idx.size and idx.min() < 0 else idx
+
+    def _split(self, idx: np.ndarray) -> list[tuple[int, np.ndarray | None, np.ndarray]]:
+        """(part, positions in the batch or None for all, local indices) for each part hit."""
+        if len(self._parts) == 1:
+            return [(0, None, idx)]
+        part_of = np.searchsorted(self._ends, idx, side="right")
+        out = []
+        for p in np.unique(part_of):
+            pos = np.flatnonzero(part_of == p)
+            out.append((int(p), pos, idx[pos] - self._parts[p].start))
+        return out
+
+    def gather(
+        self,
+        indices: Any,
+        out: Mapping[str, torch.Tensor] | None = None,
+        pad: float | int | None = None,
+    ) -> Batch:
+        """Samples ``indices`` as one batch, in the order given.
+
+        Fixed fields -> ``(B, *shape)`` tensors, written into ``out[field][:B]`` when given
+        (e.g. pinned buffers from :meth:`empty_batch`); ragged and bytes fields ->
+        :class:`RaggedBatch`, or with ``pad=`` a padded ``(B, L, ...)`` tensor plus
+        ``FIELD_lengths``; string fields -> ``list[str]``.
+        """
+        idx = self._check_indices(indices)
+        b = len(idx)
+        split = self._split(idx)
+        batch: Batch = {}
+        for name, f in self.schema.items():
+            if isinstance(f, fmt.Tensor):
+                batch[name] = self._gather_fixed(name, f, idx, split, out)
+                continue
+            rb = self._gather_var(name, f, b, split)
+            if isinstance(f, fmt.String):
+                o = rb.offsets.tolist()
+                raw = rb.values.numpy().tobytes()
+                batch[name] = [raw[o[i] : o[i + 1]].decode("utf-8", "replace") for i in range(b)]
+            elif pad is not None:
+                try:
+                    batch[name], batch[f"{name}_lengths"] = pad_batch(rb, pad)
+                except ValueError:
+                    raise SchemaError(
+                        f"field {name!r}: pad= needs one variable dimension; its inner shape "
+                        f"is {f.inner_shape}"
+                    ) from None
+            else:
+                batch[name] = rb
+        return batch
+
+    def _gather_fixed(self, name: str, f: fmt.Tensor, idx: np.ndarray, split: list, out: Any):
+        b = len(idx)
+        target = None
+        if out is not None and name in out:
+            t = out[name]
+            want = (fmt.TORCH_DTYPES[f.dtype], f.shape)
+            if (t.dtype, tuple(t.shape[1:])) != want or len(t) < b or not t.is_contiguous():
+                raise SchemaError(
+                    f"out[{name!r}] is {t.dtype} {tuple(t.shape)}; need {want[0]} "
+                    f"({b}+, {', '.join(map(str, f.shape))}) contiguous"
+                )
+            target = _as_numpy(t[:b])
+        if len(split) == 1 and split[0][1] is None:
+            res = take_rows(self._column(0, name)["data"], idx, target)
+        else:
+            res = (
+                target
+                if target is not None
+                else np.empty((b, *f.shape), fmt.storage_dtype(f.dtype))
+            )
+            for p, pos, local in split:
+                res[pos] = take_rows(self._column(p, name)["data"], local)
+        return out[name][:b] if target is not None else _to_torch(res, f.dtype)  # type: ignore[index]
+
+    def _gather_var(self, name: str, f: fmt.Field, b: int, split: list) -> RaggedBatch:
+        pieces = []
+        for p, pos, local in split:
+            col = self._column(p, name)
+            values, offsets = var_take(col["values"], col["offsets"], local, str(self.path / name))
+            shapes = col["shapes"][local] if "shapes" in col else None
+            pieces.append((pos, values, offsets, shapes))
+        if len(pieces) == 1 and pieces[0][0] is None:
+            _, values, offsets, shapes = pieces[0]
+        else:  # several parts: concatenate in part order, then one more gather restores order
+            order = np.concatenate([pos for pos, *_ in pieces]) if pieces else np.zeros(0, np.int64)
+            cat_off = np.concatenate(
+                [[0]]
+                + [o[1:] + s for (_, _, o, _), s in zip(pieces, _running(pieces), strict=True)]
+            ).astype(np.int64)
+            cat_val = np.concatenate([v for _, v, _, _ in pieces]) if pieces else None
+            inverse = np.empty(b, np.int64)
+            inverse[order] = np.arange(b)
+            if cat_val is None:
+                inner = () if f.variable_dims else f.inner_shape
+                cat_val = np.empty((0, *inner), fmt.storage_dtype(f.dtype))
+            values, offsets = var_take(cat_val, cat_off, inverse, str(self.path / name))
+            shapes = None
+            if pieces and pieces[0][3] is not None:
+                shapes = np.concatenate([s for *_, s in pieces])[inverse]
+        return RaggedBatch(
+            _to_torch(values, f.dtype),
+            torch.from_numpy(offsets),
+            None if shapes is None else torch.from_numpy(np.ascontiguousarray(shapes)),
+        )
+
+    def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
+        """Pre-allocated ``out=`` buffers for :meth:`gather`, one per fixed-shape field."""
+        return {
+            name: torch.empty(
+                (batch_size, *f.shape), dtype=fmt.TORCH_DTYPES[f.dtype], pin_memory=pin_memory
+            )
+            for name, f in self.schema.items()
+            if isinstance(f, fmt.Tensor)
+        }
+
+    def to_memory(self) -> Dataset:
+        """The same dataset read fully into RAM (sequential reads, at disk speed)."""
+        return Dataset(self.path, self._fields_arg, in_memory=True)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes on disk of the selected fields."""
+        return sum(
+            p.info.files[fn].nbytes
+            for p in self._parts
+            for name, f in self.schema.items()
+            for fn in fmt.field_files(name, f).values()
+        )
+
+    def close(self) -> None:
+        """Drop the file maps (they are unmapped once no batch refers to them)."""
+        for p in self._parts:
+            p.columns.clear()
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickle as (path, options): each worker process maps the files itself, so fork and
+        # spawn share the page cache and nothing is copied on write.
+        return {"path": str(self.path), "fields": self._fields_arg, "in_memory": self._in_memory}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], state["fields"], in_memory=state["in_memory"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}: {v}" for k, v in self.schema.items())
+        return f"chute.Dataset({str(self.path)!r}, {self._len} samples, {{{fields}}})"
+
+
+def _running(pieces: list) -> list[int]:
+    totals = [int(o[-1]) for _, _, o, _ in pieces]
+    return [sum(totals[:i]) for i in range(len(totals))]
+
+
+def open(path: str | os.PathLike, fields: Sequence[str] | None = None) -> Dataset:
+    """Open the dataset at ``path`` lazily: O(1) in its size (reads the manifest only).
+
+    ``fields`` restricts reading to some fields.
+    """
+    return Dataset(path, fields)

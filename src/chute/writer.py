@@ -1,0 +1,380 @@
+"""Writing datasets: ``chute.write`` for arrays in memory, ``chute.Writer`` for streams.
+
+Everything is written into a hidden staging folder next to the destination
+(``.NAME.tmp-PID-RANDOM``); the manifest is written last and the folder renamed into place,
+so a crash, an exception or SIGKILL never leaves something at ``path`` that ``open`` accepts.
+Memory stays bounded: each batch goes straight to its files (nothing accumulates), so datasets
+much larger than RAM can be written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import format as fmt
+from .columns import ColumnWriter, Promote, infer_field, prepare, promote, sample_count
+from .errors import DatasetExistsError, SchemaError
+
+Schema = Mapping[str, fmt.Field]
+
+
+def infer_schema(sample: Mapping[str, Any]) -> dict[str, fmt.Field]:
+    """The schema of one sample: arrays -> Tensor, ``str`` -> String, bytes -> Bytes."""
+    if not isinstance(sample, Mapping) or not sample:
+        raise SchemaError(
+            f"a sample must be a non-empty dict of field -> value, got {type(sample)}"
+        )
+    return {fmt.check_field_name(k): infer_field(k, v) for k, v in sample.items()}
+
+
+def _check_schema(schema: Mapping[str, Any]) -> dict[str, fmt.Field]:
+    if not isinstance(schema, Mapping) or not schema:
+        raise SchemaError(
+            "schema must be a non-empty dict of field name -> chute.Tensor/Ragged/..."
+        )
+    out = {}
+    for name, f in schema.items():
+        fmt.check_field_name(name)
+        if not isinstance(f, (fmt.Tensor, fmt.Ragged, fmt.Bytes, fmt.String)):
+            raise SchemaError(f"field {name!r}: {f!r} is not a chute field kind")
+        out[name] = f
+    return out
+
+
+# ---------------------------------------------------------------------------- staging & commit
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clean_stale(path: Path) -> None:
+    """Remove staging/old folders of ``path`` left by writers that died."""
+    for stale in path.parent.glob(f".{path.name}.*-*-*"):
+        kind, _, rest = stale.name[len(path.name) + 2 :].partition("-")
+        pid = rest.split("-", 1)[0]
+        if kind in ("tmp", "old") and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _check_destination(path: Path, overwrite: bool) -> None:
+    if not (path.exists() or path.is_symlink()):
+        return
+    if not overwrite:
+        raise DatasetExistsError(f"{path} already exists; pass overwrite=True to replace it")
+    if path.is_dir() and ((path / fmt.MANIFEST).exists() or not any(path.iterdir())):
+        return
+    raise DatasetExistsError(
+        f"{path} exists and is not a chute dataset; refusing to replace it (remove it yourself)"
+    )
+
+
+def new_staging_dir(path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Create the hidden folder a dataset for ``path`` is written into before commit."""
+    path = Path(path)
+    _check_destination(path, overwrite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _clean_stale(path)
+    staging = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    staging.mkdir()
+    return staging
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit(
+    staging: str | os.PathLike,
+    path: str | os.PathLike,
+    schema: Schema,
+    parts: list[fmt.PartInfo],
+    metadata: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write the manifest into ``staging`` and move it to ``path`` atomically.
+
+    ``parts`` are folders already written into ``staging`` by :func:`write_part` (or the
+    root part ``"."``). On any error the staging folder is removed.
+    """
+    staging, path = Path(staging), Path(path)
+    try:
+        manifest = fmt.Manifest(dict(schema), tuple(parts), dict(metadata or {}))
+        try:
+            text = json.dumps(manifest.to_json(), indent=1, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise SchemaError(f"metadata must be JSON-serialisable: {exc}") from None
+        tmp = staging / (fmt.MANIFEST + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, staging / fmt.MANIFEST)
+        _fsync_dir(staging)
+        _check_destination(path, overwrite)
+        old = None
+        if path.exists():
+            old = path.parent / f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+            os.rename(path, old)
+        os.rename(staging, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+# ---------------------------------------------------------------------------- parts
+
+
+class _Part:
+    """The open files of one part folder."""
+
+    def __init__(self, folder: Path, name: str, schema: Schema):
+        folder.mkdir(exist_ok=True)
+        self.folder, self.name = folder, name
+        self.num_samples = 0
+        self.columns = {name: ColumnWriter(folder, name, f) for name, f in schema.items()}
+
+    def close(self) -> fmt.PartInfo:
+        files: dict[str, fmt.FileInfo] = {}
+        for col in self.columns.values():
+            files.update(col.close())
+        return fmt.PartInfo(self.name, self.num_samples, files)
+
+    def abort(self) -> None:
+        for col in self.columns.values():
+            col.abort()
+
+
+def write_part(
+    folder: str | os.PathLike, schema: Schema, batches: Iterable[Mapping[str, Any]]
+) -> fmt.PartInfo:
+    """Write one complete part (e.g. from a Dask task) into ``folder``; returns its info."""
+    folder = Path(folder)
+    if not fmt.PART_NAME.fullmatch(folder.name):
+        raise SchemaError(f"part folder {folder} must be named like 'part-00000'")
+    schema = _check_schema(schema)
+    w = _Part(folder, folder.name, schema)
+    try:
+        for batch in batches:
+            n = sample_count(batch, schema, start=w.num_samples)
+            prepared = {
+                k: prepare(batch[k], f, k, w.num_samples, auto=False) for k, f in schema.items()
+            }
+            for k, col in w.columns.items():
+                col.write(prepared[k])
+            w.num_samples += n
+        return w.close()
+    except BaseException:
+        w.abort()
+        raise
+
+
+# ---------------------------------------------------------------------------- the Writer
+
+
+class Writer:
+    """Stream samples or batches into a new dataset at ``path``, committed atomically on exit.
+
+    >>> with chute.Writer("train.chute") as w:
+    ...     for img, label in samples:
+    ...         w.append({"image": img, "label": label})
+
+    Without a ``schema`` the first sample defines it, and a field whose later samples change
+    shape is turned into a :class:`chute.Ragged` field on the fly. With ``part_size`` the data
+    is split into ``part-NNNNN`` folders of at most that many samples.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        schema: Mapping[str, fmt.Field] | None = None,
+        *,
+        overwrite: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+        part_size: int | None = None,
+    ):
+        if part_size is not None and (not isinstance(part_size, int) or part_size < 1):
+            raise SchemaError(f"part_size must be a positive int, got {part_size!r}")
+        self.path = Path(path)
+        self.metadata = dict(metadata or {})
+        self._auto = schema is None
+        self._schema = None if schema is None else _check_schema(schema)
+        self._overwrite = overwrite
+        self._part_size = part_size
+        self._staging: Path | None = new_staging_dir(self.path, overwrite)
+        self._parts: list[fmt.PartInfo] = []
+        self._part: _Part | None = None
+        self._count = 0
+
+    @property
+    def schema(self) -> dict[str, fmt.Field] | None:
+        return None if self._schema is None else dict(self._schema)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _open_part(self) -> _Part:
+        if self._staging is None:
+            raise SchemaError(f"writer for {self.path} is closed")
+        if self._part is None:
+            assert self._schema is not None
+            if self._part_size is None:
+                self._part = _Part(self._staging, fmt.ROOT_PART, self._schema)
+            else:
+                name = f"part-{len(self._parts):05d}"
+                self._part = _Part(self._staging / name, name, self._schema)
+        return self._part
+
+    def append(self, sample: Mapping[str, Any]) -> None:
+        """Add one sample: a dict field -> array / tensor / scalar / str / bytes."""
+        if self._schema is None:
+            self._schema = infer_schema(sample)
+        self._write({k: [v] for k, v in sample.items()} if isinstance(sample, Mapping) else sample)
+
+    def extend(self, batch: Mapping[str, Any]) -> None:
+        """Add a batch: per field, an array with a leading batch axis or a list of samples."""
+        if self._schema is None:
+            if not isinstance(batch, Mapping) or not batch:
+                raise SchemaError("extend() takes a non-empty dict of field -> batch")
+            first = {}
+            for k, v in batch.items():
+                if len(v) == 0:
+                    return
+                first[k] = v[0]
+            self._schema = infer_schema(first)
+        self._write(batch)
+
+    def _write(self, batch: Mapping[str, Any]) -> None:
+        assert self._schema is not None
+        n = sample_count(batch, self._schema, start=self._count)
+        done = 0
+        while done < n:
+            part = self._open_part()
+            room = n - done if self._part_size is None else self._part_size - part.num_samples
+            take = min(room, n - done)
+            prepared = {}
+            for name in self._schema:
+                chunk = batch[name] if take == n else batch[name][done : done + take]
+                while name not in prepared:
+                    try:
+                        f = self._schema[name]
+                        prepared[name] = prepare(chunk, f, name, self._count, self._auto)
+                    except Promote as p:  # the field becomes ragged: rewrite what was written
+                        self._promote(name, p.field)
+            for name, col in part.columns.items():
+                col.write(prepared[name])
+            part.num_samples += take
+            self._count += take
+            done += take
+            if self._part_size is not None and part.num_samples == self._part_size:
+                self._parts.append(part.close())
+                self._part = None
+
+    def _promote(self, name: str, new: fmt.Field) -> None:
+        assert self._schema is not None and self._staging is not None
+        old = self._schema[name]
+        for i, info in enumerate(self._parts):
+            col = promote(self._staging / info.name, name, old, new, None, info.num_samples)
+            stale = set(fmt.field_files(name, old).values())
+            files = {k: v for k, v in info.files.items() if k not in stale}
+            self._parts[i] = fmt.PartInfo(info.name, info.num_samples, {**files, **col.close()})
+        if self._part is not None:
+            part = self._part
+            part.columns[name] = promote(
+                part.folder, name, old, new, part.columns[name], part.num_samples
+            )
+        self._schema[name] = new
+
+    def commit(self) -> Path:
+        """Finish writing and move the dataset into place."""
+        if self._staging is None:
+            raise SchemaError(f"writer for {self.path} is already closed")
+        if self._schema is None:
+            raise SchemaError(
+                f"nothing was written to {self.path} and no schema was given; "
+                "pass schema= to write an empty dataset"
+            )
+        if self._part is not None or not self._parts:
+            self._parts.append(self._open_part().close())
+            self._part = None
+        staging, self._staging = self._staging, None
+        return commit(staging, self.path, self._schema, self._parts, self.metadata, self._overwrite)
+
+    def abort(self) -> None:
+        """Discard everything written; nothing is left at ``path``."""
+        if self._part is not None:
+            self._part.abort()
+            self._part = None
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def __del__(self) -> None:
+        if getattr(self, "_staging", None) is not None:
+            self.abort()
+
+
+def write(
+    path: str | os.PathLike,
+    arrays: Mapping[str, Any],
+    *,
+    schema: Mapping[str, fmt.Field] | None = None,
+    overwrite: bool = False,
+    metadata: Mapping[str, Any] | None = None,
+    chunk_bytes: int = 64 << 20,
+) -> Path:
+    """Write a dict of equal-length arrays / tensors / lists as a dataset at ``path``.
+
+    >>> chute.write("cifar.chute", {"image": images, "label": labels})
+
+    Arrays are copied in chunks of about ``chunk_bytes``, so memory-mapped inputs larger than
+    RAM work too.
+    """
+    if not isinstance(arrays, Mapping) or not arrays:
+        raise SchemaError("write() takes a non-empty dict of field name -> array")
+    lengths = {k: len(v) if hasattr(v, "__len__") else None for k, v in arrays.items()}
+    if len(set(lengths.values())) != 1 or None in lengths.values():
+        raise SchemaError(f"fields must all have the same length, got {lengths}")
+    n = next(iter(lengths.values()))
+    row_bytes = sum(
+        getattr(v, "nbytes", 0) // max(n, 1) if not isinstance(v, (list, tuple)) else 64
+        for v in arrays.values()
+    )
+    step = max(1, chunk_bytes // max(row_bytes, 1))
+    if schema is None and n == 0:
+        schema = {k: infer_field(k, np.asarray(v)[:0], batch=True) for k, v in arrays.items()}
+    with Writer(path, schema, overwrite=overwrite, metadata=metadata) as w:
+        for start in range(0, n, step):
+            w.extend({k: v[start : start + step] for k, v in arrays.items()})
+    return Path(path)
