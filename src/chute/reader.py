@@ -9,6 +9,7 @@ fails here and not mid-epoch); each file is memory-mapped on first use. Maps are
 from __future__ import annotations
 
 import builtins
+import itertools
 import json
 import mmap
 import os
@@ -200,7 +201,7 @@ class Dataset(torch.utils.data.Dataset):
 
     def __getitem__(self, key: int | slice | np.integer) -> Batch:
         if isinstance(key, slice):
-            return self.gather(np.arange(*key.indices(self._len)))
+            return self._slice(*key.indices(self._len))
         if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
             raise TypeError(f"dataset indices are ints or slices, not {type(key).__name__}")
         part, j = self._locate(int(key))
@@ -219,6 +220,27 @@ class Dataset(torch.utils.data.Dataset):
                 out[name] = _to_torch(values.reshape(col["shapes"][j]), f.dtype)
             else:
                 out[name] = _to_torch(values, f.dtype)
+        return out
+
+    def _slice(self, start: int, stop: int, step: int) -> Batch:
+        """A step-1 slice inside one part is made of views; anything else is a gather."""
+        part = int(np.searchsorted(self._ends, start, side="right"))
+        if step != 1 or stop <= start or part == len(self._parts) or stop > self._ends[part]:
+            return self.gather(np.arange(start, stop, step))
+        a, b = start - self._parts[part].start, stop - self._parts[part].start
+        out: Batch = {}
+        for name, f in self.schema.items():
+            col = self._column(part, name)
+            if isinstance(f, fmt.Tensor):
+                out[name] = _to_torch(col["data"][a:b], f.dtype)
+                continue
+            offsets = col["offsets"][a : b + 1]
+            values, offsets = col["values"][offsets[0] : offsets[-1]], offsets - offsets[0]
+            if isinstance(f, fmt.String):
+                out[name] = _strings(values, offsets)
+                continue
+            shapes = torch.from_numpy(col["shapes"][a:b]) if "shapes" in col else None
+            out[name] = RaggedBatch(_to_torch(values, f.dtype), torch.from_numpy(offsets), shapes)
         return out
 
     def __iter__(self) -> Iterator[Batch]:
@@ -273,9 +295,7 @@ class Dataset(torch.utils.data.Dataset):
                 continue
             rb = self._gather_var(name, f, b, split)
             if isinstance(f, fmt.String):
-                o = rb.offsets.tolist()
-                raw = rb.values.numpy().tobytes()
-                batch[name] = [raw[o[i] : o[i + 1]].decode("utf-8", "replace") for i in range(b)]
+                batch[name] = _strings(rb.values.numpy(), rb.offsets.numpy())
             elif pad is not None:
                 try:
                     batch[name], batch[f"{name}_lengths"] = pad_batch(rb, pad)
@@ -389,6 +409,11 @@ class Dataset(torch.utils.data.Dataset):
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}: {v}" for k, v in self.schema.items())
         return f"chute.Dataset({str(self.path)!r}, {self._len} samples, {{{fields}}})"
+
+
+def _strings(values: np.ndarray, offsets: np.ndarray) -> list[str]:
+    raw = values.tobytes()
+    return [raw[i:j].decode("utf-8", "replace") for i, j in itertools.pairwise(offsets.tolist())]
 
 
 def _running(pieces: list) -> list[int]:

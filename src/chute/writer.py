@@ -94,6 +94,21 @@ def new_staging_dir(path: str | os.PathLike, overwrite: bool = False) -> Path:
     return staging
 
 
+def _write_manifest(folder: Path, manifest: fmt.Manifest) -> None:
+    """Write ``folder/chute.json`` atomically (temp file, fsync, ``os.replace``)."""
+    try:
+        text = json.dumps(manifest.to_json(), indent=1, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"metadata must be JSON-serialisable: {exc}") from None
+    tmp = folder / (fmt.MANIFEST + f".tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / fmt.MANIFEST)
+    _fsync_dir(folder)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -117,18 +132,7 @@ def commit(
     """
     staging, path = Path(staging), Path(path)
     try:
-        manifest = fmt.Manifest(dict(schema), tuple(parts), dict(metadata or {}))
-        try:
-            text = json.dumps(manifest.to_json(), indent=1, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise SchemaError(f"metadata must be JSON-serialisable: {exc}") from None
-        tmp = staging / (fmt.MANIFEST + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, staging / fmt.MANIFEST)
-        _fsync_dir(staging)
+        _write_manifest(staging, fmt.Manifest(dict(schema), tuple(parts), dict(metadata or {})))
         _check_destination(path, overwrite)
         old = None
         if path.exists():
@@ -167,6 +171,23 @@ class _Part:
             col.abort()
 
 
+def _commit_append(staging: Path, path: Path, old: fmt.Manifest, new: fmt.Manifest) -> Path:
+    """Move the new parts into the dataset, then replace its manifest (the commit point).
+
+    A crash before the manifest is replaced leaves part folders no manifest refers to: readers
+    ignore them and the next append removes them.
+    """
+    try:
+        for info in new.parts:
+            shutil.rmtree(path / info.name, ignore_errors=True)  # an orphan of a crashed append
+            os.rename(staging / info.name, path / info.name)
+        _fsync_dir(path)
+        _write_manifest(path, fmt.Manifest(old.fields, old.parts + new.parts, new.metadata))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path
+
+
 def write_part(
     folder: str | os.PathLike, schema: Schema, batches: Iterable[Mapping[str, Any]]
 ) -> fmt.PartInfo:
@@ -203,7 +224,9 @@ class Writer:
 
     Without a ``schema`` the first sample defines it, and a field whose later samples change
     shape is turned into a :class:`chute.Ragged` field on the fly. With ``part_size`` the data
-    is split into ``part-NNNNN`` folders of at most that many samples.
+    is split into ``part-NNNNN`` folders of at most that many samples. With ``append=True``
+    the samples are added to the existing dataset at ``path`` as new parts (one writer at a
+    time); its schema is kept.
     """
 
     def __init__(
@@ -214,16 +237,38 @@ class Writer:
         overwrite: bool = False,
         metadata: Mapping[str, Any] | None = None,
         part_size: int | None = None,
+        append: bool = False,
     ):
         if part_size is not None and (not isinstance(part_size, int) or part_size < 1):
             raise SchemaError(f"part_size must be a positive int, got {part_size!r}")
         self.path = Path(path)
         self.metadata = dict(metadata or {})
+        self._base: fmt.Manifest | None = None
+        self._first_part = 0
+        if append:
+            from .reader import read_manifest
+
+            if overwrite:
+                raise SchemaError("append=True and overwrite=True exclude each other")
+            self._base = read_manifest(self.path)
+            if schema is not None and dict(_check_schema(schema)) != dict(self._base.fields):
+                raise SchemaError(
+                    f"{self.path}: schema {dict(schema)} differs from the dataset's "
+                    f"{dict(self._base.fields)}; appended samples must have the same fields"
+                )
+            schema = dict(self._base.fields)
+            self.metadata = {**self._base.metadata, **self.metadata}
+            names = [p.name for p in self._base.parts]
+            self._first_part = 1 + max(
+                (int(n[5:]) for n in names if n != fmt.ROOT_PART), default=0 if names else -1
+            )
         self._auto = schema is None
         self._schema = None if schema is None else _check_schema(schema)
         self._overwrite = overwrite
         self._part_size = part_size
-        self._staging: Path | None = new_staging_dir(self.path, overwrite)
+        self._staging: Path | None = new_staging_dir(
+            self.path / ".append" if append else self.path, overwrite
+        )
         self._parts: list[fmt.PartInfo] = []
         self._part: _Part | None = None
         self._count = 0
@@ -240,10 +285,10 @@ class Writer:
             raise SchemaError(f"writer for {self.path} is closed")
         if self._part is None:
             assert self._schema is not None
-            if self._part_size is None:
+            if self._part_size is None and self._base is None:
                 self._part = _Part(self._staging, fmt.ROOT_PART, self._schema)
             else:
-                name = f"part-{len(self._parts):05d}"
+                name = f"part-{self._first_part + len(self._parts):05d}"
                 self._part = _Part(self._staging / name, name, self._schema)
         return self._part
 
@@ -320,6 +365,9 @@ class Writer:
             self._parts.append(self._open_part().close())
             self._part = None
         staging, self._staging = self._staging, None
+        if self._base is not None:
+            new = fmt.Manifest(self._schema, tuple(self._parts), self.metadata)
+            return _commit_append(staging, self.path, self._base, new)
         return commit(staging, self.path, self._schema, self._parts, self.metadata, self._overwrite)
 
     def abort(self) -> None:
