@@ -411,12 +411,9 @@ def write(
     """
     if not isinstance(arrays, Mapping) or not arrays:
         raise SchemaError("write() takes a non-empty dict of field name -> array")
-    lengths = {k: len(v) if hasattr(v, "__len__") else None for k, v in arrays.items()}
-    if len(set(lengths.values())) != 1 or None in lengths.values():
-        raise SchemaError(f"fields must all have the same length, got {lengths}")
-    n = next(iter(lengths.values()))
+    n = sample_count(arrays, arrays)
     row_bytes = sum(
-        getattr(v, "nbytes", 0) // max(n, 1) if not isinstance(v, (list, tuple)) else 64
+        64 if isinstance(v, (list, tuple)) else getattr(v, "nbytes", 64) // max(n, 1)
         for v in arrays.values()
     )
     step = max(1, chunk_bytes // max(row_bytes, 1))
