@@ -12,6 +12,7 @@ from .errors import (
     DatasetNotFoundError,
     FormatError,
     MissingDependencyError,
+    NotWritableError,
     SampleIndexError,
     SchemaError,
     SourceError,
@@ -26,6 +27,13 @@ from .verify import verify
 from .writer import Writer, write
 
 # -- exports of the other stages (loader, device, sources, ...) are added below --
+from .cache import cache
+from .convert import convert, from_iterable, from_torch
+from .sources.dask import from_dask
+from .loader import Loader, LoaderStats
+from .order import Order
+from .device import to_device
+from .torch_compat import dataloader
 
 __version__ = "0.1.0"
 
@@ -37,7 +45,11 @@ __all__ = [
     "DatasetExistsError",
     "DatasetNotFoundError",
     "FormatError",
+    "Loader",
+    "LoaderStats",
     "MissingDependencyError",
+    "NotWritableError",
+    "Order",
     "Ragged",
     "RaggedBatch",
     "SampleIndexError",
@@ -49,7 +61,14 @@ __all__ = [
     "VersionError",
     "WorkerError",
     "Writer",
+    "cache",
+    "convert",
+    "dataloader",
+    "from_dask",
+    "from_iterable",
+    "from_torch",
     "open",
+    "to_device",
     "verify",
     "write",
 ]

@@ -52,6 +52,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from .convert import convert, parse_fields
+
+    path = convert(
+        args.src,
+        args.dst,
+        fields=parse_fields(args.fields),
+        overwrite=args.overwrite,
+        progress=not args.quiet,
+        workers=args.workers,
+        split_compound=args.split_compound,
+    )
+    print(f"{path}: written")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chute", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -66,6 +82,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     # -- other subcommands register here (convert, bench, demo) --
+    p = sub.add_parser("convert", help="convert .npy/.npz/HDF5/Zarr into a chute dataset")
+    p.add_argument("src", help=".npy, .npz, folder of .npy, .h5/.hdf5, Zarr folder or .zip")
+    p.add_argument("dst")
+    p.add_argument("--fields", help="fields to keep, comma-separated; old=new renames")
+    p.add_argument("--overwrite", action="store_true", help="replace dst if it exists")
+    p.add_argument("--workers", type=int, default=1, help="reader threads (default 1)")
+    p.add_argument("--split-compound", action="store_true", help="compound members as fields")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_convert)
+
+    from . import demo
+    from .bench import cli as bench_cli
+
+    p = sub.add_parser("bench", help="chute vs memmap vs HDF5 vs Zarr on your data: table, plot")
+    bench_cli.add_arguments(p)
+    p.set_defaults(func=bench_cli.main)
+
+    p = sub.add_parser("demo", help="the whole story in one command, on generated CIFAR-like data")
+    demo.add_arguments(p)
+    p.set_defaults(func=demo.main)
     return parser
 
 

@@ -111,7 +111,8 @@ def _cast(
         return np.ascontiguousarray(arr, dtype=target)
     lossless = "bfloat16" not in (src, f.dtype) and np.can_cast(src, target, "safe")
     if native and f.dtype != "bfloat16":
-        out = arr.astype(target)
+        with np.errstate(over="ignore", invalid="ignore"):  # a lossy cast is refused below
+            out = arr.astype(target)
         if np.array_equal(out.astype(arr.dtype), arr, equal_nan=arr.dtype.kind in "fc"):
             return out
     elif lossless:

@@ -36,6 +36,10 @@ class ChecksumError(FormatError):
     """A data file's content does not match the checksum recorded at write time."""
 
 
+class NotWritableError(ChuteError, PermissionError):
+    """The destination's folder cannot be written: a read-only filesystem or no permission."""
+
+
 class SampleIndexError(ChuteError, IndexError):
     """An index is out of range for the dataset."""
 

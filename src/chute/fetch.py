@@ -69,15 +69,29 @@ def var_take(
 
 
 def pad_batch(batch: RaggedBatch, value: float | int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A dense ``(B, max_len, *inner)`` tensor filled with ``value``, and the lengths (B,)."""
-    if batch.shapes is not None:
-        raise ValueError("pad= needs a ragged field with one variable dimension")
+    """A dense tensor filled with ``value`` holding every sample at its origin, and the sizes.
+
+    One variable dimension: ``(B, max_len, *inner)`` and the lengths ``(B,)``. Several
+    (``shapes`` is set): ``(B, *max_shape)`` and the shapes ``(B, ndim)``. Vectorized: each
+    value's coordinates inside its sample are computed at once, then one scatter.
+    """
     offsets = batch.offsets
     lengths = offsets[1:] - offsets[:-1]
     b = len(lengths)
-    width = int(lengths.max()) if b else 0
-    out = batch.values.new_full((b, width, *batch.values.shape[1:]), value)
-    rows = torch.repeat_interleave(torch.arange(b), lengths)
-    cols = torch.arange(len(batch.values)) - torch.repeat_interleave(offsets[:-1], lengths)
-    out[rows, cols] = batch.values
-    return out, lengths
+    owner = torch.repeat_interleave(torch.arange(b), lengths)
+    pos = torch.arange(len(batch.values)) - torch.repeat_interleave(offsets[:-1], lengths)
+    if batch.shapes is None:
+        width = int(lengths.max()) if b else 0
+        out = batch.values.new_full((b, width, *batch.values.shape[1:]), value)
+        out[owner, pos] = batch.values
+        return out, lengths
+    shapes = batch.shapes
+    dense = tuple(shapes.max(0).values.tolist()) if b else (0,) * shapes.shape[1]
+    out = batch.values.new_full((b, *dense), value)
+    index: list[torch.Tensor] = [owner]
+    per_value = shapes[owner]  # (total, ndim): the shape of the sample each value belongs to
+    for d in range(shapes.shape[1] - 1, -1, -1):  # unravel pos in its sample's own shape
+        index.insert(1, pos % per_value[:, d])
+        pos = torch.div(pos, per_value[:, d], rounding_mode="floor")
+    out[tuple(index)] = batch.values
+    return out, shapes

@@ -19,7 +19,7 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-from .errors import FormatError, SchemaError, VersionError
+from .errors import FormatError, SchemaError, UnsafePathError, VersionError
 
 FORMAT_NAME = "chute"
 FORMAT_VERSION = 1
@@ -70,7 +70,7 @@ def dtype_name(dtype: Any) -> str:
         return dtype
     try:
         dt = np.dtype(dtype)
-    except TypeError as exc:
+    except (TypeError, ValueError, SyntaxError) as exc:  # all three occur for odd strings
         raise SchemaError(f"{dtype!r} is not a dtype") from exc
     if dt.name not in TORCH_DTYPES:
         raise SchemaError(
@@ -166,6 +166,10 @@ def _check_shape(shape: Any, *, allow_none: bool) -> tuple:
         )
         if not ok:
             raise SchemaError(f"bad dimension {d!r} in shape {dims}")
+    # Bounded so that sizes and strides of a batch fit in int64 (torch checks with an error
+    # that is not a chute one) even for a zero-size dimension.
+    if math.prod(d for d in dims if d) >= 2**40:
+        raise SchemaError(f"shape {dims} has 2**40 or more elements per sample")
     return tuple(None if d is None else int(d) for d in dims)
 
 
@@ -191,11 +195,15 @@ def field_from_json(name: str, obj: Any) -> Field:
     if not isinstance(obj, dict):
         raise FormatError(f"field {name!r}: expected an object, got {type(obj).__name__}")
     kind = obj.get("kind")
+    dtype = obj.get("dtype")
+    if kind in ("tensor", "ragged") and not (isinstance(dtype, str) and dtype in TORCH_DTYPES):
+        # only the canonical names chute writes: numpy never parses an untrusted dtype string
+        raise FormatError(f"field {name!r}: unknown dtype {dtype!r}; one of {sorted(TORCH_DTYPES)}")
     try:
         if kind == "tensor":
-            return Tensor(tuple(_list(obj, "shape")), str(obj.get("dtype")))
+            return Tensor(tuple(_list(obj, "shape")), dtype)
         if kind == "ragged":
-            return Ragged(str(obj.get("dtype")), tuple(_list(obj, "inner_shape")))
+            return Ragged(dtype, tuple(_list(obj, "inner_shape")))
     except SchemaError as exc:
         raise FormatError(f"field {name!r}: {exc}") from None
     if kind == "bytes":
@@ -294,7 +302,7 @@ def parse_manifest(obj: Any) -> Manifest:
         try:
             check_field_name(name)
         except SchemaError as exc:
-            raise FormatError(str(exc)) from None
+            raise _name_error(name)(str(exc)) from None
         fields[name] = field_from_json(name, spec)
     expected = {fn for n, f in fields.items() for fn in field_files(n, f).values()}
     raw_parts = obj.get("parts")
@@ -318,12 +326,20 @@ def parse_manifest(obj: Any) -> Manifest:
     return manifest
 
 
+def _name_error(name: Any) -> type[FormatError]:
+    """UnsafePathError for a refused name that, as a path, would leave the dataset folder."""
+    if not isinstance(name, str):
+        return FormatError
+    absolute = name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name)
+    return UnsafePathError if absolute or ".." in re.split(r"[/\\]", name) else FormatError
+
+
 def _parse_part(i: int, p: Any, expected: set[str], seen: set[str]) -> PartInfo:
     if not isinstance(p, dict):
         raise FormatError(f"part {i}: expected an object")
     name = p.get("name")
     if not isinstance(name, str) or not (name == ROOT_PART or PART_NAME.fullmatch(name)):
-        raise FormatError(f"part {i}: bad name {name!r} (expected '.' or 'part-NNNNN')")
+        raise _name_error(name)(f"part {i}: bad name {name!r} (expected '.' or 'part-NNNNN')")
     if name in seen:
         raise FormatError(f"part {name!r} is listed twice")
     seen.add(name)

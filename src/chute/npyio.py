@@ -8,7 +8,9 @@ dtypes and Fortran order, and checks that the file holds exactly the bytes the h
 
 from __future__ import annotations
 
+import io
 import math
+import tokenize
 from typing import BinaryIO
 
 import numpy as np
@@ -16,6 +18,7 @@ import numpy as np
 from .errors import FormatError
 
 MAGIC = b"\x93NUMPY"
+MAX_HEADER_BYTES = 1 << 16  # numpy itself refuses headers of more than 10,000 characters
 _ALIGN = 64
 _GROWTH_DIGITS = 21
 
@@ -40,16 +43,27 @@ def header_bytes(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
 
 def read_header(f: BinaryIO, path: str) -> tuple[np.dtype, tuple[int, ...], int]:
     """Parse and check a .npy header: returns (dtype, shape, data offset)."""
+    # Read the header ourselves, bounded: numpy would first allocate the (up to 4 GiB) length
+    # a version 2/3 header declares, then find the file too short.
+    start = f.read(len(MAGIC) + 2)
+    length = f.read(2 if start[len(MAGIC) :] == b"\x01\x00" else 4)
+    size = int.from_bytes(length, "little")
+    if size > MAX_HEADER_BYTES:
+        raise FormatError(f"{path}: .npy header declares {size} bytes; not a chute file")
+    head = io.BytesIO(start + length + f.read(size))
     try:
-        version = np.lib.format.read_magic(f)
+        version = np.lib.format.read_magic(head)
         if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(head)
         elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(head)
         else:
             raise ValueError(f"unsupported .npy version {version}")
-    except (ValueError, SyntaxError, TypeError, OverflowError) as exc:
+    except (ValueError, SyntaxError, TypeError, OverflowError, tokenize.TokenError) as exc:
+        # TokenError: numpy re-tokenizes a header it cannot parse, as written by Python 2
         raise FormatError(f"{path}: not a valid .npy file ({exc})") from None
+    if any(d < 0 for d in shape):
+        raise FormatError(f"{path}: .npy header has a negative dimension in shape {shape}")
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise FormatError(
             f"{path}: dtype {dtype} is refused (object/structured .npy is never loaded)"

@@ -11,8 +11,10 @@ from __future__ import annotations
 import builtins
 import itertools
 import json
+import math
 import mmap
 import os
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,10 +31,32 @@ from .errors import (
     UnsafePathError,
 )
 from .fetch import RaggedBatch, pad_batch, take_rows, var_take
-from .npyio import check_size, read_header
+from .npyio import MAX_HEADER_BYTES, check_size, read_header
 
 MAX_MANIFEST_BYTES = 256 << 20
 Batch = dict[str, Any]
+
+
+def file_size(file: Path, root: str) -> int:
+    """Size of ``file``, which must resolve to a regular file inside the folder ``root``
+    (a real path): no symlink out of the dataset, no FIFO or device that would block."""
+    real = os.path.realpath(file)
+    if not real.startswith(root + os.sep):
+        raise UnsafePathError(f"{file} resolves to {real}, outside the dataset {root}")
+    st = os.stat(real)
+    if not stat.S_ISREG(st.st_mode):
+        raise FormatError(f"{file} is not a regular file; a dataset holds only plain files")
+    return st.st_size
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # JSON readers disagree on which duplicate wins: refuse, so that every tool reads the same.
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise FormatError(f"duplicate key {key!r} in the manifest")
+        seen.add(key)
+    return dict(pairs)
 
 
 def read_manifest(path: str | os.PathLike) -> fmt.Manifest:
@@ -42,7 +66,7 @@ def read_manifest(path: str | os.PathLike) -> fmt.Manifest:
     if not path.is_dir():
         raise DatasetNotFoundError(f"{path}: no such dataset folder")
     try:
-        size = file.stat().st_size
+        size = file_size(file, os.path.realpath(path))
     except FileNotFoundError:
         raise DatasetNotFoundError(
             f"{path} is not a chute dataset: it has no {fmt.MANIFEST} "
@@ -51,7 +75,9 @@ def read_manifest(path: str | os.PathLike) -> fmt.Manifest:
     if size > MAX_MANIFEST_BYTES:
         raise FormatError(f"{file}: manifest of {size} bytes is too large")
     try:
-        obj = json.loads(file.read_bytes().decode("utf-8"))
+        obj = json.loads(file.read_bytes().decode("utf-8"), object_pairs_hook=_unique_keys)
+    except FormatError as exc:
+        raise FormatError(f"{file}: {exc}") from None
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise FormatError(f"{file}: not valid JSON ({exc})") from None
     try:
@@ -112,8 +138,9 @@ class Dataset(torch.utils.data.Dataset):
             self._parts.append(_Part(info, folder, start))
             start += info.num_samples
             for name, f in self.schema.items():
-                for fn in fmt.field_files(name, f).values():
-                    self._check_file(folder / fn, info.files[fn].nbytes)
+                for role, fn in fmt.field_files(name, f).items():
+                    data = _data_nbytes(f, role, info.num_samples)
+                    self._check_file(folder / fn, info.files[fn].nbytes, data)
         self._len = start
         self._ends = np.array([p.start + p.info.num_samples for p in self._parts], np.int64)
         if in_memory:
@@ -123,18 +150,23 @@ class Dataset(torch.utils.data.Dataset):
 
     # ------------------------------------------------------------------ files
 
-    def _check_file(self, file: Path, nbytes: int) -> None:
-        real = os.path.realpath(file)
-        if not real.startswith(self._root + os.sep):
-            raise UnsafePathError(f"{file} resolves to {real}, outside the dataset {self._root}")
+    def _check_file(self, file: Path, nbytes: int, data: int | None) -> None:
+        """The file is as big as the manifest says, and that is what the manifest's sample
+        count and shape need (``data`` bytes, None when only the offsets tell) plus a header:
+        so nothing is ever sized from a count or shape that the files do not back."""
         try:
-            size = os.stat(real).st_size
+            size = file_size(file, self._root)
         except FileNotFoundError:
             raise FormatError(f"{file} is missing; the dataset is incomplete") from None
         if size != nbytes:
             raise FormatError(
                 f"{file} is {size} bytes but the manifest says {nbytes}: the file was truncated "
                 "or modified after writing"
+            )
+        if data is not None and not 0 < nbytes - data <= MAX_HEADER_BYTES:
+            raise FormatError(
+                f"{file} is {nbytes} bytes but the manifest's sample count and shape need "
+                f"{data} bytes of data plus a header; the manifest does not describe this file"
             )
 
     def _load(self, file: Path, dtype: str, shape: tuple[int, ...] | None) -> np.ndarray:
@@ -177,11 +209,13 @@ class Dataset(torch.utils.data.Dataset):
                     f"{p.folder / files['values']}: values {values.shape} do not match the "
                     f"offsets (0..{int(offsets[-1])}) and inner shape {inner}"
                 )
+            if (offsets[1:] < offsets[:-1]).any():  # checked once: every slice below is in range
+                raise FormatError(f"{p.folder / files['offsets']}: offsets go backwards")
             col = {"values": values, "offsets": offsets}
             if f.variable_dims:
-                col["shapes"] = self._load(
-                    p.folder / files["shapes"], "int64", (n, 1 + len(f.inner_shape))
-                )
+                file = p.folder / files["shapes"]
+                col["shapes"] = self._load(file, "int64", (n, 1 + len(f.inner_shape)))
+                _check_shapes(col["shapes"], np.diff(offsets), f.inner_shape, file)
         p.columns[name] = col
         return col
 
@@ -283,7 +317,8 @@ class Dataset(torch.utils.data.Dataset):
         Fixed fields -> ``(B, *shape)`` tensors, written into ``out[field][:B]`` when given
         (e.g. pinned buffers from :meth:`empty_batch`); ragged and bytes fields ->
         :class:`RaggedBatch`, or with ``pad=`` a padded ``(B, L, ...)`` tensor plus
-        ``FIELD_lengths``; string fields -> ``list[str]``.
+        ``FIELD_lengths`` (B,) (``(B, *max_shape)`` and the shapes ``(B, ndim)`` when several
+        dimensions vary); string fields -> ``list[str]``.
         """
         idx = self._check_indices(indices)
         b = len(idx)
@@ -297,13 +332,7 @@ class Dataset(torch.utils.data.Dataset):
             if isinstance(f, fmt.String):
                 batch[name] = _strings(rb.values.numpy(), rb.offsets.numpy())
             elif pad is not None:
-                try:
-                    batch[name], batch[f"{name}_lengths"] = pad_batch(rb, pad)
-                except ValueError:
-                    raise SchemaError(
-                        f"field {name!r}: pad= needs one variable dimension; its inner shape "
-                        f"is {f.inner_shape}"
-                    ) from None
+                batch[name], batch[f"{name}_lengths"] = pad_batch(rb, pad)
             else:
                 batch[name] = rb
         return batch
@@ -355,8 +384,10 @@ class Dataset(torch.utils.data.Dataset):
                 cat_val = np.empty((0, *inner), fmt.storage_dtype(f.dtype))
             values, offsets = var_take(cat_val, cat_off, inverse, str(self.path / name))
             shapes = None
-            if pieces and pieces[0][3] is not None:
-                shapes = np.concatenate([s for *_, s in pieces])[inverse]
+            if f.variable_dims:  # (0, ndim) for an empty batch, as with a single part
+                ndim = 1 + len(f.inner_shape)
+                shapes = np.concatenate([np.zeros((0, ndim), np.int64)] + [s for *_, s in pieces])
+                shapes = shapes[inverse]
         return RaggedBatch(
             _to_torch(values, f.dtype),
             torch.from_numpy(offsets),
@@ -414,6 +445,31 @@ class Dataset(torch.utils.data.Dataset):
 def _strings(values: np.ndarray, offsets: np.ndarray) -> list[str]:
     raw = values.tobytes()
     return [raw[i:j].decode("utf-8", "replace") for i, j in itertools.pairwise(offsets.tolist())]
+
+
+def _data_nbytes(f: fmt.Field, role: str, n: int) -> int | None:
+    """Bytes after the header of file ``role`` of a part of ``n`` samples (None: values)."""
+    shape = fmt.expected_shape(f, role, n)
+    if shape is None or role == "values":
+        return None
+    itemsize = fmt.storage_dtype(f.dtype).itemsize if role == "data" else 8
+    return math.prod(shape) * itemsize
+
+
+def _check_shapes(shapes: np.ndarray, lengths: np.ndarray, inner: tuple, file: Path) -> None:
+    """Each sample's shape: no negative dim, the fixed dims, exactly its number of values."""
+    with np.errstate(over="ignore"):  # overflowing products are caught by the float check
+        bad = (shapes < 0).any(axis=1) | (shapes.prod(axis=1) != lengths)
+    bad |= shapes.astype(np.float64).prod(axis=1) >= 2**62
+    for k, d in enumerate(inner, 1):
+        if d is not None:
+            bad |= shapes[:, k] != d
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise FormatError(
+            f"{file}: sample {i} has shape {shapes[i].tolist()}, which does not fit its "
+            f"{int(lengths[i])} values and the inner shape {inner}; the dataset is corrupt"
+        )
 
 
 def _running(pieces: list) -> list[int]:

@@ -33,20 +33,25 @@ def verify(path: str | os.PathLike, progress: bool = False) -> int:
 
     Raises :class:`chute.ChecksumError` naming every file whose content changed.
     """
-    ds = Dataset(path)  # checks the manifest, paths and sizes
-    bad = []
-    total = ds.nbytes
-    with tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc="verify") as bar:
-        for part in ds._parts:
-            for name, f in ds.schema.items():
-                for fn in fmt.field_files(name, f).values():
-                    file = part.folder / fn
-                    if _file_checksum(file) != part.info.files[fn].checksum:
-                        bad.append(str(file))
-                    bar.update(part.info.files[fn].nbytes)
+    with Dataset(path) as ds:  # checks the manifest, paths and sizes
+        bad = []
+        total = ds.nbytes
+        bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc="verify")
+        with bar:
+            for part in ds._parts:
+                for name, f in ds.schema.items():
+                    for fn in fmt.field_files(name, f).values():
+                        file = part.folder / fn
+                        if _file_checksum(file) != part.info.files[fn].checksum:
+                            bad.append(str(file))
+                        bar.update(part.info.files[fn].nbytes)
+        # Checksums first: a changed offsets file is named as such, not by the values file
+        # whose offsets no longer fit.
+        if bad:
+            raise ChecksumError(
+                f"{path}: checksum mismatch in {len(bad)} file(s): {', '.join(bad)}"
+            )
+        for i in range(len(ds._parts)):
             for name in ds.schema:  # headers and offsets agree with the manifest
-                ds._column(ds._parts.index(part), name)
-    ds.close()
-    if bad:
-        raise ChecksumError(f"{path}: checksum mismatch in {len(bad)} file(s): {', '.join(bad)}")
+                ds._column(i, name)
     return total

@@ -9,6 +9,7 @@ much larger than RAM can be written.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -17,11 +18,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from . import format as fmt
 from .columns import ColumnWriter, Promote, infer_field, prepare, promote, sample_count
-from .errors import DatasetExistsError, SchemaError
+from .errors import DatasetExistsError, NotWritableError, SchemaError
 
 Schema = Mapping[str, fmt.Field]
 
@@ -87,10 +86,18 @@ def new_staging_dir(path: str | os.PathLike, overwrite: bool = False) -> Path:
     """Create the hidden folder a dataset for ``path`` is written into before commit."""
     path = Path(path)
     _check_destination(path, overwrite)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _clean_stale(path)
     staging = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    staging.mkdir()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _clean_stale(path)
+        staging.mkdir()
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise NotWritableError(
+            f"cannot write {path}: {exc.strerror} ({exc.filename}); the folder "
+            f"{path.parent} is read-only or not yours: write the dataset somewhere else"
+        ) from None
     return staging
 
 
@@ -178,6 +185,10 @@ def _commit_append(staging: Path, path: Path, old: fmt.Manifest, new: fmt.Manife
     ignore them and the next append removes them.
     """
     try:
+        for stale in path.glob(fmt.MANIFEST + ".tmp-*"):  # a crashed append's unfinished manifest
+            pid = stale.name.rpartition("-")[2]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                stale.unlink(missing_ok=True)
         for info in new.parts:
             shutil.rmtree(path / info.name, ignore_errors=True)  # an orphan of a crashed append
             os.rename(staging / info.name, path / info.name)
@@ -239,7 +250,7 @@ class Writer:
         part_size: int | None = None,
         append: bool = False,
     ):
-        if part_size is not None and (not isinstance(part_size, int) or part_size < 1):
+        if part_size is not None and (type(part_size) is not int or part_size < 1):  # not bool
             raise SchemaError(f"part_size must be a positive int, got {part_size!r}")
         self.path = Path(path)
         self.metadata = dict(metadata or {})
@@ -303,12 +314,9 @@ class Writer:
         if self._schema is None:
             if not isinstance(batch, Mapping) or not batch:
                 raise SchemaError("extend() takes a non-empty dict of field -> batch")
-            first = {}
-            for k, v in batch.items():
-                if len(v) == 0:
-                    return
-                first[k] = v[0]
-            self._schema = infer_schema(first)
+            if sample_count(batch, batch, start=self._count) == 0:
+                return  # nothing to infer the schema from yet (lengths are checked first)
+            self._schema = infer_schema({k: v[0] for k, v in batch.items()})
         self._write(batch)
 
     def _write(self, batch: Mapping[str, Any]) -> None:
@@ -418,7 +426,7 @@ def write(
     )
     step = max(1, chunk_bytes // max(row_bytes, 1))
     if schema is None and n == 0:
-        schema = {k: infer_field(k, np.asarray(v)[:0], batch=True) for k, v in arrays.items()}
+        schema = {k: infer_field(k, v[:0], batch=True) for k, v in arrays.items()}  # bf16 too
     with Writer(path, schema, overwrite=overwrite, metadata=metadata) as w:
         for start in range(0, n, step):
             w.extend({k: v[start : start + step] for k, v in arrays.items()})

@@ -1,0 +1,106 @@
+"""Helpers shared by the scripts in ``benchmarks/``: peak memory of a process tree, the machine
+a run was on, aligned tables and JSON results. Benchmarks print a table AND write JSON, and
+never assert on wall time; ratios are measured side by side in the same run."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from chute.bench.measure import TreeMemory  # PSS of this process and all its children
+
+__all__ = ["TreeMemory", "machine", "peak_pss", "table", "write_json"]
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@contextmanager
+def peak_pss(interval: float = 0.02) -> Iterator[TreeMemory]:
+    """Sample the PSS of this process tree (workers included) while the block runs.
+
+    PSS splits shared pages between the processes mapping them, so forked workers sharing one
+    copy are not counted twice. Read ``mem.peak - mem.baseline`` (bytes; ``peak_anon`` for
+    anonymous memory only) inside or after the block.
+    """
+    _trim_heap()
+    mem = TreeMemory(interval)
+    mem.start()
+    try:
+        yield mem
+    finally:
+        mem.stop()
+
+
+def _trim_heap() -> None:
+    """Give memory freed earlier back to the OS (glibc keeps it, resident, for reuse): else
+    a later allocation reuses it and never shows in the PSS measured above the baseline."""
+    gc.collect()
+    with suppress(OSError, AttributeError):  # not glibc: nothing to do
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers depend on: CPUs usable by this process, versions, torch threads."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    return {
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpus": cpus,
+        "load_avg_1_5_15min": load,  # other work on the machine skews timings
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+    }
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:
+    """An aligned plain-text table. ``columns``: (key, header, format spec); a missing or None
+    value prints as ``-``; text columns are left-aligned, numbers right-aligned."""
+    cells = []
+    for row in rows:
+        cells.append(
+            ["-" if row.get(key) is None else format(row[key], spec) for key, _, spec in columns]
+        )
+    heads = [head for _, head, _ in columns]
+    widths = [max(len(x) for x in col) for col in zip(heads, *cells, strict=True)]
+    numeric = [spec not in ("", "s") for _, _, spec in columns]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
+        ).rstrip()
+
+    return "\n".join([line(heads), line(["-" * w for w in widths]), *map(line, cells)])
+
+
+def write_json(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` plus the machine and the command line as indented JSON."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "machine": machine(),
+        **payload,
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return path

@@ -1,0 +1,17 @@
+"""The contenders of ``chute bench``, one module per family, in table order."""
+
+from __future__ import annotations
+
+from . import hdf5, native, plain, zarr_stores
+from .base import Contender, Setup
+from .others import skipped
+
+CONTENDERS: list[Contender] = [
+    *plain.CONTENDERS[:1],  # the gather limit first: its checksum is the reference
+    *native.CONTENDERS,
+    *plain.CONTENDERS[1:],
+    *hdf5.CONTENDERS,
+    *zarr_stores.CONTENDERS,
+]
+
+__all__ = ["CONTENDERS", "Contender", "Setup", "skipped"]

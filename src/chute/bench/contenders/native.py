@@ -1,0 +1,45 @@
+"""chute itself: the threaded ``chute.Loader``, and ``chute.dataloader`` (a torch DataLoader
+whose worker processes each gather a whole batch) for per-sample Python transforms."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from ...loader import Loader
+from ...reader import open as open_dataset
+from ...torch_compat import dataloader
+from .base import Batch, Contender, Setup
+
+
+def copy_path(setup: Setup) -> Path:
+    """The bench's chute copy, written by the harness before any store (all are made from it)."""
+    return setup.copy
+
+
+def _loader(setup: Setup) -> Iterable[Batch]:
+    ds = open_dataset(setup.copy)
+    return Loader(ds, setup.batch_size, shuffle=True, seed=setup.seed, num_workers=setup.workers)
+
+
+def _dataloader(setup: Setup) -> Iterable[Batch]:
+    ds = open_dataset(setup.copy)
+    return dataloader(
+        ds, batch_size=setup.batch_size, shuffle=True, seed=setup.seed, num_workers=setup.workers
+    )
+
+
+CONTENDERS = [
+    Contender(
+        "chute Loader",
+        "chute.open + Loader: worker threads gather whole batches into reused buffers",
+        copy_path,
+        _loader,
+    ),
+    Contender(
+        "chute.dataloader",
+        "torch DataLoader, worker processes gather whole batches (__getitems__)",
+        copy_path,
+        _dataloader,
+    ),
+]

@@ -1,0 +1,238 @@
+"""The bench harness: copy a sample of the user's data into every contender's store, then run
+each contender for one epoch in the same shuffled order, batch size and worker count."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import format as fmt
+from ..errors import DatasetNotFoundError, SchemaError
+from ..order import Order
+from ..reader import open as open_dataset
+from ..writer import Writer
+from .contenders import CONTENDERS, Contender, Setup, skipped
+from .measure import Result, measure
+from .report import BenchReport
+
+CHUNK_BYTES = 64 << 20  # rows copied per step while writing the stores
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.uint16).numpy()
+    return t.numpy()
+
+
+def _chunks(ds: Any, names: Sequence[str], n: int, row_bytes: int) -> Callable:
+    def chunks(multiple: int) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        step = max(multiple, (CHUNK_BYTES // max(1, row_bytes)) // multiple * multiple)
+        for start in range(0, n, step):
+            batch = ds[start : min(n, start + step)]
+            yield start, {k: _numpy(batch[k]) for k in names}
+
+    return chunks
+
+
+def _open_source(source: str | os.PathLike, work: Path, log: Callable[[str], None]) -> Any:
+    path = Path(source)
+    if (path / fmt.MANIFEST).is_file():
+        return open_dataset(path)
+    if not path.exists():
+        raise DatasetNotFoundError(f"{path} does not exist (expected a chute dataset or a source)")
+    log(f"converting {path} to chute first (any source chute.convert accepts)")
+    from ..convert import convert  # lazily: it imports every source reader
+
+    return open_dataset(convert(path, work / "source.chute"))
+
+
+def _machine() -> dict[str, Any]:
+    versions = {}
+    for mod in ("numpy", "torch", "h5py", "zarr"):
+        m = sys.modules.get(mod)
+        versions[mod] = getattr(m, "__version__", None)
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "versions": versions,
+    }
+
+
+def _available(c: Contender) -> str | None:
+    """None when the contender can run, else why not."""
+    missing = [m for m in c.requires if importlib.util.find_spec(m) is None]
+    return f"not installed: {c.install}" if missing else None
+
+
+def run_bench(
+    source: str | os.PathLike,
+    *,
+    max_bytes: float = 2e9,
+    batch_size: int = 256,
+    workers: int | None = None,
+    seed: int = 0,
+    cold: bool = False,
+    time_limit: float | None = 60.0,
+    work_dir: str | os.PathLike | None = None,
+    contenders: Sequence[Contender] = CONTENDERS,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> BenchReport:
+    """Benchmark every contender on a sample of ``source`` (a chute dataset or any source
+    :func:`chute.convert` accepts); see ``docs/benchmarks.md``.
+
+    The first ``max_bytes`` of the fixed-shape fields are copied into each store under
+    ``work_dir`` (a temporary folder, removed afterwards). ``cold=True`` empties the page cache
+    before each contender; otherwise each starts with its files read once (warm). A contender
+    still reading after ``time_limit`` seconds is stopped (None: no limit), see
+    :mod:`chute.bench.measure`.
+    """
+    if batch_size < 1:
+        raise SchemaError(f"batch_size must be >= 1, got {batch_size}")
+    workers = min(4, os.cpu_count() or 1) if workers is None else workers
+    parent = Path(work_dir) if work_dir is not None else None
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="chute-bench-", dir=parent))
+    try:
+        n_stores = len({c.write for c in contenders if c.write is not None})
+        report, copy = _copy_sample(source, root, int(max_bytes), n_stores, log)
+        report.config = {
+            "batch_size": batch_size,
+            "workers": workers,
+            "seed": seed,
+            "cache": "cold" if cold else "warm",
+            "time_limit_s": time_limit,
+        }
+        with open_dataset(copy) as ds:
+            n, names = len(ds), list(ds.schema)
+            setup = Setup(
+                root=root,
+                copy=copy,
+                fields={k: f for k, f in ds.schema.items() if isinstance(f, fmt.Tensor)},
+                num_samples=n,
+                batch_size=batch_size,
+                workers=workers,
+                seed=seed,
+                batches=tuple(Order(n, batch_size, shuffle=True, seed=seed).plan()),
+                chunks=_chunks(ds, names, n, report.dataset["row_bytes"]),
+            )
+            written = _write_stores(contenders, setup, log)
+        for c in contenders:
+            report.results.append(_run_one(c, setup, written, cold, time_limit, report, log))
+        _check(report.results, n)
+        report.results += [Result(name, "", "skipped", why) for name, why in skipped()]
+        return report
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _copy_sample(
+    source: str | os.PathLike, root: Path, max_bytes: int, n_stores: int, log: Callable
+) -> tuple[BenchReport, Path]:
+    """Copy the first ``max_bytes`` of the fixed-shape fields into a fresh chute dataset."""
+    src = _open_source(source, root, log)
+    fields = {k: f for k, f in src.schema.items() if isinstance(f, fmt.Tensor)}
+    if not fields:
+        raise SchemaError(
+            f"{source} has no fixed-shape (chute.Tensor) field; chute bench compares fixed-shape "
+            "fields only"
+        )
+    for k in src.schema.keys() - fields.keys():
+        log(f"field {k!r} is {src.schema[k].kind}: not benchmarked (fixed-shape fields only)")
+    row_bytes = sum(fmt.row_nbytes(f) for f in fields.values())
+    n = min(len(src), max(1, max_bytes // max(1, row_bytes)))
+    need = n * row_bytes * (n_stores + 1)
+    free = shutil.disk_usage(root).free
+    if need > free:
+        raise OSError(
+            f"chute bench needs ~{need / 1e9:.1f} GB in {root.parent} ({n_stores + 1} copies of "
+            f"{n * row_bytes / 1e9:.1f} GB) but {free / 1e9:.1f} GB are free; lower --max-bytes "
+            "or pass --work-dir on a bigger disk"
+        )
+    copy = root / "bench.chute"
+    log(f"copying {n:,} of {len(src):,} samples ({n * row_bytes / 1e6:,.0f} MB) to {root}")
+    with src, Writer(copy, schema=fields) as w:
+        for _, rows in _chunks(src, list(fields), n, row_bytes)(1):
+            w.extend(rows)
+    dataset = {
+        "source": str(source),
+        "samples": n,
+        "source_samples": len(src),
+        "fields": {k: fmt.field_to_json(f) for k, f in fields.items()},
+        "row_bytes": row_bytes,
+        "bytes": n * row_bytes,
+    }
+    return BenchReport(dataset, {}, _machine()), copy
+
+
+def _write_stores(
+    contenders: Sequence[Contender], setup: Setup, log: Callable
+) -> dict[Callable, Path | Exception]:
+    """Write each store once (contenders may share one); a failure is kept, not raised."""
+    written: dict[Callable, Path | Exception] = {}
+    for c in contenders:
+        if c.write is None or c.write in written or _available(c):
+            continue
+        log(f"writing the store for {c.name}")
+        try:
+            written[c.write] = c.write(setup)
+        except Exception as exc:  # one broken store must not stop the bench
+            written[c.write] = exc
+    return written
+
+
+def _run_one(
+    c: Contender,
+    setup: Setup,
+    written: dict[Callable, Path | Exception],
+    cold: bool,
+    time_limit: float | None,
+    report: BenchReport,
+    log: Callable,
+) -> Result:
+    missing = _available(c)
+    if missing:
+        return Result(c.name, c.note, "skipped", missing)
+    store = written.get(c.write) if c.write is not None else None
+    if isinstance(store, Exception):
+        return Result(c.name, c.note, "failed", _why(store))
+    log(f"running {c.name}")
+    try:
+        r = measure(c, setup, store, cold, time_limit)
+    except Exception as exc:  # reported in the table; the others run
+        return Result(c.name, c.note, "failed", _why(exc))
+    if r.extra.get("cache") == "posix_fadvise" and report.config["cache"] == "cold":
+        log(
+            "dropping the page cache is not permitted here (needs root to write "
+            "/proc/sys/vm/drop_caches); evicting each store's own files with "
+            "posix_fadvise(DONTNEED) instead"
+        )
+        report.config["cache"] = "cold (posix_fadvise)"
+    return r
+
+
+def _check(results: list[Result], n: int) -> None:
+    """Compare checksums with the first row's (the gather limit: np.take on arrays in RAM); a
+    stopped contender is compared with the reference's digest after as many batches."""
+    ok = [r for r in results if r.status == "ok"]
+    ref = ok[0].prefix if ok else []
+    for r in ok:
+        if 0 < r.batches <= len(ref):
+            whole = r.stopped or r.samples == n
+            r.checksum_ok = whole and r.checksum == ref[r.batches - 1]
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

@@ -1,0 +1,214 @@
+"""Getting data in: ``convert`` any supported source into a chute dataset.
+
+``convert`` looks at what it is given (a path to npy / npz / a folder of npy / HDF5 / Zarr, a
+dict of arrays, a torch ``Dataset``, any iterable of samples) and drives the writer batch by
+batch with a progress bar: memory stays bounded by a few batches, whatever the source's size.
+``from_torch`` and ``from_iterable`` are the same with their options spelled out;
+``chute.from_dask`` (``chute.sources.dask``) writes parts in parallel on a Dask cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import Dataset, IterableDataset
+from tqdm.auto import tqdm
+
+from . import format as fmt
+from .errors import DatasetNotFoundError, SourceError
+from .sources.base import FieldsArg, Source, field_map
+from .sources.hdf5 import SUFFIXES as HDF5_SUFFIXES
+from .sources.hdf5 import HDF5Source, is_hdf5
+from .sources.iterable import IterableSource
+from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
+from .sources.torch import TorchSource
+from .sources.zarr import ZarrSource, is_zarr
+from .writer import Writer
+
+PathLike = str | os.PathLike
+
+
+def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
+    """The :class:`~chute.sources.base.Source` for ``src``, detected from its type or path.
+
+    ``options`` go to the source: ``batch_bytes`` and ``workers`` (reader threads) for
+    arrays, ``split_compound`` for HDF5/npy compound dtypes, ``num_workers``, ``batch_size``
+    and ``names`` for torch datasets and iterables.
+    """
+    if isinstance(src, Source):
+        return src
+    if isinstance(src, (str, os.PathLike)):
+        return _path_source(Path(src), fields, **options)
+    if isinstance(src, Mapping):
+        return MemorySource(src, fields, **options)
+    map_style = isinstance(src, Dataset) and not isinstance(src, IterableDataset)
+    if map_style and hasattr(src, "__len__"):
+        return TorchSource(src, fields=fields, **options)
+    if isinstance(src, Iterable):
+        return IterableSource(src, fields=fields, **options)
+    raise SourceError(
+        f"cannot convert a {type(src).__name__}: pass a path, a dict of arrays, "
+        "a torch Dataset or an iterable of samples"
+    )
+
+
+def _path_source(path: Path, fields: FieldsArg, **options: Any) -> Source:
+    if not path.exists():
+        raise DatasetNotFoundError(f"{path}: source does not exist")
+    if path.is_dir():
+        if (path / fmt.MANIFEST).exists():
+            raise SourceError(f"{path} is already a chute dataset; open it with chute.open()")
+        if is_zarr(path):
+            return ZarrSource(path, fields, **options)
+        if next(path.rglob("*.npy"), None) is not None:
+            return NpyFolderSource(path, fields, **options)
+        raise SourceError(f"{path}: a folder with neither Zarr metadata nor .npy files")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            return NpySource(path, fields, **options)
+        if suffix == ".npz":
+            return NpzSource(path, fields, **options)
+        if suffix in HDF5_SUFFIXES or is_hdf5(path):
+            return HDF5Source(path, fields, **options)
+        if is_zarr(path):
+            return ZarrSource(path, fields, **options)
+    except PermissionError:
+        raise SourceError(f"{path}: not readable (permission denied)") from None
+    raise SourceError(
+        f"{path}: unknown kind of source; chute converts .npy, .npz, a folder of "
+        ".npy, HDF5 (.h5/.hdf5) and Zarr (folder or .zip)"
+    )
+
+
+def write_source(
+    source: Source,
+    dst: PathLike,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    metadata: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write every batch of ``source`` into a new dataset at ``dst``, atomically.
+
+    If the source fails midway nothing is left at ``dst`` (the writer's staging folder is
+    removed) and the error propagates unchanged.
+    """
+    bar = tqdm(total=source.num_samples, unit=" samples", disable=not progress, desc=Path(dst).name)
+    with source, bar, Writer(dst, source.schema, overwrite=overwrite, metadata=metadata) as w:
+        for batch in source.batches():
+            w.extend(batch)
+            bar.update(len(w) - bar.n)
+    return Path(dst)
+
+
+def convert(
+    src: Any,
+    dst: PathLike,
+    fields: FieldsArg = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Path:
+    """Convert ``src`` into a chute dataset at ``dst``; returns ``dst``.
+
+    >>> chute.convert("train.h5", "train.chute", fields={"images": "image", "labels": "label"})
+
+    ``src`` is a path (``.npy``, ``.npz``, a folder of ``.npy``, HDF5, Zarr v2/v3 folder or
+    zip), a dict of arrays (numpy, torch, or Dask: see :func:`chute.from_dask`), a map-style
+    torch ``Dataset`` (see :func:`from_torch`) or an iterable of samples (see
+    :func:`from_iterable`). From arrays, every array whose first axis has the most common
+    length becomes a field (nested groups as ``group/name``); ``fields`` picks (a list) or
+    picks and renames (a dict old -> new). Arrays are read in their own chunks, a batch of
+    about ``batch_bytes`` (32 MiB) at a time, with ``workers`` reader threads (default 1)
+    running ahead of the writer. ``split_compound=True`` stores the members of a compound
+    dtype as fields ``name/member``. Raises :class:`~chute.DatasetNotFoundError` for a
+    missing source, :class:`~chute.SourceError` for one that cannot be mapped to fields,
+    :class:`~chute.DatasetExistsError` if ``dst`` exists and ``overwrite`` is false.
+    """
+    if isinstance(src, Mapping) and src and all(_is_dask(v) for v in src.values()):
+        from .sources.dask import from_dask
+
+        if fields is not None:
+            src = {
+                new: src[old] for old, new in field_map(fields, list(src), "<dask arrays>").items()
+            }
+        return from_dask(
+            src, dst, overwrite=overwrite, progress=progress, metadata=metadata, **options
+        )
+    source = open_source(src, fields, **options)
+    return write_source(source, dst, overwrite=overwrite, progress=progress, metadata=metadata)
+
+
+def _is_dask(value: Any) -> bool:
+    return type(value).__module__.startswith("dask.")
+
+
+def from_torch(
+    dataset: Dataset,
+    dst: PathLike,
+    *,
+    num_workers: int = 2,
+    batch_size: int = 64,
+    names: Sequence[str] | None = None,
+    fields: FieldsArg = None,
+    schema: Mapping[str, fmt.Field] | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    metadata: Mapping[str, Any] | None = None,
+    multiprocessing_context: Any = None,
+) -> Path:
+    """Convert a map-style torch ``Dataset``, calling ``__getitem__`` in worker processes.
+
+    >>> chute.from_torch(ImageFolder("imgs/"), "imgs.chute", num_workers=8, names=("img", "y"))
+
+    Samples may be dicts, tuples (fields ``"0"``, ``"1"``, ... or ``names``) or single
+    tensors; PIL images become uint8 arrays. A field whose samples change shape becomes a
+    :class:`chute.Ragged` field (or pass ``schema``). Sample order is kept.
+    """
+    source = TorchSource(
+        dataset,
+        num_workers=num_workers,
+        batch_size=batch_size,
+        names=names,
+        fields=fields,
+        multiprocessing_context=multiprocessing_context,
+    )
+    source.schema = None if schema is None else dict(schema)
+    return write_source(source, dst, overwrite=overwrite, progress=progress, metadata=metadata)
+
+
+def from_iterable(
+    iterable: Iterable[Any],
+    dst: PathLike,
+    schema: Mapping[str, fmt.Field] | None = None,
+    *,
+    names: Sequence[str] | None = None,
+    fields: FieldsArg = None,
+    batch_size: int = 256,
+    overwrite: bool = False,
+    progress: bool = True,
+    metadata: Mapping[str, Any] | None = None,
+) -> Path:
+    """Convert the samples of any iterable (a generator, an ``IterableDataset``...).
+
+    >>> chute.from_iterable(({"tokens": t, "text": s} for t, s in corpus), "corpus.chute")
+
+    ``schema`` is inferred from the first sample when None. If the iterable raises midway,
+    nothing is left at ``dst`` and the exception propagates.
+    """
+    source = IterableSource(iterable, schema, names=names, fields=fields, batch_size=batch_size)
+    return write_source(source, dst, overwrite=overwrite, progress=progress, metadata=metadata)
+
+
+def parse_fields(text: str | None) -> dict[str, str] | None:
+    """``"a,b=c"`` (command line) -> ``{"a": "a", "b": "c"}``."""
+    if not text:
+        return None
+    pairs = (item.partition("=") for item in text.split(",") if item)
+    return {old: new or old for old, _, new in pairs}

@@ -1,0 +1,184 @@
+"""Device stage: copy the next batches to the GPU while the current step computes.
+
+``to_device(loader)`` wraps any iterable of batches (a chute ``Loader``, a torch ``DataLoader``,
+a list) where a batch is a tensor or a nest of dicts / lists / tuples / NamedTuples (such as
+``chute.RaggedBatch``) holding tensors; other leaves (strings, ints, ``None``) pass through.
+
+NOTE (streams, events and buffer lifetimes, CUDA path)
+    * Copies run on one side stream per wrapper, from pinned host memory (a pageable tensor is
+      pinned first, which costs a host copy: let the loader pin instead, ``pin_memory=True``).
+    * Up to ``depth`` batches are copied ahead of the one the consumer holds. Each copy records an
+      event; on hand-off the consumer's *current* stream waits on that event (not on the whole
+      side stream, which may already carry later copies), so compute never reads a half-copied
+      batch and the host never blocks on the hand-off.
+    * Device tensors are allocated on the side stream; ``record_stream`` on hand-off tells the
+      caching allocator that the consumer's stream uses them, so their memory is not handed to a
+      later copy while that stream may still read it.
+    * Host side: a loader may reuse the buffers of a batch once asked for the next one (chute's
+      ring of pinned slots does), so before pulling a batch from the source the copy out of the
+      previous one is waited for (an event sync on the host: it only blocks when copies are the
+      bottleneck). Pinned tensors made here come from torch's caching host allocator, which
+      itself keeps them until their copy is done.
+    * The source is iterated lazily, never more than ``depth`` batches ahead, and every batch is
+      yielded exactly once, in order; at the end of the epoch the queue is drained, no batch is
+      dropped or repeated.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+from .order import check_int
+
+__all__ = ["DeviceLoader", "map_tensors", "to_device"]
+
+
+def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """Apply ``fn`` to every tensor in a nest of dicts, lists, tuples and NamedTuples.
+
+    Containers are rebuilt with the same type (NamedTuples keep their class, so a
+    ``chute.RaggedBatch`` stays one); leaves that are not tensors are returned as they are.
+    """
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return {k: map_tensors(v, fn) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # NamedTuple
+        return type(batch)(*(map_tensors(v, fn) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(map_tensors(v, fn) for v in batch)
+    return batch
+
+
+class DeviceLoader:
+    """Iterable that yields the batches of ``source`` on ``device``; made by :func:`to_device`.
+
+    Re-iterable when ``source`` is (one pass of ``source`` per ``iter()``, i.e. per epoch).
+    ``len()``, ``set_epoch``, ``state_dict`` and ``load_state_dict`` pass through to ``source``.
+    """
+
+    def __init__(
+        self, source: Iterable[Any], device: torch.device, depth: int, non_blocking: bool
+    ) -> None:
+        self.source = source
+        self.device = device
+        self.depth = depth
+        self.non_blocking = non_blocking
+        self._stream: torch.cuda.Stream | None = None
+        # State of ``source`` right after it produced the batch last handed to the consumer:
+        # the source runs ``depth`` batches ahead, so its live state would skip them on resume.
+        self._state: dict[str, Any] | None = None
+
+    @property
+    def prefetches(self) -> bool:
+        """True when batches are copied ahead on a side CUDA stream (else a plain pass)."""
+        return self.device.type == "cuda" and torch.cuda.is_available()
+
+    def __len__(self) -> int:
+        return len(self.source)  # type: ignore[arg-type]  # TypeError when source has no len
+
+    def __iter__(self) -> Iterator[Any]:
+        self._state = None
+        if self.prefetches:
+            return self._prefetch()
+        if self.device.type == "cpu" or self.device.type == "cuda":
+            # CPU, or CUDA asked for on a machine without it: a no-op pass-through.
+            return iter(self.source)
+        return (self._to(b) for b in self.source)
+
+    def _to(self, batch: Any) -> Any:
+        return map_tensors(batch, lambda t: t.to(self.device, non_blocking=self.non_blocking))
+
+    def _prefetch(self) -> Iterator[Any]:
+        device = self.device
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if self._stream is None or self._stream.device != device:
+            self._stream = torch.cuda.Stream(device=device)
+        stream = self._stream
+        snapshot = getattr(self.source, "state_dict", None)
+        # (device batch, its device tensors, copy-done event, source state after it)
+        pending: deque[tuple[Any, list[torch.Tensor], torch.cuda.Event, Any]] = deque()
+        it = iter(self.source)
+        exhausted = False
+        while True:
+            while not exhausted and len(pending) <= self.depth:
+                if pending:
+                    pending[-1][2].synchronize()  # the source may reuse that batch's buffers now
+                try:
+                    src = next(it)
+                except StopIteration:
+                    exhausted = True
+                    break
+                state = snapshot() if snapshot is not None else None
+                pending.append((*self._copy(src, stream), state))
+            if not pending:
+                self._state = None  # epoch over: the source's own state is exact again
+                return
+            batch, tensors, event, state = pending.popleft()
+            consumer = torch.cuda.current_stream(device)
+            consumer.wait_event(event)
+            for t in tensors:
+                t.record_stream(consumer)
+            self._state = state
+            yield batch
+
+    def _copy(
+        self, batch: Any, stream: torch.cuda.Stream
+    ) -> tuple[Any, list[torch.Tensor], torch.cuda.Event]:
+        tensors: list[torch.Tensor] = []
+
+        def copy(t: torch.Tensor) -> torch.Tensor:
+            if t.device.type == "cpu" and not t.is_pinned():
+                t = t.pin_memory()
+            out = t.to(stream.device, non_blocking=self.non_blocking)
+            if out is not t:  # a tensor already on the device comes back as itself
+                tensors.append(out)
+            return out
+
+        with torch.cuda.stream(stream):
+            out = map_tensors(batch, copy)
+            event = torch.cuda.Event()
+            event.record(stream)
+        return out, tensors, event
+
+    def set_epoch(self, epoch: int) -> None:
+        """Forward to ``source.set_epoch`` (chute ``Loader``, a sampler-driven loader)."""
+        self.source.set_epoch(epoch)  # type: ignore[attr-defined]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The source's state as of the last batch handed out (not the ones copied ahead)."""
+        if self._state is not None:
+            return self._state
+        return self.source.state_dict()  # type: ignore[attr-defined, no-any-return]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Forward to ``source.load_state_dict``; the next ``iter()`` resumes from there."""
+        self._state = None
+        self.source.load_state_dict(state)  # type: ignore[attr-defined]
+
+
+def to_device(
+    iterable: Iterable[Any],
+    device: str | int | torch.device = "cuda",
+    depth: int = 2,
+    non_blocking: bool = True,
+) -> DeviceLoader:
+    """Wrap ``iterable`` so that its batches arrive on ``device``, copied ahead of time.
+
+    On CUDA, the next ``depth`` batches are copied from pinned memory on a side stream while the
+    current step computes, which hides the host-to-device copy when compute takes at least as
+    long. Without CUDA (or with ``device="cpu"``) batches pass through unchanged; another device
+    type gets a plain ``.to(device)``. Example::
+
+        for batch in chute.to_device(loader, "cuda"):
+            loss = model(batch["x"]).sum()
+    """
+    depth = check_int("depth", depth, 1)  # batches copied ahead
+    # An int is a CUDA index (torch.device(int) raises on a machine without an accelerator).
+    dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    return DeviceLoader(iterable, dev, depth, non_blocking)

@@ -1,0 +1,210 @@
+"""Order: which samples each rank reads at each step, as a pure function of ``(seed, epoch)``.
+
+The epoch's *global order* is a permutation of ``range(n)`` that depends only on the seed, the
+epoch and ``block_size``. Global step ``j`` takes the next ``batch_size * world_size`` positions of
+it and rank ``r`` takes the ``r``-th contiguous ``batch_size`` of them, so after ``k`` steps on
+every rank exactly the first ``k * batch_size * world_size`` positions are consumed, whatever
+the rank count. That number (and the epoch) is the whole state: resuming with a different world
+size re-splits the rest of the epoch, none repeated, none lost.
+
+The last step of an epoch may be short. Without ``drop_last`` its positions are split evenly
+(``ceil(rest / world_size)`` each) and padded by wrapping around to the start of the epoch's
+order, so every rank runs the same number of steps; with a single rank nothing is ever padded.
+With ``drop_last`` the short step is dropped.
+
+Example::
+
+    order = Order(len(ds), batch_size=256, seed=1, rank=rank, world_size=world)
+    for epoch in range(start_epoch, epochs):
+        order.set_epoch(epoch)            # keeps a resumed position within the same epoch
+        for idx in order.batches():       # int64 index arrays for this rank
+            train(ds.gather(idx))
+            save({"order": order.state_dict(), ...})
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .errors import SchemaError
+
+__all__ = ["Order"]
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int, or a SchemaError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise SchemaError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise SchemaError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+class Order:
+    """The sample order of every epoch for one rank: shuffled, sharded, resumable.
+
+    ``block_size`` switches to a block shuffle for data larger than RAM: the order of contiguous
+    blocks of ``block_size`` samples is shuffled, then samples are shuffled only within windows
+    of ``window`` consecutive (shuffled) blocks. Reads stay near-sequential and the working set
+    of a window is ``block_size * window`` samples, on any number of ranks.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        block_size: int | None = None,
+        *,
+        window: int = 4,
+    ) -> None:
+        self.n = check_int("n", n, 0)
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.world_size = check_int("world_size", world_size, 1)
+        self.rank = check_int("rank", rank, 0)
+        if self.rank >= self.world_size:
+            raise SchemaError(f"rank must be < world_size ({self.world_size}), got {self.rank}")
+        self.seed = check_int("seed", seed, 0)
+        self.block_size = None if block_size is None else check_int("block_size", block_size, 1)
+        self.window = check_int("window", window, 1)
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self._epoch = 0
+        self._consumed = 0
+        self._cache: tuple[int, np.ndarray] | None = None  # (epoch, its read-only global order)
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self._epoch
+
+    @property
+    def consumed(self) -> int:
+        """Positions of the current epoch's global order consumed so far, over all ranks."""
+        return self._consumed
+
+    @property
+    def step_samples(self) -> int:
+        """Samples one global step consumes: ``batch_size * world_size``."""
+        return self.batch_size * self.world_size
+
+    def __len__(self) -> int:
+        """Batches per rank in a whole epoch (a resumed epoch yields ``len(plan())``)."""
+        return self._steps(self.n)
+
+    def _steps(self, remaining: int) -> int:
+        if self.drop_last:
+            return remaining // self.step_samples
+        return math.ceil(remaining / self.step_samples)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to ``epoch``, from its start; the same epoch again keeps a resumed position."""
+        epoch = check_int("epoch", epoch, 0)
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._consumed = 0
+
+    def global_order(self, epoch: int | None = None) -> np.ndarray:
+        """The (read-only, int64) global order of ``epoch`` (default: the current one)."""
+        epoch = self._epoch if epoch is None else check_int("epoch", epoch, 0)
+        if self._cache is not None and self._cache[0] == epoch:
+            return self._cache[1]
+        if not self.shuffle:
+            perm = np.arange(self.n, dtype=np.int64)
+        else:
+            rng = np.random.default_rng([self.seed, epoch])
+            if self.block_size is None:
+                perm = rng.permutation(self.n).astype(np.int64, copy=False)
+            else:
+                perm = _block_shuffle(self.n, self.block_size, self.window, rng)
+        perm.setflags(write=False)
+        self._cache = (epoch, perm)
+        return perm
+
+    def plan(self) -> list[np.ndarray]:
+        """This rank's remaining batches of the current epoch; pure, the state does not move.
+
+        Used by loaders that prefetch: they gather ahead from the plan and let ``batches()``
+        track what the consumer actually received.
+        """
+        perm = self.global_order()
+        start, step, bs = self._consumed, self.step_samples, self.batch_size
+        full = (self.n - start) // step
+        out = [
+            perm[start + j * step + self.rank * bs : start + j * step + (self.rank + 1) * bs]
+            for j in range(full)
+        ]
+        rest = self.n - start - full * step
+        if rest and not self.drop_last:
+            share = math.ceil(rest / self.world_size)
+            first = start + full * step + self.rank * share
+            # Positions past the end wrap to the start of the epoch's order: the padding.
+            out.append(np.take(perm, np.arange(first, first + share), mode="wrap"))
+        return out
+
+    def batches(self) -> Iterator[np.ndarray]:
+        """Yield this rank's remaining batches of the epoch (int64 index arrays), recording
+        each as consumed when it is handed out; at the epoch's end move to the next epoch."""
+        epoch = self._epoch
+        for idx in self.plan():
+            if self._epoch != epoch:  # set_epoch / load_state_dict while iterating
+                return
+            self._consumed = min(self.n, self._consumed + self.step_samples)
+            yield idx
+        if self._epoch == epoch:
+            self._epoch += 1
+            self._consumed = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"epoch", "consumed"}`` plus what the order depends on, checked at load."""
+        return {
+            "epoch": self._epoch,
+            "consumed": self._consumed,
+            "n": self.n,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "block_size": self.block_size,
+            "window": self.window,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at a saved position, exactly, with any batch size or world size."""
+        for key in ("n", "seed", "shuffle", "block_size", "window"):
+            if key in state and state[key] != getattr(self, key):
+                raise SchemaError(
+                    f"the saved order has {key}={state[key]!r} but this one has "
+                    f"{key}={getattr(self, key)!r}; resume with the same dataset and {key}"
+                )
+        epoch = check_int("state['epoch']", state["epoch"], 0)
+        consumed = check_int("state['consumed']", state["consumed"], 0)
+        if consumed > self.n:
+            raise SchemaError(f"state['consumed'] is {consumed} but the dataset has {self.n}")
+        self._epoch, self._consumed = epoch, consumed
+
+    def __repr__(self) -> str:
+        return (
+            f"Order(n={self.n}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
+            f"seed={self.seed}, rank={self.rank}, world_size={self.world_size}, "
+            f"drop_last={self.drop_last}, block_size={self.block_size}, epoch={self._epoch}, "
+            f"consumed={self._consumed})"
+        )
+
+
+def _block_shuffle(n: int, block_size: int, window: int, rng: np.random.Generator) -> np.ndarray:
+    """Shuffled blocks, then samples shuffled within windows of ``window`` blocks; vectorized."""
+    nblocks = math.ceil(n / block_size)
+    starts = rng.permutation(nblocks).astype(np.int64) * block_size
+    lengths = np.minimum(block_size, n - starts)
+    first_pos = np.cumsum(lengths) - lengths  # where each block lands in the order
+    # Position p of block b holds starts[b] + (p - first_pos[b]).
+    order = np.arange(n, dtype=np.int64) + np.repeat(starts - first_pos, lengths)
+    window_of = np.repeat(np.arange(nblocks, dtype=np.int64) // window, lengths)
+    return order[np.lexsort((rng.random(n), window_of))]

@@ -1,0 +1,85 @@
+"""Iterables of samples: generators, lists, ``IterableDataset``s.
+
+A sample is a dict ``field -> value`` (nested dicts give ``group/name`` fields), a tuple /
+list (fields ``"0"``, ``"1"``, ... unless ``names`` are given), or a single value (field
+``"0"``). Values are anything :meth:`chute.Writer.append` takes: arrays, tensors, PIL images,
+numbers, ``str``, ``bytes``. Samples are grouped into batches, so the writer does its work
+per batch, not per sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import islice
+from typing import Any
+
+from .. import format as fmt
+from ..errors import SourceError
+from .base import Batch, FieldsArg, Source, field_map
+
+
+class Samples:
+    """Turns user samples into dicts ``field -> value`` (picklable, for worker processes).
+
+    ``fields`` picks / renames the fields of dict samples; ``names`` names tuple elements.
+    """
+
+    def __init__(self, names: Sequence[str] | None = None, fields: FieldsArg = None):
+        self.names = None if names is None else list(names)
+        self.fields = fields
+        self._map: dict[str, str] | None = None
+
+    def __call__(self, sample: Any, index: int) -> dict[str, Any]:
+        if not isinstance(sample, Mapping):
+            values = list(sample) if isinstance(sample, (tuple, list)) else [sample]
+            names = self.names or [str(i) for i in range(len(values))]
+            if len(names) != len(values):
+                raise SourceError(f"sample {index}: {len(values)} values but names={names}")
+            sample = dict(zip(names, values, strict=True))
+        flat = dict(_flatten(sample, ""))
+        if self.fields is None:
+            return flat
+        if self._map is None:
+            self._map = field_map(self.fields, list(flat), f"sample {index}")
+        try:
+            return {new: flat[old] for old, new in self._map.items()}
+        except KeyError as exc:
+            missing = exc.args[0]
+            raise SourceError(f"sample {index}: no field {missing!r}; has {sorted(flat)}") from None
+
+
+def _flatten(sample: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    for key, value in sample.items():
+        if isinstance(value, Mapping):
+            yield from _flatten(value, f"{prefix}{key}/")
+        else:
+            yield prefix + str(key), value
+
+
+def columns(samples: Sequence[dict[str, Any]]) -> Batch:
+    """A list of sample dicts as one batch: field -> list of values."""
+    return {k: [s[k] for s in samples] for k in samples[0]} if samples else {}
+
+
+class IterableSource(Source):
+    """Samples from any iterable, ``batch_size`` at a time; ``schema=None`` infers it."""
+
+    def __init__(
+        self,
+        iterable: Iterable[Any],
+        schema: Mapping[str, fmt.Field] | None = None,
+        *,
+        names: Sequence[str] | None = None,
+        fields: FieldsArg = None,
+        batch_size: int = 256,
+    ):
+        self.name = f"<{type(iterable).__name__}>"
+        self.iterable, self.samples, self.batch_size = iterable, Samples(names, fields), batch_size
+        self.schema = None if schema is None else dict(schema)
+        self.num_samples = len(iterable) if hasattr(iterable, "__len__") else None  # type: ignore[arg-type]
+
+    def batches(self) -> Iterator[Batch]:
+        it, start = iter(self.iterable), 0
+        while chunk := list(islice(it, self.batch_size)):
+            yield columns([self.samples(s, start + i) for i, s in enumerate(chunk)])
+            start += len(chunk)

@@ -1,0 +1,239 @@
+"""``chute.dataloader``: a real ``torch.utils.data.DataLoader`` over a chute Dataset.
+
+For per-sample Python (decoding, augmentation) in worker *processes*; chute's thread
+:class:`~chute.loader.Loader` is the faster choice when batch-level transforms suffice.
+
+NOTE (what crosses the process boundary, memory, state)
+
+    Batches, not samples. The batch sampler yields one int64 index array per batch from
+    :meth:`Order.plan() <chute.order.Order.plan>`; the DataLoader sends it to a worker, whose
+    :meth:`BatchDataset.__getitems__` does one ``ds.gather(idx)`` (or, with a
+    ``sample_transform``, transforms each sample and collates them) and then the
+    ``batch_transform``. One tensor per field (values + offsets for ragged fields) crosses the
+    process boundary per batch, in shared memory; the DataLoader's ``collate_fn`` is the
+    identity.
+
+    Memory. The Dataset pickles as its path, so a spawned worker maps the files itself and a
+    forked one inherits the maps; reads go through the OS page cache, which every process
+    shares. A worker's anonymous memory therefore does not grow with the dataset size or the
+    number of epochs. ``sample_transform`` receives zero-copy views of the mapped files: it
+    must not modify them in place (a write makes a private copy of the page, kept for the
+    worker's life); ``batch_transform`` receives fresh memory and may. An in-RAM dataset
+    (``ds.to_memory()``) is shared copy-on-write by forked workers, but a spawned worker reads
+    its own full copy: prefer the memory-mapped dataset with spawn.
+
+    State. The DataLoader asks the sampler for batches ahead of the consumer (``prefetch_factor``
+    per worker), so the sampler reads the pure ``plan()`` while ``Order.batches()`` is advanced
+    only when the iterator hands a batch to the consumer: ``state_dict()`` counts what was
+    received, exactly as :class:`~chute.loader.Loader` does, and resumes with any world size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+
+from .errors import SchemaError
+from .loader import _default_workers, _dist_defaults
+from .order import Order, check_int
+
+__all__ = ["BatchDataset", "ChuteDataLoader", "OrderBatchSampler", "dataloader"]
+
+Sample = dict[str, Any]
+
+
+def _as_is(batch: Any) -> Any:
+    """The DataLoader's collate_fn: ``__getitems__`` already returns the whole batch."""
+    return batch
+
+
+class BatchDataset(torch.utils.data.Dataset):
+    """Map-style view of a chute Dataset whose ``__getitems__`` returns a whole batch.
+
+    Without ``sample_transform`` (and ``collate_fn``) a batch is one ``ds.gather(indices)``.
+    With them, each sample ``ds[i]`` goes through ``sample_transform`` and the list is merged by
+    ``collate_fn`` (default: torch's ``default_collate``). ``batch_transform`` then runs on the
+    batch. All of it runs in the worker process; under spawn the callables must be picklable
+    (defined at module level).
+    """
+
+    def __init__(
+        self,
+        ds: Any,
+        sample_transform: Callable[[Sample], Any] | None = None,
+        batch_transform: Callable[[Any], Any] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+    ) -> None:
+        for name, fn in (
+            ("sample_transform", sample_transform),
+            ("batch_transform", batch_transform),
+            ("collate_fn", collate_fn),
+        ):
+            if fn is not None and not callable(fn):
+                raise SchemaError(f"{name} must be callable, got {fn!r}")
+        self.dataset = ds
+        self.sample_transform = sample_transform
+        self.batch_transform = batch_transform
+        self.collate_fn = collate_fn
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> Any:
+        sample = self.dataset[i]
+        return sample if self.sample_transform is None else self.sample_transform(sample)
+
+    def __getitems__(self, indices: Sequence[int] | np.ndarray) -> Any:
+        if self.sample_transform is None and self.collate_fn is None:
+            batch = self.dataset.gather(indices)
+        else:
+            samples = [self[i] for i in indices]
+            batch = (self.collate_fn or _collate)(samples)
+        return batch if self.batch_transform is None else self.batch_transform(batch)
+
+
+def _collate(samples: list[Any]) -> Any:
+    try:
+        return default_collate(samples)
+    except RuntimeError as exc:
+        raise SchemaError(
+            f"cannot collate the transformed samples into a batch ({exc}); a field of varying "
+            "size needs collate_fn= (e.g. padding), or a sample_transform that makes its "
+            "shapes equal"
+        ) from exc
+
+
+class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
+    """The remaining batches of the order's current epoch (``plan()``: the state does not move).
+
+    ``len()`` is the number of batches of a whole epoch, as for :class:`~chute.loader.Loader`.
+    """
+
+    def __init__(self, order: Order) -> None:
+        self.order = order
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(self.order.plan())
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+class ChuteDataLoader(torch.utils.data.DataLoader):
+    """A ``torch.utils.data.DataLoader`` driven by an :class:`~chute.order.Order`.
+
+    Adds ``set_epoch``, ``state_dict`` and ``load_state_dict`` with the semantics of
+    :class:`~chute.loader.Loader`: iterating again continues the epoch where the state says, a
+    finished epoch moves on to the next one. Made by :func:`dataloader`.
+    """
+
+    def __init__(self, dataset: BatchDataset, order: Order, **kwargs: Any) -> None:
+        sampler = OrderBatchSampler(order)  # index arrays, not lists: __getitems__ takes both
+        super().__init__(dataset, batch_sampler=sampler, collate_fn=_as_is, **kwargs)  # type: ignore[arg-type]
+        self.order = order
+
+    def __iter__(self) -> _Consumed:  # type: ignore[override]
+        return _Consumed(super().__iter__(), self.order.batches())
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to ``epoch`` (the same epoch again keeps a resumed position)."""
+        self.order.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The order's state as of the last batch handed out: ``{"epoch", "consumed", ...}``."""
+        return self.order.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at a saved state (any batch size / world size) on the next ``iter()``."""
+        self.order.load_state_dict(state)
+
+
+class _Consumed:
+    """The DataLoader's iterator, advancing ``Order.batches()`` as batches are handed out."""
+
+    def __init__(self, it: Iterator[Any], progress: Iterator[np.ndarray]) -> None:
+        self._it = it
+        self._progress = progress
+
+    def __iter__(self) -> _Consumed:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._it)  # type: ignore[arg-type]
+
+    def __next__(self) -> Any:
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            next(self._progress, None)  # the epoch is over: the order moves on to the next
+            raise
+        next(self._progress)  # record the batch as consumed
+        return batch
+
+
+_OWN = ("batch_sampler", "sampler")
+
+
+def dataloader(
+    ds: Any,
+    batch_size: int,
+    shuffle: bool = True,
+    seed: int = 0,
+    num_workers: int | None = None,
+    sample_transform: Callable[[Sample], Any] | None = None,
+    batch_transform: Callable[[Any], Any] | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    *,
+    drop_last: bool = False,
+    block_size: int | None = None,
+    **dataloader_kwargs: Any,
+) -> ChuteDataLoader:
+    """A real ``torch.utils.data.DataLoader`` over chute dataset ``ds``, one gather per batch.
+
+    The batch order is chute's :class:`~chute.order.Order` (``shuffle``, ``seed``, ``rank`` /
+    ``world_size`` sharding, defaulting to ``torch.distributed``'s, ``drop_last``,
+    ``block_size``), so ``set_epoch`` / ``state_dict`` behave as in :class:`~chute.loader.Loader`.
+    ``sample_transform(sample_dict)`` runs per sample in the workers (then the samples are
+    collated by ``collate_fn``, default torch's ``default_collate``); ``batch_transform(batch)``
+    per batch. Other keywords (``persistent_workers``, ``pin_memory`` (default: whether CUDA is
+    available, as in ``Loader``), ``prefetch_factor``, ``multiprocessing_context``,
+    ``worker_init_fn``, ...) go to the DataLoader. Example::
+
+        dl = chute.dataloader(ds, 256, num_workers=4, sample_transform=augment,
+                              persistent_workers=True, pin_memory=True)
+        for epoch in range(epochs):
+            dl.set_epoch(epoch)
+            for batch in chute.to_device(dl):
+                step(batch)
+    """
+    if not (hasattr(ds, "gather") and hasattr(ds, "__getitem__") and hasattr(ds, "__len__")):
+        raise SchemaError(
+            f"dataloader needs a chute Dataset (chute.open(path)), not {type(ds).__name__}; "
+            "for a torch Dataset use torch.utils.data.DataLoader"
+        )
+    clash = sorted(k for k in dataloader_kwargs if k in _OWN)
+    if clash:
+        raise SchemaError(
+            f"chute.dataloader builds its own batch sampler from chute.Order; do not pass "
+            f"{clash}: use batch_size, shuffle, seed, rank, world_size, drop_last, block_size"
+        )
+    if dataloader_kwargs.get("in_order", True) is False:
+        raise SchemaError(
+            "in_order=False is not supported: batches must arrive in order for state_dict() "
+            "to count exactly what was consumed"
+        )
+    rank, world_size = _dist_defaults(rank, world_size)
+    order = Order(len(ds), batch_size, shuffle, seed, rank, world_size, drop_last, block_size)
+    workers = (
+        _default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
+    )
+    dataloader_kwargs.setdefault("pin_memory", torch.cuda.is_available())
+    dataset = BatchDataset(
+        ds, sample_transform, batch_transform, dataloader_kwargs.pop("collate_fn", None)
+    )
+    return ChuteDataLoader(dataset, order, num_workers=workers, **dataloader_kwargs)

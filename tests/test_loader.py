@@ -1,0 +1,358 @@
+"""chute.Loader: content and order, slot lifetimes, errors, shutdown, resume, validation."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+import numpy as np
+import pytest
+import torch
+
+import chute
+from chute.errors import SchemaError, WorkerError
+
+N = 203  # not a multiple of the batch sizes used: the last batch is short
+
+
+def loader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("chute-loader")]
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leak():
+    yield
+    assert loader_threads() == []  # without gc.collect(): stopping must not wait for the GC
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory) -> chute.Dataset:
+    """x[i] = i (mod 256) everywhere, y[i] = i, tok[i] = [i] * (i % 5), s[i] = str(i)."""
+    path = tmp_path_factory.mktemp("loader") / "d.chute"
+    idx = np.arange(N)
+    chute.write(
+        path,
+        {
+            "x": np.broadcast_to((idx % 256).astype(np.uint8)[:, None, None], (N, 3, 4)).copy(),
+            "y": idx,
+            "tok": [np.full(i % 5, i, np.int32) for i in idx],
+            "s": [str(i) for i in idx],
+        },
+        schema={
+            "x": chute.Tensor((3, 4), "uint8"),
+            "y": chute.Tensor((), "int64"),
+            "tok": chute.Ragged("int32"),
+            "s": chute.String(),
+        },
+    )
+    return chute.open(path)
+
+
+def check_batch(batch: dict, idx: np.ndarray) -> None:
+    assert batch["y"].tolist() == idx.tolist()
+    assert torch.equal(
+        batch["x"], torch.from_numpy(idx % 256).to(torch.uint8)[:, None, None].expand(-1, 3, 4)
+    )
+    assert [t.tolist() for t in batch["tok"].tolist()] == [[i] * (i % 5) for i in idx.tolist()]
+    assert batch["s"] == [str(i) for i in idx.tolist()]
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_one_epoch_in_order_with_right_content(ds, workers):
+    loader = chute.Loader(ds, 16, seed=7, num_workers=workers)
+    expected = loader.order.plan()
+    batches = [(b["y"].clone(), b) for b in loader]
+    assert len(batches) == len(loader) == len(expected) == 13
+    for (y, _), idx in zip(batches, expected, strict=True):
+        assert y.tolist() == idx.tolist()
+    assert sorted(torch.cat([y for y, _ in batches]).tolist()) == list(range(N))
+    for b in loader:  # content, checked while each batch is still valid
+        check_batch(b, b["y"].numpy())
+    assert loader.order.epoch == 2
+
+
+def test_block_shuffle_reads_few_blocks_per_batch(ds):
+    loader = chute.Loader(ds, 20, seed=5, num_workers=2, block_size=20)
+    ys = [b["y"].tolist() for b in loader]
+    assert sorted(y for batch in ys for y in batch) == list(range(N))
+    # a batch of 20 comes from one window of 4 blocks of 20 (two when it straddles windows)
+    assert all(len({y // 20 for y in batch}) <= 8 for batch in ys)
+
+
+def test_unshuffled_and_drop_last(ds):
+    loader = chute.Loader(ds, 50, shuffle=False, drop_last=True, num_workers=2)
+    ys = [b["y"].tolist() for b in loader]
+    assert ys == [list(range(i, i + 50)) for i in range(0, 200, 50)]
+
+
+@pytest.mark.parametrize(
+    ("workers", "keep", "prefetch"), [(0, 1, None), (0, 3, None), (2, 1, 1), (2, 2, 4), (3, 3, 2)]
+)
+def test_batch_stays_valid_until_keep_more_are_asked_for(ds, workers, keep, prefetch):
+    loader = chute.Loader(ds, 8, seed=1, num_workers=workers, prefetch=prefetch, keep=keep)
+    plan = loader.order.plan()
+    held: list[tuple[dict, np.ndarray]] = []
+    slots = set()
+    for k, batch in enumerate(loader):
+        slots.add(batch["x"].data_ptr())
+        held = [*held, (batch, plan[k])][-keep:]  # the last `keep` batches must all be intact
+        if workers:
+            time.sleep(0.001)  # give the workers every chance to run ahead
+        for b, idx in held:
+            check_batch(b, idx)
+    assert len(slots) == keep + loader.prefetch  # the ring is reused, never grown
+
+
+def test_transform_runs_in_workers_with_one_torch_thread(ds):
+    seen = []
+    main_threads = torch.get_num_threads()
+
+    def transform(batch):
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        return batch["x"].float().mean(dim=(1, 2)), batch["y"]
+
+    loader = chute.Loader(ds, 32, num_workers=2, transform=transform)
+    for mean, y in loader:
+        assert torch.allclose(mean, (y % 256).float())
+    assert {name for name, _ in seen} <= {"chute-loader-0", "chute-loader-1"}
+    assert {n for _, n in seen} == {1}
+    assert torch.get_num_threads() == main_threads
+
+    def peek():
+        seen.append(("new thread", torch.get_num_threads()))
+
+    t = threading.Thread(target=peek)
+    t.start()
+    t.join()
+    assert seen[-1][1] == main_threads  # threads started later get the usual default
+
+
+class FailOnce:
+    """A transform that raises on the batch holding sample 5, the first time only."""
+
+    def __init__(self):
+        self.failed = False
+
+    def __call__(self, batch):
+        if 5 in batch["y"].tolist() and not self.failed:
+            self.failed = True
+            raise KeyError("no sample five, please")
+        return batch
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_worker_error_reaches_the_caller_with_its_traceback(ds, workers):
+    loader = chute.Loader(ds, 4, shuffle=False, num_workers=workers, transform=FailOnce())
+    got = []
+    with pytest.raises(WorkerError, match=r"batch 1 of epoch 0 \(samples \[4, 5, 6, 7\]\)") as err:
+        for b in loader:
+            got.append(b["y"].tolist())
+    assert got == [[0, 1, 2, 3]]  # batches before the failing one arrive in order
+    cause = err.value.__cause__
+    assert isinstance(cause, KeyError)
+    assert "__call__" in {f.name for f in traceback.extract_tb(cause.__traceback__)}
+    assert loader_threads() == []
+    again = [b["y"].tolist() for b in loader]  # iterating again resumes at the failed batch
+    assert again[0] == [4, 5, 6, 7] and len(again) == len(loader) - 1
+
+
+def test_break_del_and_gc_stop_the_workers(ds):
+    loader = chute.Loader(ds, 4, num_workers=3)
+    for _ in loader:
+        assert len(loader_threads()) == 3
+        break
+    assert loader_threads() == []
+
+    it = iter(loader)  # never advanced
+    assert len(loader_threads()) == 3
+    del it
+    assert loader_threads() == []
+
+    it = iter(loader)
+    next(it)
+    cycle = [it]
+    cycle.append(cycle)
+    del it, cycle
+    gc.collect()
+    assert loader_threads() == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts fds in /proc")
+def test_no_fd_leak(ds):
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    loader = chute.Loader(ds, 8, num_workers=2)
+    list(loader)  # the first pass maps the files
+    before = fds()
+    for _ in range(3):
+        list(loader)
+        for _ in loader:
+            break
+    assert fds() == before
+
+
+def test_exit_with_a_live_iterator_is_clean(ds):
+    script = (
+        "import sys, chute\n"
+        "it = iter(chute.Loader(chute.open(sys.argv[1]), 4, num_workers=2))\n"
+        "next(it)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(ds.path)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr  # daemon threads frozen mid-call used to abort
+
+
+def test_a_new_iter_ends_the_previous_one(ds):
+    loader = chute.Loader(ds, 4, num_workers=2)
+    first = iter(loader)
+    next(first)
+    second = iter(loader)
+    assert list(first) == []  # ended: the ring of slots belongs to the newer pass
+    assert len(list(second)) == len(loader) - 1
+    assert loader_threads() == []
+
+
+def test_close_and_state_changes_end_a_live_pass(ds):
+    loader = chute.Loader(ds, 4, num_workers=2)
+    it = iter(loader)
+    next(it)
+    loader.set_epoch(5)
+    assert loader_threads() == [] and list(it) == []
+    it = iter(loader)
+    next(it)
+    loader.close()
+    assert loader_threads() == [] and list(it) == []
+
+
+def test_ctrl_c_while_waiting_stops_the_workers(ds):
+    def slow(batch):
+        time.sleep(0.3)
+        return batch
+
+    loader = chute.Loader(ds, 4, num_workers=2, transform=slow)
+    main = threading.main_thread().ident
+    timer = threading.Timer(0.1, signal.pthread_kill, (main, signal.SIGINT))
+    timer.start()
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in loader:
+            pass
+    timer.join()
+    assert loader_threads() == []
+    assert time.perf_counter() - t0 < 5
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_mid_epoch_is_exact(ds, workers):
+    loader = chute.Loader(ds, 8, seed=3, num_workers=workers)
+    loader.set_epoch(2)
+    full = loader.order.plan()
+    it = iter(loader)
+    first = [next(it)["y"].tolist() for _ in range(5)]
+    state = loader.state_dict()
+    assert state["epoch"] == 2 and state["consumed"] == 40
+    del it
+
+    resumed = chute.Loader(ds, 8, seed=3, num_workers=workers)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(2)  # the training loop's call keeps the position
+    rest = [b["y"].tolist() for b in resumed]
+    assert first + rest == [idx.tolist() for idx in full]
+    assert resumed.state_dict()["epoch"] == 3
+
+
+def test_resume_on_two_ranks_from_one(ds):
+    single = chute.Loader(ds, 10, seed=4, num_workers=1)
+    it = iter(single)
+    seen = [next(it)["y"].clone() for _ in range(7)]
+    state = single.state_dict()
+    del it
+    for rank in range(2):
+        loader = chute.Loader(ds, 10, seed=4, num_workers=2, rank=rank, world_size=2)
+        loader.load_state_dict(state)
+        seen += [b["y"].clone() for b in loader]
+    # 133 samples remained, over 2 ranks: one padded sample, wrapped from the epoch's start
+    padded = int(single.order.global_order(0)[0])
+    assert sorted(torch.cat(seen).tolist()) == sorted([*range(N), padded])
+
+
+def test_stats(ds):
+    loader = chute.Loader(ds, 16, num_workers=2)
+    assert loader.stats().batches == 0
+    for _ in loader:
+        time.sleep(0.005)  # a "training step": the loader keeps up, so little waiting
+    s = loader.stats()
+    assert (s.batches, s.samples, s.workers) == (13, N, 2)
+    assert 0 < s.wait_s < s.total_s and s.busy_s > 0
+    assert 0 <= s.wait_fraction < 0.5 and 0 < s.worker_utilization <= 1
+    assert "13 batches" in str(s) and "waited" in str(s)
+
+
+def test_multi_part_dataset(tmp_path):
+    path = tmp_path / "parts.chute"
+    with chute.Writer(path, part_size=30) as w:
+        w.extend({"y": np.arange(100), "v": np.arange(200).reshape(100, 2).astype(np.float32)})
+    loader = chute.Loader(chute.open(path), 16, seed=2, num_workers=2)
+    for batch in loader:
+        assert torch.equal(batch["v"][:, 0], (2 * batch["y"]).float())
+
+
+def test_empty_dataset(tmp_path):
+    path = tmp_path / "empty.chute"
+    chute.write(path, {"y": np.zeros(0, np.int64)})
+    loader = chute.Loader(chute.open(path), 4, num_workers=2)
+    assert len(loader) == 0 and list(loader) == []
+
+
+def test_rank_defaults_without_torch_distributed(ds):
+    loader = chute.Loader(ds, 4, num_workers=0)
+    assert (loader.order.rank, loader.order.world_size) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"num_workers": -1}, "num_workers must be >= 0"),
+        ({"num_workers": 2, "prefetch": 0}, "prefetch must be >= 1"),
+        ({"keep": 0}, "keep must be >= 1"),
+        ({"rank": 3, "world_size": 2}, "rank must be < world_size"),
+        ({"world_size": 0}, "world_size must be >= 1"),
+        ({"transform": 5}, "transform must be callable"),
+        ({"block_size": 0}, "block_size must be >= 1"),
+    ],
+)
+def test_bad_arguments(ds, kwargs, match):
+    args = {"batch_size": 4, **kwargs}
+    with pytest.raises(SchemaError, match=match):
+        chute.Loader(ds, **args)
+
+
+def test_not_a_dataset():
+    with pytest.raises(SchemaError, match="needs a chute Dataset"):
+        chute.Loader(list(range(10)), 4)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+def test_pin_memory_without_cuda_is_refused(ds):
+    with pytest.raises(SchemaError, match="pin_memory=True needs CUDA"):
+        chute.Loader(ds, 4, pin_memory=True)
+    assert chute.Loader(ds, 4).pin_memory is False  # auto: no CUDA, no pinning
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_pinned_slots(ds):
+    loader = chute.Loader(ds, 16, num_workers=2)
+    assert loader.pin_memory
+    for batch in loader:
+        assert batch["x"].is_pinned() and batch["y"].is_pinned()
+        check_batch(batch, batch["y"].numpy())

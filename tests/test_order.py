@@ -1,0 +1,205 @@
+"""chute.Order: property tests of coverage, sharding, determinism and resume."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chute.errors import SchemaError
+from chute.order import Order
+
+sizes = st.integers(0, 300)
+batch_sizes = st.integers(1, 40)
+worlds = st.integers(1, 5)
+seeds = st.integers(0, 2**32)
+block_sizes = st.none() | st.integers(1, 50)
+
+
+def run_epoch(n, batch_size, world, **kw) -> list[list[np.ndarray]]:
+    """Each rank's batches for one epoch: result[rank][step]."""
+    return [
+        list(Order(n, batch_size, rank=r, world_size=world, **kw).batches()) for r in range(world)
+    ]
+
+
+def stream(per_rank: list[list[np.ndarray]]) -> np.ndarray:
+    """The global stream: step by step, rank by rank."""
+    steps = len(per_rank[0])
+    return np.concatenate(
+        [per_rank[r][j] for j in range(steps) for r in range(len(per_rank))] or [np.array([], int)]
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes, batch_sizes, seeds, block_sizes, st.booleans())
+def test_single_rank_sees_every_sample_once(n, bs, seed, block_size, shuffle):
+    order = Order(n, bs, shuffle=shuffle, seed=seed, block_size=block_size)
+    batches = list(order.batches())
+    assert len(batches) == len(order) == math.ceil(n / bs)
+    assert all(len(b) == bs for b in batches[:-1])
+    seen = np.concatenate(batches) if batches else np.array([], np.int64)
+    assert seen.dtype == np.int64
+    assert np.array_equal(np.sort(seen), np.arange(n))
+    if not shuffle:
+        assert np.array_equal(seen, np.arange(n))
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes, batch_sizes, worlds, seeds, block_sizes)
+def test_ranks_get_equal_disjoint_shares(n, bs, world, seed, block_size):
+    per_rank = run_epoch(n, bs, world, seed=seed, block_size=block_size)
+    steps = {len(b) for b in per_rank}
+    assert steps == {math.ceil(n / (bs * world))}
+    for j in range(steps.pop()):  # same batch size on every rank at every step
+        assert len({len(per_rank[r][j]) for r in range(world)}) == 1
+    total = stream(per_rank)
+    padding = len(total) - n
+    assert 0 <= padding < world
+    assert np.array_equal(np.sort(total[:n]), np.arange(n))  # padding only at the very end
+    perm = Order(n, bs, seed=seed, block_size=block_size).global_order()
+    assert np.array_equal(total[:n], perm)  # global step j = positions [j*B*W, (j+1)*B*W)
+    if padding:  # padding wraps around to the start of the order
+        assert np.array_equal(total[n:], np.take(perm, np.arange(padding), mode="wrap"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes, batch_sizes, worlds, seeds)
+def test_drop_last_gives_full_disjoint_batches(n, bs, world, seed):
+    per_rank = run_epoch(n, bs, world, seed=seed, drop_last=True)
+    steps = n // (bs * world)
+    assert [len(b) for b in per_rank] == [steps] * world
+    assert len(Order(n, bs, world_size=world, drop_last=True)) == steps
+    total = stream(per_rank)
+    assert all(len(b) == bs for rank in per_rank for b in rank)
+    assert len(np.unique(total)) == len(total) == steps * bs * world
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 300), batch_sizes, seeds, block_sizes, st.integers(0, 5))
+def test_order_is_a_pure_function_of_seed_and_epoch(n, bs, seed, block_size, epoch):
+    a = Order(n, bs, seed=seed, block_size=block_size)
+    b = Order(n, 3 * bs, seed=seed, block_size=block_size, world_size=2, rank=1)
+    a.set_epoch(epoch)
+    b.set_epoch(epoch + 1)  # batch size, rank, world size and history do not matter
+    assert np.array_equal(a.global_order(), b.global_order(epoch))
+
+
+def test_epochs_and_seeds_change_the_order():
+    orders = {Order(1000, 10, seed=s).global_order(e).tobytes() for s in range(3) for e in range(3)}
+    assert len(orders) == 9
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes, batch_sizes, worlds, worlds, seeds, block_sizes, st.data())
+def test_resume_with_another_world_size_is_exact(n, bs, world1, world2, seed, block_size, data):
+    kw = {"seed": seed, "block_size": block_size}
+    perm = Order(n, bs, **kw).global_order(3)
+    first = [Order(n, bs, rank=r, world_size=world1, **kw) for r in range(world1)]
+    for o in first:
+        o.set_epoch(3)
+    done = data.draw(st.integers(0, len(first[0])))
+    seen = []
+    iters = [o.batches() for o in first]
+    for _ in range(done):
+        seen.extend(next(it) for it in iters)
+    states = [o.state_dict() for o in first]
+    assert all(s == states[0] for s in states)  # every rank agrees on the state
+    assert states[0]["epoch"] == 3
+    assert states[0]["consumed"] == min(n, done * bs * world1)
+
+    bs2 = data.draw(batch_sizes)
+    second = [Order(n, bs2, rank=r, world_size=world2, **kw) for r in range(world2)]
+    for o in second:
+        o.load_state_dict(states[0])
+        o.set_epoch(3)  # the usual training loop calls this: it must keep the position
+    rest = [list(o.batches()) for o in second]
+    assert {len(r) for r in rest} == {len(rest[0])}
+    total = np.concatenate([*seen, stream(rest)]) if seen else stream(rest)
+    assert np.array_equal(total[:n], perm)  # none repeated, none lost, in order
+    assert len(total) - n < max(world1, world2)
+    assert all(o.epoch == 4 and o.consumed == 0 for o in second)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 400), st.integers(1, 30), st.integers(1, 5), seeds)
+def test_block_shuffle_keeps_windows_local(n, block_size, window, seed):
+    order = Order(n, 7, seed=seed, block_size=block_size, window=window)
+    perm = order.global_order()
+    assert np.array_equal(np.sort(perm), np.arange(n))
+    span = block_size * window
+    # Any run of `span` consecutive positions touches at most 2 windows' worth of blocks
+    # (+2 for the short last block shifting the window boundaries).
+    for start in range(0, n, span):
+        blocks = np.unique(perm[start : start + span] // block_size)
+        assert len(blocks) <= 2 * window + 2
+
+
+def test_block_shuffle_moves_blocks_and_samples():
+    perm = Order(10_000, 8, seed=1, block_size=100, window=4).global_order()
+    blocks = perm // 100
+    first_blocks = np.unique(blocks[:400])
+    assert len(first_blocks) == 4 and not np.array_equal(first_blocks, np.arange(4))
+    assert not np.array_equal(np.sort(perm[:400]), perm[:400])  # shuffled inside the window
+
+
+def test_epoch_rolls_over_after_the_last_batch():
+    order = Order(10, 4, seed=0)
+    it = order.batches()
+    for _ in range(3):
+        next(it)
+    assert (order.epoch, order.consumed) == (0, 10)  # last batch handed out, epoch not over yet
+    assert list(it) == []
+    assert (order.epoch, order.consumed) == (1, 0)
+    order.set_epoch(1)
+    assert order.plan()[0].tolist() == order.global_order(1)[:4].tolist()
+
+
+def test_set_epoch_keeps_position_only_in_the_same_epoch():
+    order = Order(100, 10)
+    next(order.batches())
+    order.set_epoch(0)
+    assert order.consumed == 10 and len(order.plan()) == 9
+    order.set_epoch(2)
+    assert (order.epoch, order.consumed) == (2, 0) and len(order.plan()) == 10
+
+
+def test_plan_is_read_only_and_pure():
+    order = Order(50, 8, seed=3)
+    plan = order.plan()
+    assert order.consumed == 0 and len(plan) == len(order) == 7
+    with pytest.raises(ValueError):
+        plan[0][0] = 1
+
+
+def test_state_from_another_order_is_refused():
+    state = Order(100, 10, seed=1).state_dict()
+    with pytest.raises(SchemaError, match="seed"):
+        Order(100, 10, seed=2).load_state_dict(state)
+    with pytest.raises(SchemaError, match="n=100"):
+        Order(99, 10, seed=1).load_state_dict(state)
+    with pytest.raises(SchemaError, match="consumed"):
+        Order(100, 10, seed=1).load_state_dict({"epoch": 0, "consumed": 101})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n": -1}, "n must be >= 0"),
+        ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"world_size": 0}, "world_size must be >= 1"),
+        ({"rank": 2, "world_size": 2}, "rank must be < world_size"),
+        ({"rank": -1}, "rank must be >= 0"),
+        ({"seed": -5}, "seed must be >= 0"),
+        ({"block_size": 0}, "block_size must be >= 1"),
+        ({"batch_size": 2.5}, "batch_size must be an int"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    args = {"n": 10, "batch_size": 2, **kwargs}
+    with pytest.raises(SchemaError, match=match):
+        Order(**args)
+    assert issubclass(SchemaError, ValueError)

@@ -1,0 +1,93 @@
+"""from_torch: a map-style Dataset with a Python decode step, run in 2 worker processes."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+import chute
+
+
+def png(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+class Decode(Dataset):
+    """PNG bytes decoded per sample with PIL, as a file-per-sample dataset would."""
+
+    def __init__(self, n: int, varying: bool = False, fail_at: int | None = None):
+        rng = np.random.default_rng(0)
+        hw = [(8 + (i % 5 if varying else 0), 6) for i in range(n)]
+        self.arrays = [rng.integers(0, 255, (*s, 3), dtype=np.uint8) for s in hw]
+        self.encoded = [png(a) for a in self.arrays]
+        self.fail_at = fail_at
+
+    def __len__(self) -> int:
+        return len(self.encoded)
+
+    def __getitem__(self, i: int):
+        if i == self.fail_at:
+            raise ValueError(f"corrupt file {i}")
+        img = Image.open(io.BytesIO(self.encoded[i]))
+        img.load()
+        return img, i, {"pid": os.getpid()}
+
+
+def test_two_workers_equal_one_process(tmp_path):
+    data = Decode(70)
+    kw = dict(names=("image", "label", "info"), batch_size=8, progress=False)
+    multi = chute.from_torch(data, tmp_path / "w2.chute", num_workers=2, **kw)
+    single = chute.from_torch(data, tmp_path / "w0.chute", num_workers=0, **kw)
+    with chute.open(multi) as a, chute.open(single) as b:
+        assert a.schema["image"] == chute.Tensor((8, 6, 3), "uint8")
+        np.testing.assert_array_equal(a[0:70]["image"].numpy(), np.stack(data.arrays))
+        np.testing.assert_array_equal(a[0:70]["label"].numpy(), np.arange(70))
+        np.testing.assert_array_equal(a[0:70]["image"].numpy(), b[0:70]["image"].numpy())
+        pids = set(a[0:70]["info/pid"].tolist())
+    assert len(pids) == 2 and os.getpid() not in pids  # decoded in two worker processes
+
+
+def test_varying_shapes_become_ragged(tmp_path):
+    data = Decode(23, varying=True)
+    out = chute.from_torch(
+        data, tmp_path / "o.chute", num_workers=2, batch_size=4, fields=None, progress=False
+    )
+    with chute.open(out) as ds:
+        assert ds.schema["0"] == chute.Ragged("uint8", (6, 3))
+        for i in (0, 4, 22):
+            np.testing.assert_array_equal(ds[i]["0"].numpy(), data.arrays[i])
+
+
+def test_dict_and_tensor_samples(tmp_path):
+    class Dicts(Dataset):
+        def __len__(self):
+            return 9
+
+        def __getitem__(self, i):
+            return {"x": torch.full((2,), float(i)), "drop": 0}
+
+    out = chute.from_torch(
+        Dicts(), tmp_path / "o.chute", num_workers=2, batch_size=2, fields=["x"], progress=False
+    )
+    with chute.open(out) as ds:
+        assert list(ds.schema) == ["x"] and float(ds[8]["x"][0]) == 8.0
+
+
+def test_worker_error_reaches_the_caller_and_leaves_nothing(tmp_path):
+    with pytest.raises(ValueError, match="corrupt file 13"):
+        chute.from_torch(
+            Decode(30, fail_at=13),
+            tmp_path / "o.chute",
+            num_workers=2,
+            batch_size=4,
+            progress=False,
+        )
+    assert list(tmp_path.iterdir()) == []
