@@ -91,11 +91,36 @@ def test_unshuffled_and_drop_last(ds):
     assert ys == [list(range(i, i + 50)) for i in range(0, 200, 50)]
 
 
+@pytest.fixture(scope="module")
+def ds_fixed(ds, tmp_path_factory) -> chute.Dataset:
+    """The fixed-shape fields of ``ds`` only: small batches are then gathered in groups."""
+    path = tmp_path_factory.mktemp("loader") / "fixed.chute"
+    chute.write(path, {k: ds[:][k] for k in ("x", "y")})
+    return chute.open(path)
+
+
+def check_fixed(batch: dict, idx: np.ndarray) -> None:
+    assert batch["y"].tolist() == idx.tolist()
+    assert batch["x"][:, 1, 2].tolist() == (idx % 256).tolist()
+
+
+CONFIGS = [(0, 1, None, 1), (0, 3, None, 1), (2, 1, 1, 1), (2, 2, 4, 1), (3, 3, 2, 1)]
+GROUPED = [(1, 1, 2, 3), (2, 2, 1, 3), (2, 4, 5, 2), (3, 1, None, 4)]
+
+
 @pytest.mark.parametrize(
-    ("workers", "keep", "prefetch"), [(0, 1, None), (0, 3, None), (2, 1, 1), (2, 2, 4), (3, 3, 2)]
+    ("fields", "workers", "keep", "prefetch", "group"),
+    [("all", *c) for c in CONFIGS] + [("fixed", *c) for c in CONFIGS + GROUPED],
 )
-def test_batch_stays_valid_until_keep_more_are_asked_for(ds, workers, keep, prefetch):
-    loader = chute.Loader(ds, 8, seed=1, num_workers=workers, prefetch=prefetch, keep=keep)
+def test_batch_stays_valid_until_keep_more_are_asked_for(
+    ds, ds_fixed, monkeypatch, fields, workers, keep, prefetch, group
+):
+    # fixed-shape fields only: gathered in groups of `group` batches of 8 x 20 bytes
+    monkeypatch.setattr(chute.loader, "GROUP_BYTES", 160 * group)
+    data, check = (ds, check_batch) if fields == "all" else (ds_fixed, check_fixed)
+    loader = chute.Loader(data, 8, seed=1, num_workers=workers, prefetch=prefetch, keep=keep)
+    assert loader.group == (group if workers else 1)
+    assert loader.ring_size >= keep + (loader.prefetch or 0)
     plan = loader.order.plan()
     held: list[tuple[dict, np.ndarray]] = []
     slots = set()
@@ -105,8 +130,17 @@ def test_batch_stays_valid_until_keep_more_are_asked_for(ds, workers, keep, pref
         if workers:
             time.sleep(0.001)  # give the workers every chance to run ahead
         for b, idx in held:
-            check_batch(b, idx)
-    assert len(slots) == keep + loader.prefetch  # the ring is reused, never grown
+            check(b, idx)
+    assert len(slots) == loader.ring_size  # the ring is reused, never grown
+
+
+def test_transform_on_grouped_batches(ds_fixed, monkeypatch):
+    monkeypatch.setattr(chute.loader, "GROUP_BYTES", 3 * 16 * 20)
+    loader = chute.Loader(ds_fixed, 16, num_workers=2, transform=lambda b: b["y"] * 2)
+    assert loader.group == 3
+    out = [y.tolist() for y in loader]
+    assert [len(y) for y in out] == [16] * 12 + [11]
+    assert sorted(v for y in out for v in y) == [2 * i for i in range(N)]
 
 
 def test_transform_runs_in_workers_with_one_torch_thread(ds):
@@ -146,9 +180,14 @@ class FailOnce:
         return batch
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_worker_error_reaches_the_caller_with_its_traceback(ds, workers):
-    loader = chute.Loader(ds, 4, shuffle=False, num_workers=workers, transform=FailOnce())
+@pytest.mark.parametrize(("workers", "grouped"), [(0, False), (2, False), (2, True)])
+def test_worker_error_reaches_the_caller_with_its_traceback(
+    ds, ds_fixed, monkeypatch, workers, grouped
+):
+    monkeypatch.setattr(chute.loader, "GROUP_BYTES", 3 * 4 * 20)  # fixed only: 3 batches/gather
+    data = ds_fixed if grouped else ds
+    loader = chute.Loader(data, 4, shuffle=False, num_workers=workers, transform=FailOnce())
+    assert loader.group == (3 if grouped else 1)
     got = []
     with pytest.raises(WorkerError, match=r"batch 1 of epoch 0 \(samples \[4, 5, 6, 7\]\)") as err:
         for b in loader:

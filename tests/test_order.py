@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chute import Order
 from chute.errors import SchemaError
-from chute.order import Order
 
 sizes = st.integers(0, 300)
 batch_sizes = st.integers(1, 40)

@@ -18,7 +18,7 @@ from chute import format as fmt
 
 pytest.importorskip("atheris", reason="atheris is not installed (optional fuzzer)")
 
-RUNS = 3000
+RUNS = 2000
 
 HARNESS = textwrap.dedent(
     """

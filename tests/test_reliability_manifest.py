@@ -33,7 +33,7 @@ import chute
 from chute import format as fmt
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     database=None,

@@ -224,6 +224,13 @@ def test_fuzzed_headers(tmp_path: Path, record_property) -> None:
     )
 
 
+def _edited(shapes: list[list[int]], edits: list[tuple[int, int, int]]) -> list[list[int]]:
+    out = [list(row) for row in shapes]
+    for i, j, v in edits:
+        out[i][j] = v
+    return out
+
+
 def _forge(ds: Path, file: str, arr: np.ndarray) -> None:
     write_npy(ds / file, arr)
     reseal(ds)
@@ -254,27 +261,30 @@ def test_forged_offsets_and_shapes(tmp_path: Path, record_property) -> None:
     def restore() -> None:
         for f, content in pristine.items():
             (ds / f).write_bytes(content)
+
+    real_shapes = np.load(ds / "image.shapes.npy").tolist()
+    hostile = st.integers(-3, values + 3) | st.sampled_from([2**32, 2**62, -(2**63)])
+    offsets_st = st.one_of(
+        # consistent: the same values split differently between the samples
+        st.lists(st.integers(0, values), min_size=6, max_size=6).map(
+            lambda cut: [0, *sorted(cut), values]
+        ),
+        st.lists(hostile, min_size=8, max_size=8),
+        st.lists(hostile, min_size=8, max_size=8).map(sorted),
+    )
+    shapes_st = st.one_of(
+        st.just(real_shapes),
+        st.lists(
+            st.tuples(st.integers(0, 6), st.integers(0, 2), hostile), min_size=1, max_size=3
+        ).map(lambda edits: _edited(real_shapes, edits)),
+        st.lists(st.tuples(hostile, hostile, hostile), min_size=7, max_size=7),
+    )
     outcomes: Counter = Counter()
 
     @FUZZ
-    @given(
-        st.lists(
-            st.integers(-3, values + 3) | st.sampled_from([2**62, -(2**63)]), min_size=8, max_size=8
-        ),
-        st.lists(
-            st.tuples(
-                st.integers(-2, 4) | st.just(2**32),
-                st.integers(-2, 4) | st.just(2**32),
-                st.integers(2, 4),
-            ),
-            min_size=7,
-            max_size=7,
-        ),
-        st.booleans(),
-    )
-    def run(offsets: list[int], shapes: list[tuple[int, int, int]], sort: bool) -> None:
-        arr = np.array(offsets, np.int64)
-        _forge(ds, "tokens.offsets.npy", np.sort(arr) if sort else arr)
+    @given(offsets_st, shapes_st)
+    def run(offsets: list[int], shapes: list) -> None:
+        _forge(ds, "tokens.offsets.npy", np.array(offsets, np.int64))
         _forge(ds, "image.shapes.npy", np.array(shapes, np.int64))
         got = outcome_of(lambda: read_everything(ds))
         if got == "ok":
@@ -306,8 +316,8 @@ def test_forged_offsets_and_shapes(tmp_path: Path, record_property) -> None:
     record(
         record_property,
         "forged offsets/shapes",
-        "hypothesis: offsets backwards/past end/negative/overflowing, per-sample shapes "
-        "negative/overflowing/wrong (valid .npy, re-sealed manifest) + 8 hand-picked",
+        "hypothesis: offsets consistent or backwards/past end/negative/overflowing, per-sample "
+        "shapes real, edited or random (valid .npy, re-sealed manifest) + 8 hand-picked",
         outcomes.total() + len(cases) + len(shape_cases),
         outcomes,
     )

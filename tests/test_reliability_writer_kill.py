@@ -24,11 +24,12 @@ from pathlib import Path
 from types import CodeType
 
 import pytest
-from _reliability import check_content, make_dataset, record
+from _reliability import check_content, load_manifest, make_dataset, record
 from conftest import _check_sample, mixed_samples
 
 import chute
 from chute import columns, npyio, writer
+from chute import format as fmt
 
 WRITER_CODE = {m.__file__ for m in (writer, columns, npyio)}
 COMMIT, COMMIT_APPEND = writer.commit.__code__, writer._commit_append.__code__
@@ -103,6 +104,7 @@ def _check_cleaned(path: Path) -> None:
     assert _state(path) == "n=4"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("previous", [None, 5], ids=["fresh", "overwrite"])
 def test_sigkill_at_traced_points(tmp_path: Path, previous: int | None, record_property) -> None:
     path = tmp_path / "d.chute"
@@ -164,9 +166,8 @@ def _appended_state(path: Path) -> int:
 
 def _stray_files(path: Path) -> list[str]:
     """Entries of the dataset folder that its manifest does not account for."""
-    with chute.open(path) as ds:
-        parts = {p.info.name for p in ds._parts}
-    return sorted(p.name for p in path.iterdir() if p.name not in parts | {"chute.json"})
+    known = {part["name"] for part in load_manifest(path)["parts"]} | {fmt.MANIFEST}
+    return sorted(p.name for p in path.iterdir() if p.name not in known)
 
 
 def test_sigkill_during_append(tmp_path: Path, record_property) -> None:
@@ -256,6 +257,7 @@ FRESH_WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sigkill_fresh_interpreter(tmp_path: Path, record_property) -> None:
     """The same from a separate interpreter: killed by the parent mid-stream."""
     path = tmp_path / "d.chute"

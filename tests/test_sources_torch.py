@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import multiprocessing as mp
 import os
 
 import numpy as np
@@ -91,3 +92,4 @@ def test_worker_error_reaches_the_caller_and_leaves_nothing(tmp_path):
             progress=False,
         )
     assert list(tmp_path.iterdir()) == []
+    assert mp.active_children() == []  # workers stopped now, not whenever the error is collected

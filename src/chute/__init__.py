@@ -5,6 +5,10 @@ memory maps, gathered in batches with zero per-sample Python, fed to the GPU wit
 overlapped. See https://github.com/chute-dev/chute#readme.
 """
 
+# -- exports of the other stages (loader, device, sources, ...) are added below --
+from .cache import cache
+from .convert import convert, from_iterable, from_torch
+from .device import to_device
 from .errors import (
     ChecksumError,
     ChuteError,
@@ -22,18 +26,13 @@ from .errors import (
 )
 from .fetch import RaggedBatch
 from .format import Bytes, Ragged, String, Tensor
-from .reader import Dataset, open
-from .verify import verify
-from .writer import Writer, write
-
-# -- exports of the other stages (loader, device, sources, ...) are added below --
-from .cache import cache
-from .convert import convert, from_iterable, from_torch
-from .sources.dask import from_dask
 from .loader import Loader, LoaderStats
 from .order import Order
-from .device import to_device
+from .reader import Dataset, open
+from .sources.dask import from_dask
 from .torch_compat import dataloader
+from .verify import verify
+from .writer import Writer, write
 
 __version__ = "0.1.0"
 

@@ -9,6 +9,7 @@ and do a single ``take``: no loop over samples.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -66,6 +67,36 @@ def var_take(
     flat = np.arange(total, dtype=np.int64)
     flat += np.repeat(starts - batch_offsets[:-1], lengths)
     return take_rows(values, flat), batch_offsets
+
+
+def checked_offsets(col: dict[str, np.ndarray], a: int, b: int, where: Path) -> np.ndarray:
+    """Offsets of samples ``a..b`` of a part's column, checked to lie in order inside its
+    values: a corrupt offsets file must not turn into a negative or out-of-range slice."""
+    offsets = col["offsets"][a : b + 1]
+    if offsets[0] < 0 or offsets[-1] > len(col["values"]) or (np.diff(offsets) < 0).any():
+        raise FormatError(
+            f"{where}: offsets of samples {a}..{b - 1} of this part are invalid "
+            f"({offsets[:4].tolist()}... of {len(col['values'])} values); the dataset is corrupt"
+        )
+    return offsets
+
+
+def check_shapes(shapes: np.ndarray, offsets: np.ndarray, inner: tuple, where: Path) -> None:
+    """Per-sample shapes of a batch with these offsets: no negative dim, the fixed dims,
+    exactly the sample's number of values (an int64 overflow is caught by the float check)."""
+    lengths = np.diff(offsets)
+    with np.errstate(over="ignore"):
+        bad = (shapes < 0).any(axis=1) | (shapes.prod(axis=1) != lengths)
+    bad |= shapes.astype(np.float64).prod(axis=1) >= 2**62
+    for k, d in enumerate(inner, 1):
+        if d is not None:
+            bad |= shapes[:, k] != d
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise FormatError(
+            f"{where}: a sample's shape {shapes[i].tolist()} does not fit its {int(lengths[i])} "
+            f"values and the inner shape {inner}; the dataset is corrupt"
+        )
 
 
 def pad_batch(batch: RaggedBatch, value: float | int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -201,9 +201,9 @@ def field_from_json(name: str, obj: Any) -> Field:
         raise FormatError(f"field {name!r}: unknown dtype {dtype!r}; one of {sorted(TORCH_DTYPES)}")
     try:
         if kind == "tensor":
-            return Tensor(tuple(_list(obj, "shape")), dtype)
+            return Tensor(tuple(_list(obj, "shape")), str(dtype))
         if kind == "ragged":
-            return Ragged(dtype, tuple(_list(obj, "inner_shape")))
+            return Ragged(str(dtype), tuple(_list(obj, "inner_shape")))
     except SchemaError as exc:
         raise FormatError(f"field {name!r}: {exc}") from None
     if kind == "bytes":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import threading
 import tokenize
 from typing import BinaryIO
 
@@ -19,6 +20,12 @@ from .errors import FormatError
 
 MAGIC = b"\x93NUMPY"
 MAX_HEADER_BYTES = 1 << 16  # numpy itself refuses headers of more than 10,000 characters
+# numpy parses the header with ast.literal_eval. On CPython 3.11 the AST builder keeps one
+# recursion counter per interpreter, so two threads parsing at once (loader workers mapping
+# their first columns) can fail with a spurious "SystemError: AST constructor recursion depth
+# mismatch" (cpython#106905). Headers are tiny: parse one at a time. Reentrant, because a
+# garbage-collector finalizer may open a file in the middle of a parse.
+_PARSE_LOCK = threading.RLock()
 _ALIGN = 64
 _GROWTH_DIGITS = 21
 
@@ -52,13 +59,14 @@ def read_header(f: BinaryIO, path: str) -> tuple[np.dtype, tuple[int, ...], int]
         raise FormatError(f"{path}: .npy header declares {size} bytes; not a chute file")
     head = io.BytesIO(start + length + f.read(size))
     try:
-        version = np.lib.format.read_magic(head)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(head)
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(head)
-        else:
-            raise ValueError(f"unsupported .npy version {version}")
+        with _PARSE_LOCK:
+            version = np.lib.format.read_magic(head)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(head)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(head)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
     except (ValueError, SyntaxError, TypeError, OverflowError, tokenize.TokenError) as exc:
         # TokenError: numpy re-tokenizes a header it cannot parse, as written by Python 2
         raise FormatError(f"{path}: not a valid .npy file ({exc})") from None

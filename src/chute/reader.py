@@ -30,7 +30,7 @@ from .errors import (
     SchemaError,
     UnsafePathError,
 )
-from .fetch import RaggedBatch, pad_batch, take_rows, var_take
+from .fetch import RaggedBatch, check_shapes, checked_offsets, pad_batch, take_rows, var_take
 from .npyio import MAX_HEADER_BYTES, check_size, read_header
 
 MAX_MANIFEST_BYTES = 256 << 20
@@ -190,6 +190,10 @@ class Dataset(torch.utils.data.Dataset):
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         return np.frombuffer(buf, got, nbytes // got.itemsize, offset).reshape(got_shape)
 
+    def _file(self, part: int, name: str, role: str) -> Path:
+        """The file of field ``name``'s ``role`` in part ``part`` (for error messages)."""
+        return self._parts[part].folder / fmt.field_files(name, self.schema[name])[role]
+
     def _column(self, part: int, name: str) -> dict[str, np.ndarray]:
         p = self._parts[part]
         col = p.columns.get(name)
@@ -209,13 +213,11 @@ class Dataset(torch.utils.data.Dataset):
                     f"{p.folder / files['values']}: values {values.shape} do not match the "
                     f"offsets (0..{int(offsets[-1])}) and inner shape {inner}"
                 )
-            if (offsets[1:] < offsets[:-1]).any():  # checked once: every slice below is in range
-                raise FormatError(f"{p.folder / files['offsets']}: offsets go backwards")
             col = {"values": values, "offsets": offsets}
             if f.variable_dims:
-                file = p.folder / files["shapes"]
-                col["shapes"] = self._load(file, "int64", (n, 1 + len(f.inner_shape)))
-                _check_shapes(col["shapes"], np.diff(offsets), f.inner_shape, file)
+                col["shapes"] = self._load(
+                    p.folder / files["shapes"], "int64", (n, 1 + len(f.inner_shape))
+                )
         p.columns[name] = col
         return col
 
@@ -245,13 +247,14 @@ class Dataset(torch.utils.data.Dataset):
             if isinstance(f, fmt.Tensor):
                 out[name] = _to_torch(col["data"][j, ...], f.dtype)
                 continue
-            values = col["values"][col["offsets"][j] : col["offsets"][j + 1]]
-            if len(values) != col["offsets"][j + 1] - col["offsets"][j]:
-                raise FormatError(f"{self.path}: field {name!r}, sample {key}: bad offsets")
+            offsets = checked_offsets(col, j, j + 1, self._file(part, name, "offsets"))
+            values = col["values"][offsets[0] : offsets[1]]
             if isinstance(f, fmt.String):
                 out[name] = values.tobytes().decode("utf-8", errors="replace")
             elif "shapes" in col:
-                out[name] = _to_torch(values.reshape(col["shapes"][j]), f.dtype)
+                shape = col["shapes"][j : j + 1]
+                check_shapes(shape, offsets, f.inner_shape, self._file(part, name, "shapes"))
+                out[name] = _to_torch(values.reshape(shape[0]), f.dtype)
             else:
                 out[name] = _to_torch(values, f.dtype)
         return out
@@ -268,12 +271,16 @@ class Dataset(torch.utils.data.Dataset):
             if isinstance(f, fmt.Tensor):
                 out[name] = _to_torch(col["data"][a:b], f.dtype)
                 continue
-            offsets = col["offsets"][a : b + 1]
+            offsets = checked_offsets(col, a, b, self._file(part, name, "offsets"))
             values, offsets = col["values"][offsets[0] : offsets[-1]], offsets - offsets[0]
             if isinstance(f, fmt.String):
                 out[name] = _strings(values, offsets)
                 continue
-            shapes = torch.from_numpy(col["shapes"][a:b]) if "shapes" in col else None
+            shapes = None
+            if "shapes" in col:
+                rows = col["shapes"][a:b]
+                check_shapes(rows, offsets, f.inner_shape, self._file(part, name, "shapes"))
+                shapes = torch.from_numpy(rows)
             out[name] = RaggedBatch(_to_torch(values, f.dtype), torch.from_numpy(offsets), shapes)
         return out
 
@@ -365,8 +372,11 @@ class Dataset(torch.utils.data.Dataset):
         pieces = []
         for p, pos, local in split:
             col = self._column(p, name)
-            values, offsets = var_take(col["values"], col["offsets"], local, str(self.path / name))
+            where = str(self._file(p, name, "offsets"))
+            values, offsets = var_take(col["values"], col["offsets"], local, where)
             shapes = col["shapes"][local] if "shapes" in col else None
+            if shapes is not None and isinstance(f, fmt.Ragged):  # only Ragged has shapes
+                check_shapes(shapes, offsets, f.inner_shape, self._file(p, name, "shapes"))
             pieces.append((pos, values, offsets, shapes))
         if len(pieces) == 1 and pieces[0][0] is None:
             _, values, offsets, shapes = pieces[0]
@@ -454,22 +464,6 @@ def _data_nbytes(f: fmt.Field, role: str, n: int) -> int | None:
         return None
     itemsize = fmt.storage_dtype(f.dtype).itemsize if role == "data" else 8
     return math.prod(shape) * itemsize
-
-
-def _check_shapes(shapes: np.ndarray, lengths: np.ndarray, inner: tuple, file: Path) -> None:
-    """Each sample's shape: no negative dim, the fixed dims, exactly its number of values."""
-    with np.errstate(over="ignore"):  # overflowing products are caught by the float check
-        bad = (shapes < 0).any(axis=1) | (shapes.prod(axis=1) != lengths)
-    bad |= shapes.astype(np.float64).prod(axis=1) >= 2**62
-    for k, d in enumerate(inner, 1):
-        if d is not None:
-            bad |= shapes[:, k] != d
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise FormatError(
-            f"{file}: sample {i} has shape {shapes[i].tolist()}, which does not fit its "
-            f"{int(lengths[i])} values and the inner shape {inner}; the dataset is corrupt"
-        )
 
 
 def _running(pieces: list) -> list[int]:

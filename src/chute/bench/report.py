@@ -101,6 +101,9 @@ def table(report: BenchReport) -> str:
         f"({d['bytes'] / 1e6:,.0f} MB) of {d['source']}; batch {c['batch_size']}, "
         f"{c['workers']} workers, seed {c['seed']}, {c['cache']} cache"
     )
+    load = report.machine.get("load_average_1m")
+    if load is not None:
+        title += f"; load average {load:.1f} on {report.machine.get('cpus')} CPUs"
     out = [title, line(head), line(["-" * w for w in widths]), *map(line, rows)]
     if any(r.stopped for r in report.results):
         notes.insert(

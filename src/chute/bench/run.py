@@ -3,6 +3,7 @@ each contender for one epoch in the same shuffled order, batch size and worker c
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import platform
@@ -14,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from .. import format as fmt
 from ..errors import DatasetNotFoundError, SchemaError
 from ..order import Order
+from ..reader import _as_numpy
 from ..reader import open as open_dataset
 from ..writer import Writer
 from .contenders import CONTENDERS, Contender, Setup, skipped
@@ -28,18 +29,12 @@ from .report import BenchReport
 CHUNK_BYTES = 64 << 20  # rows copied per step while writing the stores
 
 
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.uint16).numpy()
-    return t.numpy()
-
-
 def _chunks(ds: Any, names: Sequence[str], n: int, row_bytes: int) -> Callable:
     def chunks(multiple: int) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         step = max(multiple, (CHUNK_BYTES // max(1, row_bytes)) // multiple * multiple)
         for start in range(0, n, step):
             batch = ds[start : min(n, start + step)]
-            yield start, {k: _numpy(batch[k]) for k in names}
+            yield start, {k: _as_numpy(batch[k]) for k in names}
 
     return chunks
 
@@ -57,14 +52,18 @@ def _open_source(source: str | os.PathLike, work: Path, log: Callable[[str], Non
 
 
 def _machine() -> dict[str, Any]:
-    versions = {}
-    for mod in ("numpy", "torch", "h5py", "zarr"):
-        m = sys.modules.get(mod)
-        versions[mod] = getattr(m, "__version__", None)
+    versions: dict[str, str | None] = {}
+    for dist in ("numpy", "torch", "h5py", "zarr"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
     return {
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
+        # other work on the machine skews every number: say how busy it was
+        "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "versions": versions,
     }
 

@@ -95,4 +95,13 @@ class TorchSource(Source):
             collate_fn=self.collate,
             multiprocessing_context=self.context if self.num_workers else None,
         )
-        return iter(loader)
+        it = iter(loader)
+        try:
+            yield from it
+        finally:
+            # Stop the workers now, also on error: left to the garbage collector (the error's
+            # traceback keeps the iterator alive), the shutdown runs later on whatever thread
+            # collects it and blocks that thread for seconds.
+            shutdown = getattr(it, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()

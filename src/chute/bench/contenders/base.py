@@ -95,5 +95,4 @@ def per_sample_loader(setup: Setup, dataset: PerSample) -> Iterable[Batch]:
         dataset,
         batch_sampler=[b.tolist() for b in setup.batches],
         num_workers=setup.workers,
-        persistent_workers=False,
     )

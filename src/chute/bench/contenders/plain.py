@@ -1,5 +1,5 @@
 """Plain numpy baselines: the in-RAM gather limit, and a torch DataLoader over in-RAM arrays or
-``np.load(mmap_mode="r")`` memmaps of ordinary ``.npy`` files (what ``np.save`` users have)."""
+``np.load(mmap_mode=...)`` memmaps of ordinary ``.npy`` files (what ``np.save`` users have)."""
 
 from __future__ import annotations
 
