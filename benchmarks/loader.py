@@ -9,8 +9,7 @@ ImageNet-like (12k x 3x224x224). Every row reads the same shuffled epoch (chute.
 with batch 256 from a hot page cache:
 
 * gather limit: ``np.take(src, idx, axis=0, out=buf)`` per field from arrays in RAM into a
-  reused buffer, one thread: the ceiling for one thread (a numpy array in RAM gets transparent
-  huge pages; a file map gets 4 KB pages, which makes random reads of small rows slower).
+  reused buffer, one thread: the ceiling for one thread.
 * chute Loader with 1 and 2 worker threads, on the memory-mapped dataset (``chute.open``)
   and on ``chute.open(...).to_memory()`` (anonymous memory, like the gather limit); 3 epochs,
   each reshuffled.
@@ -19,14 +18,14 @@ with batch 256 from a hot page cache:
 * h5py, one sample per chunk and a tuned chunk cache, per-sample reads, 0 and 2 workers.
 
 The stores and readers are those of ``chute bench`` (``chute.bench.contenders``), so both tools
-measure the same configurations; this script adds the worker-count sweep, several epochs for
-the chute Loader (is its memory flat?) and no per-batch checksum (which would cost as much as
-the gather itself). Throughput counts the samples of the first epoch after its first batch
-over the time after it (later epochs of the chute rows are in the JSON), best of ``--reps``
+measure the same configurations; this script adds the worker-count sweep, several epochs and
+no per-batch checksum (which would cost as much as the gather itself). Throughput counts the
+samples of an epoch after its first batch over the time after it: the best epoch of ``--reps``
 interleaved repetitions (the rows alternate, so a burst of other work on the machine hits them
-alike). Peak PSS is of the whole
-process tree (main + workers) above what it used before the loader was opened; "anon" excludes
-file-backed pages (memory maps).
+alike), of ``--epochs`` epochs each for the gather limit and the chute rows (a chute Loader
+lives on across its epochs: is its memory flat?), of one epoch for the 15-100x slower rows.
+Peak PSS is of the whole process tree (main + workers) above what it used before the loader
+was opened; "anon" excludes file-backed pages (memory maps).
 """
 
 from __future__ import annotations
@@ -51,19 +50,20 @@ from chute.bench.contenders.native import copy_path
 
 MB = 1e6
 DATASETS = {"cifar-like": (200_000, (3, 32, 32)), "imagenet-like": (12_000, (3, 224, 224))}
-# (label, chute bench contender, workers; None = the contender has no workers)
+# (label, chute bench contender, workers or None (it has none), runs --epochs epochs: the fast
+# rows do, so that the ratios between them compare as many draws each; the slow rows run one)
 ROWS = [
-    ("gather limit (np.take, 1 thread)", "gather limit (in RAM)", None),
-    ("chute Loader", "chute Loader", 1),
-    ("chute Loader", "chute Loader", 2),
-    ("chute Loader, ds.to_memory()", "chute Loader, to_memory()", 1),
-    ("chute Loader, ds.to_memory()", "chute Loader, to_memory()", 2),
-    ("DataLoader, in-RAM arrays", "DataLoader, in-RAM arrays", 0),
-    ("DataLoader, in-RAM arrays", "DataLoader, in-RAM arrays", 2),
-    ("DataLoader, np.memmap", "DataLoader, np.memmap", 0),
-    ("DataLoader, np.memmap", "DataLoader, np.memmap", 2),
-    ("h5py, tuned chunk cache", "h5py, tuned", 0),
-    ("h5py, tuned chunk cache", "h5py, tuned", 2),
+    ("gather limit (np.take, 1 thread)", "gather limit (in RAM)", None, True),
+    ("chute Loader", "chute Loader", 1, True),
+    ("chute Loader", "chute Loader", 2, True),
+    ("chute Loader, ds.to_memory()", "chute Loader, to_memory()", 1, True),
+    ("chute Loader, ds.to_memory()", "chute Loader, to_memory()", 2, True),
+    ("DataLoader, in-RAM arrays", "DataLoader, in-RAM arrays", 0, False),
+    ("DataLoader, in-RAM arrays", "DataLoader, in-RAM arrays", 2, False),
+    ("DataLoader, np.memmap", "DataLoader, np.memmap", 0, False),
+    ("DataLoader, np.memmap", "DataLoader, np.memmap", 2, False),
+    ("h5py, tuned chunk cache", "h5py, tuned", 0, False),
+    ("h5py, tuned chunk cache", "h5py, tuned", 2, False),
 ]
 
 
@@ -72,9 +72,10 @@ def _loader_in_ram(setup: Setup) -> chute.Loader:
     return chute.Loader(ds, setup.batch_size, seed=setup.seed, num_workers=setup.workers)
 
 
-# Reads from anonymous memory like the gather limit (numpy gives such arrays transparent huge
-# pages; file maps get 4 KB pages, which costs random 3 KB reads ~25% here): this row isolates
-# the Loader's own overhead from the cost of reading through a memory map.
+# Reads from anonymous memory, like the gather limit: numpy asks for transparent huge pages for
+# it, while a file map gets 2 MB pages only where the page cache happens to hold 2 MB folios
+# (with 4 KB pages, random reads of 3 KB rows were ~25% slower here). This row separates the
+# Loader's own overhead from the cost of reading through a memory map.
 IN_RAM = Contender(
     "chute Loader, to_memory()",
     "chute.open(...).to_memory() + Loader: the dataset read into RAM first",
@@ -131,7 +132,10 @@ def measure(contender: Contender, setup: Setup, epochs: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         loader = contender.open(setup)
         first_batch_s = None
-        for _ in range(epochs):
+        for epoch in range(epochs):
+            if epoch and isinstance(loader, Iterator):  # one pass only (the gather limit)
+                loader = None
+                loader = contender.open(setup)
             samples, start = 0, time.perf_counter()
             for batch in loader:
                 if first_batch_s is None:  # the first batch: its time is time to first batch
@@ -150,7 +154,7 @@ def measure(contender: Contender, setup: Setup, epochs: int) -> dict[str, Any]:
     return {
         "first_batch_s": first_batch_s,
         "epoch_samples_per_s": rates,
-        "samples_per_s": rates[0],  # the first epoch: one figure per repetition for every row
+        "samples_per_s": max(rates),
         "peak_pss_mb_by_epoch": pss,
         "peak_anon_mb_by_epoch": anon,
         "loader_stats": stats,
@@ -159,7 +163,7 @@ def measure(contender: Contender, setup: Setup, epochs: int) -> dict[str, Any]:
 
 def bench_dataset(name: str, n: int, shape: tuple[int, ...], args: argparse.Namespace) -> dict:
     by_name = {c.name: c for c in [*CONTENDERS, IN_RAM]}
-    missing = [c for _, c, _ in ROWS if c not in by_name]
+    missing = [c for _, c, _, _ in ROWS if c not in by_name]
     if missing:
         sys.exit(f"chute.bench.contenders has no {missing}; update ROWS in {__file__}")
     root = Path(tempfile.mkdtemp(prefix="chute-loader-bench-", dir=args.work_dir))
@@ -167,7 +171,7 @@ def bench_dataset(name: str, n: int, shape: tuple[int, ...], args: argparse.Name
         print(f"{name}: writing {n:,} x {shape} uint8 to {root}", file=sys.stderr, flush=True)
         setup = make_dataset(root, n, shape, args.batch_size)
         stores = {}
-        for _, cname, _ in ROWS:
+        for _, cname, _, _ in ROWS:
             write = by_name[cname].write
             if write is not None and write not in stores:
                 stores[write] = write(setup)
@@ -177,12 +181,11 @@ def bench_dataset(name: str, n: int, shape: tuple[int, ...], args: argparse.Name
                     f.read_bytes()
         results: list[dict[str, Any]] = [{} for _ in ROWS]
         for rep in range(args.reps):
-            for i, (label, cname, workers) in enumerate(ROWS):
-                chute_row = cname.startswith("chute Loader")
+            for i, (label, cname, workers, multi) in enumerate(ROWS):
                 s = dataclasses.replace(setup, workers=workers or 0)
                 how = "" if workers is None else f", {workers} workers"
                 print(f"  rep {rep + 1}/{args.reps}: {label}{how}", file=sys.stderr, flush=True)
-                r = measure(by_name[cname], s, args.epochs if chute_row else 1)
+                r = measure(by_name[cname], s, args.epochs if multi else 1)
                 best = results[i]
                 if not best or r["samples_per_s"] > best["samples_per_s"]:
                     results[i] = {"row": label, "workers": workers, **r}
@@ -227,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--quick", action="store_true", help="same as --scale 0.05 --reps 1")
     p.add_argument("--reps", type=int, default=3, help="interleaved repetitions, best kept (3)")
-    p.add_argument("--epochs", type=int, default=3, help="epochs of the chute Loader rows (3)")
+    p.add_argument("--epochs", type=int, default=3, help="epochs of the fast rows (3)")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
     p.add_argument("--work-dir", default=None, help="where the temporary stores go")

@@ -344,6 +344,14 @@ def test_multi_part_dataset(tmp_path):
         assert torch.equal(batch["v"][:, 0], (2 * batch["y"]).float())
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batch_size_beyond_the_dataset(ds, workers):
+    loader = chute.Loader(ds, 10**12, num_workers=workers)  # slots are sized to the dataset
+    assert [len(b["y"]) for b in loader] == [N]
+    two = chute.Loader(ds, 10**12, num_workers=workers, rank=1, world_size=2)
+    assert [len(b["y"]) for b in two] == [(N + 1) // 2]
+
+
 def test_empty_dataset(tmp_path):
     path = tmp_path / "empty.chute"
     chute.write(path, {"y": np.zeros(0, np.int64)})

@@ -196,7 +196,7 @@ class Loader:
         probe = self.dataset.empty_batch(1)  # the fixed-shape fields, one row each
         group = 1
         if probe.keys() == self.dataset.schema.keys():
-            batch_bytes = self.batch_size * sum(t.nbytes for t in probe.values())
+            batch_bytes = self._slot_rows * sum(t.nbytes for t in probe.values())
             group = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, batch_bytes)))
         ahead = max(-(-self.prefetch // group), self.num_workers)
         return group, -(-self.keep // group) + ahead
@@ -204,6 +204,11 @@ class Loader:
     @property
     def batch_size(self) -> int:
         return self.order.batch_size
+
+    @property
+    def _slot_rows(self) -> int:
+        """Rows of a slot: no batch is larger than the dataset (batch_size may be)."""
+        return min(self.batch_size, self.order.n)
 
     @property
     def ring_size(self) -> int:
@@ -270,7 +275,7 @@ class _Ring:
     def __init__(self, loader: Loader, group: int, items: int) -> None:
         self.group, self.items = group, items
         self.size = group * items
-        b = loader.batch_size
+        b = loader._slot_rows
         buf = loader.dataset.empty_batch(self.size * b, pin_memory=loader.pin_memory)
         for t in buf.values():  # fault the pages in now, not during the first epoch's gathers
             t.zero_()

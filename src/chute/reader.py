@@ -295,12 +295,15 @@ class Dataset(torch.utils.data.Dataset):
                 f"indices must be a 1-D array of ints, got {idx.dtype} {idx.shape}"
             )
         idx = idx.astype(np.int64, copy=False)
-        if idx.size and (idx.min() < -self._len or idx.max() >= self._len):
+        # Fast path, one reduction: viewed as unsigned, a negative index is huge.
+        if not idx.size or idx.view(np.uint64).max() < self._len:
+            return idx
+        if idx.min() < -self._len or idx.max() >= self._len:
             bad = idx[(idx < -self._len) | (idx >= self._len)][0]
             raise SampleIndexError(
                 f"index {bad} is out of range for {self.path} ({self._len} samples)"
             )
-        return np.where(idx < 0, idx + self._len, idx) if idx.size and idx.min() < 0 else idx
+        return np.where(idx < 0, idx + self._len, idx)
 
     def _split(self, idx: np.ndarray) -> list[tuple[int, np.ndarray | None, np.ndarray]]:
         """(part, positions in the batch or None for all, local indices) for each part hit."""
@@ -355,7 +358,8 @@ class Dataset(torch.utils.data.Dataset):
                     f"out[{name!r}] is {t.dtype} {tuple(t.shape)}; need {want[0]} "
                     f"({b}+, {', '.join(map(str, f.shape))}) contiguous"
                 )
-            target = _as_numpy(t[:b])
+            target = _as_numpy(t)
+            target = target if len(target) == b else target[:b]
         if len(split) == 1 and split[0][1] is None:
             res = take_rows(self._column(0, name)["data"], idx, target)
         else:
@@ -366,7 +370,10 @@ class Dataset(torch.utils.data.Dataset):
             )
             for p, pos, local in split:
                 res[pos] = take_rows(self._column(p, name)["data"], local)
-        return out[name][:b] if target is not None else _to_torch(res, f.dtype)  # type: ignore[index]
+        if target is None:
+            return _to_torch(res, f.dtype)
+        t = out[name]  # type: ignore[index]
+        return t if len(t) == b else t[:b]
 
     def _gather_var(self, name: str, f: fmt.Field, b: int, split: list) -> RaggedBatch:
         pieces = []
