@@ -5,6 +5,7 @@ Other test modules may add fixtures here (surgical edits, please).
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,14 @@ import pytest
 import torch
 
 import chute
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A job started in the background by a non-interactive shell (as some CI runners start
+    # theirs) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt, nor do
+    # the processes it starts. Restore Python's handler so that the Ctrl-C tests test chute.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def mixed_samples(n: int) -> list[dict[str, Any]]:
