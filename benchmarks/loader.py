@@ -58,6 +58,7 @@ ROWS = [
     ("chute Loader", "chute Loader", 2, True),
     ("chute Loader, ds.to_memory()", "chute Loader, to_memory()", 1, True),
     ("chute Loader, ds.to_memory()", "chute Loader, to_memory()", 2, True),
+    ("chute.dataloader (processes, batched)", "chute.dataloader", 2, True),
     ("DataLoader, in-RAM arrays", "DataLoader, in-RAM arrays", 0, False),
     ("DataLoader, in-RAM arrays", "DataLoader, in-RAM arrays", 2, False),
     ("DataLoader, np.memmap", "DataLoader, np.memmap", 0, False),
