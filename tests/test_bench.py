@@ -64,7 +64,8 @@ def test_cli_end_to_end(small: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
         assert r["samples"] == N and r["batches"] == 5 and not r["stopped"]
         assert r["checksum_ok"] is True
         assert r["first_batch_s"] > 0 and r["samples_per_s"] > 0 and r["peak_pss_mb"] is not None
-        checksums.add(r["checksum"])
+        if not c.own_order:  # own-order rows carry an order-free digest (test_bench_adapters)
+            checksums.add(r["checksum"])
     assert len(checksums) == 1
     assert rows["chute Loader"]["vs_chute"] == pytest.approx(1.0)
     for name, _, hint in OPTIONAL:

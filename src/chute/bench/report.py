@@ -77,6 +77,8 @@ def table(report: BenchReport) -> str:
         ok = {True: "ok", False: "MISMATCH", None: "?"}[r.checksum_ok]
         if r.stopped:
             ok += f", {r.samples / d['samples']:.0%} read"
+        if r.extra.get("order") == "own":
+            ok += " (own order, as a set)"
         rows.append(
             [
                 r.name,

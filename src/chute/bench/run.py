@@ -227,6 +227,8 @@ def _check(results: list[Result], n: int) -> None:
     ok = [r for r in results if r.status == "ok"]
     ref = ok[0].prefix if ok else []
     for r in ok:
+        if r.extra.get("order") == "own":  # checked as a set of samples by measure()
+            continue
         if 0 < r.batches <= len(ref):
             whole = r.stopped or r.samples == n
             r.checksum_ok = whole and r.checksum == ref[r.batches - 1]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import hdf5, native, plain, zarr_stores
+from . import hdf5, hf, native, plain, webdataset, zarr_stores
 from .base import Contender, Setup
 from .others import skipped
 
@@ -12,6 +12,8 @@ CONTENDERS: list[Contender] = [
     *plain.CONTENDERS[1:],
     *hdf5.CONTENDERS,
     *zarr_stores.CONTENDERS,
+    *hf.CONTENDERS,
+    *webdataset.CONTENDERS,
 ]
 
 __all__ = ["CONTENDERS", "Contender", "Setup", "skipped"]

@@ -56,6 +56,7 @@ class Contender:
     open: Callable[[Setup], Iterable[Batch]]  # cold open -> batches in setup.batches order
     requires: tuple[str, ...] = ()  # optional modules; a missing one skips the contender
     install: str = ""  # what to pip install when one is missing
+    own_order: bool = False  # reads in its own order: checked as a set of samples, see measure
 
 
 def storage(f: fmt.Tensor) -> np.dtype:

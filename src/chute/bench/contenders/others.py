@@ -1,9 +1,8 @@
-"""Libraries a user might pick instead of chute. They are listed so the table says what was not
-measured and how to get it measured; chute bench does not install them.
+"""Libraries a user might pick instead of chute that have no adapter yet. They are listed so the
+table says what was not measured and how to get it measured; chute bench does not install them.
 
-None has an adapter yet: LitData, MosaicML Streaming and WebDataset read shards in their own
-shuffled order (so they cannot be checked against the bench's order), and Hugging Face
-``datasets`` needs Arrow fixed-shape array features per field.
+Hugging Face ``datasets`` and WebDataset have adapters (``hf.py``, ``webdataset.py``): they are
+contenders, skipped with their install hint when missing.
 """
 
 from __future__ import annotations
@@ -12,11 +11,13 @@ import importlib.util
 
 OPTIONAL = [
     # (row name, module, pip install hint)
-    ("Hugging Face datasets (Arrow)", "datasets", "pip install datasets"),
     ("LitData", "litdata", "pip install litdata"),
     ("MosaicML Streaming", "streaming", "pip install mosaicml-streaming"),
-    ("WebDataset", "webdataset", "pip install webdataset"),
 ]
+
+# Both stream shards in their own shuffled order through their own loader; an adapter would
+# read one epoch in that order and be checked as a set of samples, as WebDataset is.
+NO_ADAPTER = "installed, but chute bench has no adapter for it yet (reads in its own order)"
 
 
 def skipped() -> list[tuple[str, str]]:
@@ -26,5 +27,5 @@ def skipped() -> list[tuple[str, str]]:
         if importlib.util.find_spec(module) is None:
             rows.append((name, f"not installed: {hint}"))
         else:
-            rows.append((name, "installed, but chute bench has no adapter for it yet"))
+            rows.append((name, NO_ADAPTER))
     return rows
