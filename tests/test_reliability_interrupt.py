@@ -161,11 +161,4 @@ def test_sigint_during_iteration(ds_path: Path, tmp_path: Path, mode: str, recor
         f"slower than {PROMPT_S:.0f} s {slow}x; threads, processes, fds back to baseline; no "
         "/dev/shm segment left",
     )
-    if mode == "dataloader" and (lost or slow):
-        pytest.xfail(
-            "known bug (reported): a SIGINT that lands while chute.dataloader forks its "
-            "workers is swallowed (KeyboardInterrupt raised in a CPython at-fork handler is "
-            "printed as 'Exception ignored') and the loop runs on; one that kills a worker "
-            "mid-hand-off makes the shutdown wait out torch's 5 s join timeout"
-        )
     assert lost == slow == 0

@@ -176,12 +176,7 @@ def test_dataloader_worker_killed(ds_path: Path, busy: bool, record_property) ->
         f"error within {slowest:.2f} s; other worker stopped",
     )
     assert "completed without an error" not in outcomes
-    if any("NOT naming" in k for k in outcomes):
-        pytest.xfail(
-            "known bug (reported): when the killed worker had a batch in flight, torch fails "
-            "fetching its shared memory with ConnectionResetError or EOFError, and "
-            "chute.dataloader does not turn it into an error naming the dead worker"
-        )
+    assert not any("NOT naming" in k for k in outcomes), outcomes
 
 
 BAD_LOADER_ARGS = [

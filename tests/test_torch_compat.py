@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
 import chute
 from chute.device import to_device
-from chute.errors import SchemaError
+from chute.errors import SchemaError, WorkerError
 from chute.loader import Loader
 from chute.order import Order
 from chute.torch_compat import ChuteDataLoader, dataloader
@@ -193,6 +195,82 @@ def test_to_device_passes_state_through(ds: chute.Dataset) -> None:
     next(it)
     next(it)
     assert wrapped.state_dict()["consumed"] == 20
+
+
+# ------------------------------------------------------------- dead workers, Ctrl-C
+
+_init_id = -1  # set by init_worker in each worker process
+
+
+def init_worker(worker_id: int) -> None:
+    global _init_id
+    _init_id = worker_id
+
+
+def report_worker(batch: dict[str, Any]) -> dict[str, Any]:
+    batch["init_id"] = torch.tensor(_init_id)
+    batch["ignores_sigint"] = torch.tensor(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+    return batch
+
+
+def die_on_sample_16(batch: dict[str, Any]) -> dict[str, Any]:
+    if 16 in batch["y"]:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer would
+    return batch
+
+
+def test_workers_ignore_sigint_and_run_the_users_worker_init_fn(ds: chute.Dataset) -> None:
+    dl = dataloader(ds, 8, num_workers=2, worker_init_fn=init_worker, batch_transform=report_worker)
+    batches = list(dl)
+    assert {int(b["init_id"]) for b in batches} == {0, 1}
+    assert all(bool(b["ignores_sigint"]) for b in batches)  # the main process stops them
+
+
+def test_a_killed_worker_is_named(ds: chute.Dataset) -> None:
+    dl = dataloader(
+        ds,
+        8,
+        shuffle=False,
+        num_workers=2,
+        batch_transform=die_on_sample_16,
+        multiprocessing_context="fork",
+    )
+    before = {c.pid for c in psutil.Process().children()}
+    with pytest.raises(WorkerError, match=r"worker process \d+ \(killed by SIGKILL\)") as info:
+        list(dl)
+    pid = int(str(info.value).split("worker process ")[1].split()[0])
+    assert pid not in before and not psutil.pid_exists(pid)
+    assert isinstance(info.value.__cause__, (RuntimeError, ConnectionError, EOFError))
+
+
+_sigint_at_fork: list[int] = []  # armed by a test: the next fork sends this process a SIGINT
+_hook_registered = False
+
+
+def _sigint_after_fork() -> None:
+    if _sigint_at_fork:
+        _sigint_at_fork.pop()
+        os.kill(os.getpid(), signal.SIGINT)  # its KeyboardInterrupt is raised inside the hook
+
+
+def test_ctrl_c_while_the_workers_start_is_not_lost(ds: chute.Dataset) -> None:
+    """A Ctrl-C in a CPython at-fork hook used to be printed as 'Exception ignored' and dropped;
+    now ``iter()`` raises it once the workers are up, and they are stopped."""
+    global _hook_registered
+    if not _hook_registered:  # (at-fork hooks cannot be removed: it stays disarmed)
+        os.register_at_fork(after_in_parent=_sigint_after_fork)
+        _hook_registered = True
+    dl = dataloader(ds, 8, num_workers=2, multiprocessing_context="fork")
+    handler = signal.getsignal(signal.SIGINT)
+    before = {c.pid for c in psutil.Process().children()}
+    _sigint_at_fork.append(signal.SIGINT)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            iter(dl)
+    finally:
+        _sigint_at_fork.clear()
+    assert signal.getsignal(signal.SIGINT) is handler  # restored
+    assert [c.pid for c in psutil.Process().children() if c.pid not in before] == []
 
 
 @pytest.mark.cuda

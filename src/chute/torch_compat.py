@@ -26,10 +26,31 @@ NOTE (what crosses the process boundary, memory, state)
     per worker), so the sampler reads the pure ``plan()`` while ``Order.batches()`` is advanced
     only when the iterator hands a batch to the consumer: ``state_dict()`` counts what was
     received, exactly as :class:`~chute.loader.Loader` does, and resumes with any world size.
+
+NOTE (a dead worker, Ctrl-C)
+
+    A worker killed (SIGKILL, the OOM killer) mid-hand-off can fail torch's read of its batch
+    with a bare ``ConnectionResetError`` / ``EOFError`` (its socket closes a moment before the
+    kernel reports it exited, so torch's own dead-worker check finds nothing). The iterator
+    turns that, and torch's ``RuntimeError`` about a dead worker, into a
+    :class:`~chute.errors.WorkerError` naming each exited worker's pid and signal or exit code.
+
+    A SIGINT that lands while ``iter()`` forks the workers (every epoch unless
+    ``persistent_workers``) would raise ``KeyboardInterrupt`` inside a CPython at-fork hook,
+    which prints "Exception ignored" and drops it: the loop runs on. So ``iter()`` records a
+    SIGINT while it starts the workers and replays it to the previous handler once they are
+    up (main thread only: Python runs signal handlers there alone). Workers ignore SIGINT
+    (a wrapper around ``worker_init_fn``; children they start inherit that): a terminal's
+    Ctrl-C reaches the whole process group, and a worker that died of it mid-hand-off made
+    the shutdown wait out torch's 5 s join timeout. The main process stops them instead.
 """
 
 from __future__ import annotations
 
+import functools
+import signal
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -37,7 +58,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from .errors import SchemaError
+from .errors import SchemaError, WorkerError
 from .loader import _default_workers, _dist_defaults
 from .order import Order, check_int
 
@@ -133,11 +154,23 @@ class ChuteDataLoader(torch.utils.data.DataLoader):
 
     def __init__(self, dataset: BatchDataset, order: Order, **kwargs: Any) -> None:
         sampler = OrderBatchSampler(order)  # index arrays, not lists: __getitems__ takes both
+        kwargs["worker_init_fn"] = functools.partial(_worker_init, kwargs.get("worker_init_fn"))
         super().__init__(dataset, batch_sampler=sampler, collate_fn=_as_is, **kwargs)  # type: ignore[arg-type]
         self.order = order
 
     def __iter__(self) -> _Consumed:  # type: ignore[override]
-        return _Consumed(super().__iter__(), self.order.batches())
+        previous = signal.getsignal(signal.SIGINT)
+        if threading.current_thread() is not threading.main_thread() or previous is None:
+            return _Consumed(super().__iter__(), self.order.batches())
+        interrupted: list[int] = []  # a SIGINT while the workers start: see the NOTE
+        signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+        try:
+            it = super().__iter__()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            if interrupted:  # the previous handler (default: KeyboardInterrupt) gets it now
+                signal.raise_signal(signal.SIGINT)
+        return _Consumed(it, self.order.batches())
 
     def set_epoch(self, epoch: int) -> None:
         """Move to ``epoch`` (the same epoch again keeps a resumed position)."""
@@ -171,8 +204,52 @@ class _Consumed:
         except StopIteration:
             next(self._progress, None)  # the epoch is over: the order moves on to the next
             raise
+        except (ConnectionError, EOFError, RuntimeError) as exc:  # a dead worker? see the NOTE
+            # A dropped connection comes a moment before the exit: wait for it, boundedly.
+            dead = _exited_workers(self._it, 0.0 if isinstance(exc, RuntimeError) else 2.0)
+            if not dead:
+                raise
+            raise WorkerError(
+                f"DataLoader worker process {dead} died mid-epoch ({type(exc).__name__}: "
+                f"{exc}); a SIGKILL is usually the out-of-memory killer (see dmesg): use fewer "
+                "workers, smaller batches or lighter transforms"
+            ) from exc
         next(self._progress)  # record the batch as consumed
         return batch
+
+
+def _exited_workers(it: Any, wait_s: float) -> str:
+    """The workers of torch iterator ``it`` that have exited, polled for up to ``wait_s``:
+    e.g. "12345 (killed by SIGKILL)"; "" if none has (or ``it`` has no worker processes)."""
+    workers = getattr(it, "_workers", [])
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            dead = [w for w in workers if w.exitcode is not None]  # (reaps them)
+            if dead or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+        except RuntimeError:  # torch's SIGCHLD handler: a worker died; look again
+            pass
+    return ", ".join(f"{w.pid} ({_exit_reason(w.exitcode)})" for w in dead)
+
+
+def _exit_reason(code: int) -> str:
+    """``multiprocessing``'s exit code in words: "exit code 1", "killed by SIGKILL"."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:  # a signal without a name (real-time signals)
+        return f"killed by signal {-code}"
+
+
+def _worker_init(user_fn: Callable[[int], None] | None, worker_id: int) -> None:
+    """Each worker ignores SIGINT (the main process stops it: see the NOTE), then runs the
+    user's ``worker_init_fn``. Module-level, so that spawned workers can unpickle it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if user_fn is not None:
+        user_fn(worker_id)
 
 
 _OWN = ("batch_sampler", "sampler")
