@@ -33,7 +33,8 @@ NOTE (a dead worker, Ctrl-C)
     with a bare ``ConnectionResetError`` / ``EOFError`` (its socket closes a moment before the
     kernel reports it exited, so torch's own dead-worker check finds nothing). The iterator
     turns that, and torch's ``RuntimeError`` about a dead worker, into a
-    :class:`~chute.errors.WorkerError` naming each exited worker's pid and signal or exit code.
+    :class:`~chute.errors.WorkerError` naming each exited worker's pid and signal or exit code,
+    and stops the other workers first.
 
     A SIGINT that lands while ``iter()`` forks the workers (every epoch unless
     ``persistent_workers``) would raise ``KeyboardInterrupt`` inside a CPython at-fork hook,
@@ -209,6 +210,9 @@ class _Consumed:
             dead = _exited_workers(self._it, 0.0 if isinstance(exc, RuntimeError) else 2.0)
             if not dead:
                 raise
+            # Stop the other workers now: the tracebacks can keep torch's iterator (whose
+            # finalizer would stop them) alive in a reference cycle until the next gc.
+            self._it._shutdown_workers()  # type: ignore[attr-defined]
             raise WorkerError(
                 f"DataLoader worker process {dead} died mid-epoch ({type(exc).__name__}: "
                 f"{exc}); a SIGKILL is usually the out-of-memory killer (see dmesg): use fewer "
