@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from pathlib import Path
@@ -213,8 +214,9 @@ def report_worker(batch: dict[str, Any]) -> dict[str, Any]:
     return batch
 
 
-def die_on_sample_16(batch: dict[str, Any]) -> dict[str, Any]:
-    if 16 in batch["y"]:
+def die_once_on_sample_16(flag: Path, batch: dict[str, Any]) -> dict[str, Any]:
+    if 16 in batch["y"] and not flag.exists():
+        flag.touch()
         os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer would
     return batch
 
@@ -226,24 +228,32 @@ def test_workers_ignore_sigint_and_run_the_users_worker_init_fn(ds: chute.Datase
     assert all(bool(b["ignores_sigint"]) for b in batches)  # the main process stops them
 
 
-def test_a_killed_worker_is_named(ds: chute.Dataset) -> None:
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_killed_worker_is_named_and_the_next_iter_starts_new_ones(
+    ds: chute.Dataset, tmp_path: Path, persistent: bool
+) -> None:
     dl = dataloader(
         ds,
         8,
         shuffle=False,
         num_workers=2,
-        batch_transform=die_on_sample_16,
+        batch_transform=functools.partial(die_once_on_sample_16, tmp_path / "died"),
         multiprocessing_context="fork",
+        persistent_workers=persistent,
     )
     before = {c.pid for c in psutil.Process().children()}
+    got: list[int] = []
     with pytest.raises(WorkerError, match=r"worker process \d+ \(killed by SIGKILL\)") as info:
-        list(dl)
+        for b in dl:
+            got += b["y"].tolist()
     pid = int(str(info.value).split("worker process ")[1].split()[0])
     assert pid not in before and not psutil.pid_exists(pid)
     assert isinstance(info.value.__cause__, (RuntimeError, ConnectionError, EOFError))
     # The other worker is stopped when the error is raised, though the traceback (held by
     # `info`) keeps torch's iterator alive.
     assert [c.pid for c in psutil.Process().children() if c.pid not in before] == []
+    assert got == list(range(len(got))) and len(got) <= 16  # (batch 0 or 1 may be in flight)
+    assert got + ys(dl) == list(range(N))  # new workers, the epoch continues
 
 
 _sigint_at_fork: list[int] = []  # armed by a test: the next fork sends this process a SIGINT

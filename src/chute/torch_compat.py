@@ -34,7 +34,8 @@ NOTE (a dead worker, Ctrl-C)
     kernel reports it exited, so torch's own dead-worker check finds nothing). The iterator
     turns that, and torch's ``RuntimeError`` about a dead worker, into a
     :class:`~chute.errors.WorkerError` naming each exited worker's pid and signal or exit code,
-    and stops the other workers first.
+    and stops the other workers first (the next ``iter()`` starts new ones, also with
+    ``persistent_workers``).
 
     A SIGINT that lands while ``iter()`` forks the workers (every epoch unless
     ``persistent_workers``) would raise ``KeyboardInterrupt`` inside a CPython at-fork hook,
@@ -162,7 +163,7 @@ class ChuteDataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> _Consumed:  # type: ignore[override]
         previous = signal.getsignal(signal.SIGINT)
         if threading.current_thread() is not threading.main_thread() or previous is None:
-            return _Consumed(super().__iter__(), self.order.batches())
+            return _Consumed(super().__iter__(), self)
         interrupted: list[int] = []  # a SIGINT while the workers start: see the NOTE
         signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
         try:
@@ -171,7 +172,7 @@ class ChuteDataLoader(torch.utils.data.DataLoader):
             signal.signal(signal.SIGINT, previous)
             if interrupted:  # the previous handler (default: KeyboardInterrupt) gets it now
                 signal.raise_signal(signal.SIGINT)
-        return _Consumed(it, self.order.batches())
+        return _Consumed(it, self)
 
     def set_epoch(self, epoch: int) -> None:
         """Move to ``epoch`` (the same epoch again keeps a resumed position)."""
@@ -189,9 +190,10 @@ class ChuteDataLoader(torch.utils.data.DataLoader):
 class _Consumed:
     """The DataLoader's iterator, advancing ``Order.batches()`` as batches are handed out."""
 
-    def __init__(self, it: Iterator[Any], progress: Iterator[np.ndarray]) -> None:
+    def __init__(self, it: Iterator[Any], loader: ChuteDataLoader) -> None:
         self._it = it
-        self._progress = progress
+        self._progress = loader.order.batches()
+        self._loader = loader
 
     def __iter__(self) -> _Consumed:
         return self
@@ -211,8 +213,10 @@ class _Consumed:
             if not dead:
                 raise
             # Stop the other workers now: the tracebacks can keep torch's iterator (whose
-            # finalizer would stop them) alive in a reference cycle until the next gc.
+            # finalizer would stop them) alive in a reference cycle until the next gc. With
+            # persistent_workers, the next iter() then starts new ones.
             self._it._shutdown_workers()  # type: ignore[attr-defined]
+            self._loader._iterator = None
             raise WorkerError(
                 f"DataLoader worker process {dead} died mid-epoch ({type(exc).__name__}: "
                 f"{exc}); a SIGKILL is usually the out-of-memory killer (see dmesg): use fewer "
