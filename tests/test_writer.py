@@ -52,6 +52,23 @@ def test_write_in_chunks_equals_one_go(tmp_path):
         ).read_bytes()
 
 
+def test_early_writeback_keeps_every_byte(tmp_path, monkeypatch):
+    # Writeback starts every WRITEBACK_BYTES of a file: with a tiny threshold it runs after
+    # nearly every write, in every file (values, offsets, data), and must not change a byte.
+    from chute import columns
+
+    monkeypatch.setattr(columns, "WRITEBACK_BYTES", 100)
+    rng = np.random.default_rng(0)
+    data = {"x": rng.normal(size=(500, 7)), "r": [np.arange(i % 13) for i in range(500)]}
+    chute.write(tmp_path / "d.chute", data, chunk_bytes=300)
+    assert chute.verify(tmp_path / "d.chute") > 0
+    ds = chute.open(tmp_path / "d.chute")
+    assert np.array_equal(ds.gather(range(500))["x"].numpy(), data["x"])
+    assert [ds[i]["r"].tolist() for i in (0, 12, 499)] == [[], list(range(12)), list(range(5))]
+    with open(tmp_path / "f.bin", "wb") as f:  # also on a file with nothing dirty
+        columns.start_writeback(f.fileno(), 0, 1 << 20)
+
+
 def test_write_from_memmap_input(tmp_path):
     src = tmp_path / "src.npy"
     np.save(src, np.arange(4096, dtype=np.float64).reshape(512, 8))
