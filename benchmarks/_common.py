@@ -21,9 +21,19 @@ import torch
 
 from chute.bench.measure import TreeMemory  # PSS of this process and all its children
 
-__all__ = ["TreeMemory", "machine", "peak_pss", "table", "write_json"]
+__all__ = ["EPOCH_COLUMNS", "TreeMemory", "machine", "peak_pss", "table", "write_json"]
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+# The table columns of the per-epoch benchmarks (key, header, format).
+EPOCH_COLUMNS = [
+    ("epoch", "epoch", "d"),
+    ("seconds", "s", ".2f"),
+    ("samples_per_s", "samples/s", ",.0f"),
+    ("mb_per_s", "MB/s", ".0f"),
+    ("peak_pss_mb", "peak PSS MB", ".1f"),
+    ("peak_anon_mb", "peak anon MB", ".1f"),
+]
 
 
 @contextmanager

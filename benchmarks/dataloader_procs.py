@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import RESULTS, TreeMemory, peak_pss, table, write_json
+from _common import EPOCH_COLUMNS, RESULTS, TreeMemory, peak_pss, table, write_json
 
 import chute
 from chute.torch_compat import dataloader
@@ -85,16 +85,6 @@ def run_dataloader_procs(
     }
 
 
-COLUMNS = [
-    ("epoch", "epoch", "d"),
-    ("seconds", "s", ".2f"),
-    ("samples_per_s", "samples/s", ",.0f"),
-    ("mb_per_s", "MB/s", ".0f"),
-    ("peak_pss_mb", "peak PSS MB", ".1f"),
-    ("peak_anon_mb", "peak anon MB", ".1f"),
-]
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--samples", type=int, default=4000, help="of 3x128x128 uint8 + a label")
@@ -123,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{result['name']}: {result['workers']} workers ({result['context']}), "
         f"batch {result['batch_size']}, dataset {result['dataset_mb']:.0f} MB"
     )
-    print(table(result["epochs"], COLUMNS))
+    print(table(result["epochs"], EPOCH_COLUMNS))
     print(f"wrote {write_json(args.json, result)}")
     return result
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import RESULTS, TreeMemory, peak_pss, table, write_json
+from _common import EPOCH_COLUMNS, RESULTS, TreeMemory, peak_pss, table, write_json
 
 import chute
 
@@ -152,15 +152,7 @@ def _trend(values: list[float]) -> float:
     return float(np.polyfit(range(len(values)), values, 1)[0]) if len(values) > 1 else 0.0
 
 
-COLUMNS = [
-    ("epoch", "epoch", "d"),
-    ("seconds", "s", ".2f"),
-    ("samples_per_s", "samples/s", ",.0f"),
-    ("mb_per_s", "MB/s", ".0f"),
-    ("peak_pss_mb", "peak PSS MB", ".1f"),
-    ("peak_anon_mb", "peak anon MB", ".1f"),
-    ("checksums_ok", "checksums ok", "d"),
-]
+COLUMNS = [*EPOCH_COLUMNS, ("checksums_ok", "checksums ok", "d")]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -16,12 +16,23 @@ from typing import Any
 
 import numpy as np
 from conftest import MIXED_SCHEMA, _check_sample, mixed_samples
+from hypothesis import HealthCheck, settings
 
 import chute
 from chute import format as fmt
 from chute.verify import _file_checksum
 
 N = 7  # samples in the standard dataset: small, odd, split unevenly into parts
+
+
+def fuzz(*suppress: HealthCheck) -> settings:
+    """Hypothesis settings of the fuzz tests: 100 examples, no deadline, no example database."""
+    return settings(
+        max_examples=100,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, *suppress],
+        database=None,
+    )
 
 
 def record(

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from _reliability import (
+    fuzz,
     load_manifest,
     make_dataset,
     outcome_of,
@@ -26,18 +27,13 @@ from _reliability import (
     record,
     save_manifest,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 import chute
 from chute import format as fmt
 
-FUZZ = settings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    database=None,
-)
+FUZZ = fuzz(HealthCheck.filter_too_much)
 ALLOC_LIMIT = 64 << 20  # bytes a hostile manifest may make chute allocate (the data is ~2 KB)
 
 HOSTILE_INTS = st.sampled_from(

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from _reliability import (
+    fuzz,
     make_dataset,
     outcome_of,
     read_everything,
@@ -23,18 +24,13 @@ from _reliability import (
     reseal,
     write_npy,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 import chute
 from chute.npyio import check_size, read_header
 
-FUZZ = settings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    database=None,
-)
+FUZZ = fuzz(HealthCheck.function_scoped_fixture)
 
 
 class Canary:
