@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from . import hdf5, hf, native, plain, webdataset, zarr_stores
+from . import hdf5, hf, litdata, mosaic_streaming, native, plain, webdataset, zarr_stores
 from .base import Contender, Setup
-from .others import skipped
 
 CONTENDERS: list[Contender] = [
     *plain.CONTENDERS[:1],  # the gather limit first: its checksum is the reference
@@ -14,6 +13,8 @@ CONTENDERS: list[Contender] = [
     *zarr_stores.CONTENDERS,
     *hf.CONTENDERS,
     *webdataset.CONTENDERS,
+    *litdata.CONTENDERS,
+    *mosaic_streaming.CONTENDERS,
 ]
 
-__all__ = ["CONTENDERS", "Contender", "Setup", "skipped"]
+__all__ = ["CONTENDERS", "Contender", "Setup"]

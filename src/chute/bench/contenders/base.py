@@ -8,6 +8,7 @@ written once.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -44,6 +45,12 @@ class Setup:
     @property
     def row_nbytes(self) -> int:
         return sum(fmt.row_nbytes(f) for f in self.fields.values())
+
+    @property
+    def shard_samples(self) -> int:
+        """Samples per shard for the stores read in shards (4 per worker, at least 4), so that
+        every worker streams a few."""
+        return math.ceil(self.num_samples / (4 * max(1, self.workers)))
 
 
 @dataclass(frozen=True)

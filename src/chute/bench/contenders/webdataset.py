@@ -10,7 +10,6 @@ make WebDataset fast; they are also why it is not a random-access loader.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -24,14 +23,14 @@ def _shards(setup: Setup) -> list[str]:
 
 
 def write_tars(setup: Setup) -> Path:
-    """``ShardWriter`` with 4 shards per worker (at least 4), so every worker streams a few."""
+    """``ShardWriter`` with ``setup.shard_samples`` samples per shard."""
     import webdataset as wds  # optional: the contender is skipped without it
 
     folder = setup.root / _STORE
     folder.mkdir()
-    per_shard = math.ceil(setup.num_samples / (4 * max(1, setup.workers)))
     keys = {n: f"{setup.key(n)}.npy" for n in setup.fields}
-    with wds.ShardWriter(str(folder / "shard-%06d.tar"), maxcount=per_shard, verbose=0) as w:
+    pattern = str(folder / "shard-%06d.tar")
+    with wds.ShardWriter(pattern, maxcount=setup.shard_samples, verbose=0) as w:
         for start, rows in setup.chunks(1):
             for i in range(len(rows[next(iter(keys))])):
                 w.write({"__key__": f"{start + i:09d}", **{k: rows[n][i] for n, k in keys.items()}})
