@@ -147,6 +147,23 @@ def test_source_other_than_chute_is_converted(tmp_path: Path) -> None:
     assert all(r.checksum_ok for r in report.results[:2])
 
 
+@pytest.mark.slow  # ~9 s: every contender
+def test_bfloat16_and_bool_fields(tmp_path: Path) -> None:
+    # The sample copy keeps the dtypes; every store gets bfloat16 as its 16 bits.
+    x = torch.randn(64, 3).to(torch.bfloat16)
+    chute.write(tmp_path / "b.chute", {"x": x, "m": np.arange(64) % 3 == 0})
+    report = run_bench(
+        tmp_path / "b.chute",
+        batch_size=8,
+        workers=0,
+        work_dir=tmp_path,
+        contenders=CONTENDERS,
+        log=lambda s: None,
+    )
+    measured = [r for r in report.results if r.status == "ok"]
+    assert len(measured) >= 5 and all(r.checksum_ok for r in measured)
+
+
 def test_batch_hash_is_bytes_in_order() -> None:
     x = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)
     a, b, c = BatchHash(["x"]), BatchHash(["x"]), BatchHash(["x"])

@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .. import format as fmt
 from ..errors import DatasetNotFoundError, SchemaError
 from ..order import Order
@@ -29,12 +27,20 @@ from .report import BenchReport
 CHUNK_BYTES = 64 << 20  # rows copied per step while writing the stores
 
 
-def _chunks(ds: Any, names: Sequence[str], n: int, row_bytes: int) -> Callable:
-    def chunks(multiple: int) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+def _chunks(
+    ds: Any, names: Sequence[str], n: int, row_bytes: int, as_array: Callable = _as_numpy
+) -> Callable:
+    """``chunks(multiple)``: (start, {field: rows}) over ``ds[:n]``, ~CHUNK_BYTES at a time.
+
+    Rows are numpy arrays (bfloat16 as its 16 bits, what the stores hold) unless ``as_array``
+    says otherwise.
+    """
+
+    def chunks(multiple: int) -> Iterator[tuple[int, dict[str, Any]]]:
         step = max(multiple, (CHUNK_BYTES // max(1, row_bytes)) // multiple * multiple)
         for start in range(0, n, step):
             batch = ds[start : min(n, start + step)]
-            yield start, {k: _as_numpy(batch[k]) for k in names}
+            yield start, {k: as_array(batch[k]) for k in names}
 
     return chunks
 
@@ -161,8 +167,8 @@ def _copy_sample(
     copy = root / "bench.chute"
     log(f"copying {n:,} of {len(src):,} samples ({n * row_bytes / 1e6:,.0f} MB) to {root}")
     with src, Writer(copy, schema=fields) as w:
-        for _, rows in _chunks(src, list(fields), n, row_bytes)(1):
-            w.extend(rows)
+        for _, rows in _chunks(src, list(fields), n, row_bytes, as_array=lambda t: t)(1):
+            w.extend(rows)  # tensors: a bfloat16 field stays bfloat16
     dataset = {
         "source": str(source),
         "samples": n,
