@@ -93,31 +93,28 @@ NOTES = """\
   concurrently, and on CPython 3.11 numpy's `ast.literal_eval` can then fail with a spurious
   `SystemError: AST constructor recursion depth mismatch` (cpython#106905): about one run in
   three of the truncated-file test hit it. Header parsing is now serialized (it is tiny).
+* A `chute.dataloader` worker killed while one of its batches was in flight made torch fail
+  fetching that batch's shared memory with a bare `ConnectionResetError` or `EOFError` (about
+  one kill in four), naming no worker: now a `chute.WorkerError` naming each dead worker's pid
+  and signal, and the next `iter()` starts new workers.
+* A SIGINT that landed while `chute.dataloader` forked its workers was raised inside a CPython
+  at-fork hook, printed as "Exception ignored" and dropped: the loop ran on until Ctrl-C was
+  pressed again (about once in 30 interrupts). `iter()` now replays it once the workers are
+  up, and workers ignore SIGINT, so a group Ctrl-C no longer kills one mid-hand-off (which
+  made the shutdown wait out torch's 5 s join timeout).
+* `chute.Loader` sized its ring of buffers by `batch_size`, so a `batch_size` far beyond the
+  dataset (legal: one short batch) failed in torch's allocator: the ring is now sized by the
+  largest batch of the plan.
 
 ## Known limits
 
 * A data file truncated *while it is memory-mapped and being read* makes the OS send SIGBUS on
   the next read of a lost page: the process dies loudly (tested); it never reads garbage.
   Replace datasets by writing a new one (atomic rename), never by truncating files in place.
-* When a `chute.dataloader` worker process is killed while one of its batches is in flight,
-  torch fails fetching that batch's shared memory with `ConnectionResetError` or `EOFError`
-  (about one kill in four here), which does not name the worker: the loop still stops at once,
-  but the test records an expected failure until `chute.dataloader` maps these to an error
-  naming the dead worker.
 * The soak's peak anonymous memory (9 processes together) creeps up ever more slowly: in an
   80-epoch run (2,000 samples) +3.0 MB over epochs 1-8, +1.4 MB over 8-16, +0.3 MB over
   64-72, while Python-level allocations stay flat (tracemalloc). That is the allocators
   settling, not a leak; `benchmarks/soak.py --epochs N` shows the trend.
-* Ctrl-C and `chute.dataloader` (worker processes): a SIGINT that lands while the DataLoader
-  forks its workers (each epoch, unless `persistent_workers=True`) raises `KeyboardInterrupt`
-  inside a CPython at-fork handler, which prints it as "Exception ignored" and drops it: the
-  loop runs on until Ctrl-C is pressed again (seen about once in 30 interrupts in a stress run;
-  the SIGINT test retries and records an expected failure when it happens). A group SIGINT
-  that kills a worker mid-hand-off can also make the shutdown wait out torch's 5 s join
-  timeout. The thread `chute.Loader` has neither problem.
-* `chute.Loader` sizes its ring of buffers by `batch_size`, so a `batch_size` far beyond the
-  dataset (legal: one short batch) fails in torch's allocator at the first `iter()` (recorded
-  as an expected failure until the ring is sized by the largest batch of the plan).
 * Overwriting a dataset is two renames; a kill between them leaves nothing at the path (the
   old dataset is in a hidden `.NAME.old-*` folder until the next write removes it).
 """

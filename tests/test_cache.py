@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import chute
-from chute.errors import SchemaError
+from chute.errors import SchemaError, SourceError
 
 
 def build_logged(log: Path, n: int = 10, delay: float = 0.0):
@@ -53,6 +53,12 @@ def test_iterable_build_and_failure(tmp_path):
     assert not (tmp_path / "c.chute").exists()
     ds = chute.cache(tmp_path / "c.chute", lambda: ({"x": i} for i in range(3)))
     assert [int(ds[i]["x"]) for i in range(3)] == [0, 1, 2]
+
+
+def test_build_must_be_callable(tmp_path):
+    with pytest.raises(SourceError, match=r"build must be a function .* got a dict; .*lambda"):
+        chute.cache(tmp_path / "c.chute", {"x": np.arange(3)})
+    assert not (tmp_path / "c.chute").exists() and not (tmp_path / ".c.chute.lock").exists()
 
 
 def _rank(path, log, barrier):

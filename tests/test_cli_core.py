@@ -94,3 +94,78 @@ def test_subprocess_info_and_verify(mixed):
     assert proc.returncode == 1
     assert "checksum mismatch" in proc.stderr and "label.npy" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_version_and_plain_help(capsys):
+    import chute
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out == f"chute {chute.__version__}\n"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "data loading for PyTorch" in out and "convert" in out and "--version" in out
+    assert "``" not in out  # plain text, no reStructuredText markup
+
+
+def _sources(tmp_path: Path) -> dict[str, Path]:
+    import h5py
+    import numpy as np
+    import zarr
+
+    x = np.zeros((5, 2), np.float32)
+    np.save(tmp_path / "c.npy", x)
+    np.savez(tmp_path / "d.npz", x=x)
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        f["x"] = x
+    zarr.open_group(tmp_path / "b.zarr", mode="w").create_array("x", data=x)
+    return {
+        "an HDF5 file": tmp_path / "a.h5",
+        "a Zarr store": tmp_path / "b.zarr",
+        "an .npy file": tmp_path / "c.npy",
+        "an .npz archive": tmp_path / "d.npz",
+    }
+
+
+@pytest.mark.parametrize("command", ["info", "verify"])
+def test_a_source_given_as_dataset_says_how_to_convert(tmp_path, capsys, command):
+    for noun, path in _sources(tmp_path).items():
+        assert main([command, str(path)]) == 1
+        err = capsys.readouterr().err
+        dst = path.with_suffix(".chute")
+        assert err == (
+            f"chute {command}: error: {path} is {noun}, not a chute dataset: "
+            f"convert it with `chute convert {path} {dst}`\n"
+        )
+        assert main(["convert", "-q", str(path), str(dst)]) == 0  # the advice works
+        assert main([command, str(dst)]) == 0
+        capsys.readouterr()
+    odd = tmp_path / "my data.h5"  # the command to copy is quoted for the shell
+    (tmp_path / "a.h5").rename(odd)
+    assert main([command, str(odd)]) == 1
+    assert f"`chute convert '{odd}' '{tmp_path / 'my data.chute'}'`" in capsys.readouterr().err
+    (tmp_path / "unfinished").mkdir()  # a folder of .npy: maybe a write that did not finish
+    (tmp_path / "c.npy").rename(tmp_path / "unfinished" / "x.npy")
+    assert main([command, str(tmp_path / "unfinished")]) == 1
+    assert "has no chute.json (an unfinished write leaves none)" in capsys.readouterr().err
+
+
+def test_bench_refuses_unwritable_outputs_before_running(mixed, tmp_path, capsys):
+    path, _ = mixed
+    for option in ("--json", "--plot"):
+        for out, why in [
+            (tmp_path / "missing" / "r.out", f"the folder {tmp_path / 'missing'} does not exist"),
+            (tmp_path, "is a folder; give a file name"),
+        ]:
+            assert main(["bench", str(path), "--time-limit", "1", option, str(out)]) == 1
+            # one line, before any contender ran (they log to stderr as they go)
+            assert capsys.readouterr() == ("", f"chute bench: error: {option} {out}: {why}\n")
+
+
+@pytest.mark.parametrize("args", [["--workers", "-3"], ["--batch-size", "0"]])
+def test_bench_bad_counts_are_usage_errors(mixed, capsys, args):
+    path, _ = mixed
+    with pytest.raises(SystemExit) as info:
+        main(["bench", str(path), *args])
+    assert info.value.code == 2 and f"argument {args[0]}: must be >=" in capsys.readouterr().err

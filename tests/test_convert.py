@@ -9,7 +9,7 @@ import zarr
 
 import chute
 from chute.cli import main
-from chute.convert import open_source, parse_fields
+from chute.convert import open_source, parse_fields, source_kind
 from chute.errors import DatasetExistsError, DatasetNotFoundError, SourceError
 from chute.sources.hdf5 import HDF5Source
 from chute.sources.iterable import IterableSource
@@ -113,5 +113,77 @@ def test_cli(sources, capsys):
     with chute.open(sources / "o.chute") as ds:
         assert list(ds.schema) == ["x", "c"]
     assert main(["convert", str(sources / "two.h5"), str(sources / "o.chute"), "-q"]) == 1
-    assert "already exists" in capsys.readouterr().err
-    assert parse_fields("a,b=c,") == {"a": "a", "b": "c"} and parse_fields(None) is None
+    err = capsys.readouterr().err
+    assert "o.chute already exists; pass --overwrite to replace it" in err  # the CLI's own flag
+    assert "overwrite=True" not in err
+    again = ["convert", str(sources / "x.npy"), str(sources / "o.chute"), "-q", "--overwrite"]
+    assert main(again) == 0
+    assert parse_fields("a,b=c") == {"a": "a", "b": "c"} and parse_fields(None) is None
+
+
+@pytest.mark.parametrize("text", ["x,,", "x,", ",x", "", "x=", "=y"])
+def test_cli_empty_field_names_are_refused(sources, capsys, text):
+    with pytest.raises(SourceError, match="empty field name"):
+        parse_fields(text)
+    assert main(["convert", str(sources / "x.h5"), str(sources / "o.chute"), "--fields", text]) == 1
+    assert f"--fields {text!r}: an empty field name" in capsys.readouterr().err
+    assert not (sources / "o.chute").exists()
+
+
+@pytest.mark.parametrize("workers", ["-3", "two"])
+def test_cli_bad_worker_counts_are_usage_errors(sources, capsys, workers):
+    with pytest.raises(SystemExit) as info:
+        main(["convert", str(sources / "x.h5"), str(sources / "o.chute"), "--workers", workers])
+    assert info.value.code == 2 and "--workers" in capsys.readouterr().err
+    assert not (sources / "o.chute").exists()
+
+
+def test_source_kind_names_every_kind(sources):
+    nouns = {n: source_kind(sources / n).noun for n in ("x.npy", "x.npz", "folder", "x.zarr")}
+    assert nouns == {
+        "x.npy": "an .npy file",
+        "x.npz": "an .npz archive",
+        "folder": "a folder of .npy files",
+        "x.zarr": "a Zarr store",
+    }
+    assert source_kind(sources / "no_suffix") is HDF5Source  # by its signature
+    (sources / "notes.txt").write_text("hello")
+    assert source_kind(sources / "notes.txt") is None
+
+
+def _with_constant(sources, name):
+    """``name`` holding x and y (40 rows) and a per-file constant ``mean`` of 28 values."""
+    path, y, mean = sources / name, X[:, 0].copy(), np.zeros(28, np.float32)
+    if name.endswith(".npz"):
+        np.savez(path, x=X, y=y, mean=mean)
+    elif name.endswith(".h5"):
+        with h5py.File(path, "w") as f:
+            f["x"], f["y"], f["stats/mean"] = X, y, mean
+    else:
+        group = zarr.open_group(path, mode="w")
+        for key, value in {"x": X, "y": y, "stats/mean": mean}.items():
+            group.create_array(key, data=value)
+    return path
+
+
+@pytest.mark.parametrize("name", ["c.npz", "c.h5", "c.zarr"])
+def test_left_out_arrays_are_named(sources, name, capsys):
+    path = _with_constant(sources, name)
+    mean = "mean" if name.endswith(".npz") else "stats/mean"
+    message = f"{path}: left out {mean} (28,): its first axis is not the common length 40"
+    with pytest.warns(UserWarning) as record:
+        chute.convert(path, sources / "o.chute", progress=False)
+    assert [str(w.message) for w in record] == [message]
+    with chute.open(sources / "o.chute") as ds:
+        assert sorted(ds.schema) == ["x", "y"]
+    # the command line prints the same, one line, without the library's file and line
+    assert main(["convert", "-q", str(path), str(sources / "p.chute")]) == 0
+    assert capsys.readouterr().err == f"chute convert: warning: {message}\n"
+
+
+def test_nothing_left_out_nothing_said(sources, recwarn):
+    chute.convert(_with_constant(sources, "c.h5"), sources / "o.chute", ["x"], progress=False)
+    chute.convert({"x": X, "s": np.float32(1)}, sources / "p.chute", ["x"], progress=False)
+    assert not recwarn.list
+    with pytest.warns(UserWarning, match=r"<dict of arrays>: left out s \(\): a scalar"):
+        chute.convert({"x": X, "s": np.float32(1)}, sources / "q.chute", progress=False)

@@ -12,7 +12,7 @@ import pytest
 import chute
 from chute.bench import CONTENDERS
 from chute.cli import main
-from chute.demo import SAMPLE_BYTES, run_demo, write_hdf5
+from chute.demo import SAMPLE_BYTES, cleanup_line, run_demo, write_hdf5
 
 
 @pytest.mark.slow  # ~10 s: a bench table and a short training run
@@ -36,6 +36,24 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
     with chute.open(out / "cifar.chute") as ds:
         assert len(ds) == summary["samples"] and set(ds.schema) == {"image", "label"}
+    # the last line says how much is left on disk, where, and how to delete it
+    on_disk = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    assert printed.splitlines()[-1] == (
+        f"the demo wrote {on_disk / 1e6:,.0f} MB to {out}/ (mostly cifar.h5 and cifar.chute); "
+        f"delete it with: rm -r {out}"
+    )
+
+
+def test_cleanup_line_names_only_what_the_demo_wrote(tmp_path: Path) -> None:
+    out = tmp_path / "my demo"
+    (out / "d.chute").mkdir(parents=True)
+    (out / "d.chute" / "x.npy").write_bytes(b"0" * 3_000_000)
+    (out / "c.h5").write_bytes(b"0" * 1_000_000)
+    (out / "mine.txt").write_bytes(b"0" * 5_000_000)  # the user's, in a folder reused
+    written = [out / "c.h5", out / "d.chute"]
+    start = f"the demo wrote 4 MB to {out}/ (mostly c.h5 and d.chute); delete it with: rm -r "
+    assert cleanup_line(out, written, fresh=True) == start + f"'{out}'"  # quoted for the shell
+    assert cleanup_line(out, written, fresh=False) == start + f"'{out}/c.h5' '{out}/d.chute'"
 
 
 def test_generated_data_is_learnable_and_matches_hdf5(tmp_path: Path) -> None:

@@ -36,7 +36,8 @@ def h5(tmp_path):
 
 def test_round_trip_every_layout(h5, tmp_path):
     path, data = h5
-    out = chute.convert(path, tmp_path / "out.chute", progress=False)
+    with pytest.warns(UserWarning, match="left out mean"):
+        out = chute.convert(path, tmp_path / "out.chute", progress=False)
     with chute.open(out) as ds:
         assert len(ds) == N
         assert set(ds.schema) == set(data)
@@ -61,7 +62,9 @@ def test_reads_whole_chunks_in_bounded_batches(h5):
 
 def test_common_length_skips_constants(h5):
     path, _ = h5
-    with HDF5Source(path) as src:
+    with pytest.warns(UserWarning, match=r"data\.h5: left out mean \(3,\): .* common length 500"):
+        src = HDF5Source(path)
+    with src:
         assert src.skipped == {"mean": (3,)}
         assert src.num_samples == N
 
@@ -144,6 +147,49 @@ def test_bad_field_name_says_how_to_rename(tmp_path):
         HDF5Source(path)
     with HDF5Source(path, fields={"has space": "ok"}) as src:
         assert list(src.schema) == ["ok"]
+
+
+def test_attributes_become_metadata(tmp_path):
+    path = tmp_path / "attrs.h5"
+    with h5py.File(path, "w") as f:
+        f["images"] = np.zeros((4, 2), np.uint8)
+        f["labels"] = np.arange(4)
+        f.attrs.update(
+            {"title": "toy", "version": np.int64(3), "mean": np.array([0.5, 0.25]), "b": b"hi"}
+        )
+        f.attrs.update({"names": np.array([b"cat", b"dog"]), "ok": np.bool_(True)})
+        f.attrs.update(
+            {"nan": np.nan, "complex": 1j, "ref": f.ref, "blob": np.zeros(60000, np.uint8)}
+        )
+        f.attrs["empty"] = h5py.Empty("f4")
+        f.attrs["latin1"] = np.bytes_(b"caf\xe9")
+        f["images"].attrs["units"] = "pixels"
+        f.create_group("meta").attrs["split"] = "train"
+    out = chute.convert(path, tmp_path / "o.chute", {"images": "image"}, metadata={"own": 1})
+    with chute.open(out) as ds:
+        assert ds.metadata == {
+            "hdf5_attrs": {
+                "/": {
+                    "title": "toy",
+                    "version": 3,
+                    "mean": [0.5, 0.25],
+                    "b": "hi",
+                    "names": ["cat", "dog"],
+                    "ok": True,
+                },
+                "/images": {"units": "pixels"},  # by HDF5 path, whatever the field's new name
+                "/meta": {"split": "train"},
+            },
+            "own": 1,
+        }
+    # what the caller passes wins over the file; a file without attributes adds nothing
+    out = chute.convert(path, tmp_path / "p.chute", ["labels"], metadata={"hdf5_attrs": None})
+    with chute.open(out) as ds:
+        assert ds.metadata == {"hdf5_attrs": None}
+    with h5py.File(tmp_path / "plain.h5", "w") as f:
+        f["x"] = np.zeros(3)
+    with chute.open(chute.convert(tmp_path / "plain.h5", tmp_path / "q.chute")) as ds:
+        assert ds.metadata == {}
 
 
 def test_not_hdf5(tmp_path):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset
 
 import chute
 
@@ -93,3 +93,30 @@ def test_worker_error_reaches_the_caller_and_leaves_nothing(tmp_path):
         )
     assert list(tmp_path.iterdir()) == []
     assert mp.active_children() == []  # workers stopped now, not whenever the error is collected
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        return iter([{"x": np.float32(i)} for i in range(3)])
+
+
+class NoLen(Dataset):
+    def __getitem__(self, i: int):
+        if i >= 3:
+            raise IndexError(i)
+        return {"x": np.float32(i)}
+
+
+def test_datasets_without_len_point_to_from_iterable(tmp_path):
+    with pytest.raises(chute.SourceError, match=r"<Stream> is an IterableDataset: .*from_iterable"):
+        chute.from_torch(Stream(), tmp_path / "s.chute")
+    with pytest.raises(chute.SourceError, match=r"<NoLen> has no len\(\): .*from_iterable"):
+        chute.from_torch(NoLen(), tmp_path / "s.chute")
+    assert not (tmp_path / "s.chute").exists()
+    # what the message says works (convert() picks it by itself for an IterableDataset)
+    for out in (
+        chute.from_iterable(NoLen(), tmp_path / "n.chute", progress=False),
+        chute.convert(Stream(), tmp_path / "i.chute", progress=False),
+    ):
+        with chute.open(out) as got:
+            assert got[0:3]["x"].tolist() == [0.0, 1.0, 2.0]

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import format as fmt
 from .convert import convert
-from .errors import SchemaError
+from .errors import SchemaError, SourceError
 from .reader import Dataset
 from .reader import open as open_dataset
 
@@ -46,6 +46,11 @@ def cache(
     Needs ``fcntl`` (Linux, macOS); on NFS, ``flock`` works across clients on Linux >= 2.6.12.
     """
     path = Path(path)
+    if not callable(build):
+        raise SourceError(
+            f"chute.cache({str(path)!r}): build must be a function that returns the data, "
+            f"got a {type(build).__name__}; wrap it: build=lambda: data"
+        )
     try:
         key = json.loads(json.dumps(key, allow_nan=False))
     except (TypeError, ValueError) as exc:

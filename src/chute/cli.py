@@ -7,11 +7,22 @@ library, so everything the CLI does can be done from Python too.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from . import __version__
 from . import format as fmt
-from .errors import ChuteError
+from .errors import ChuteError, DatasetExistsError, DatasetNotFoundError
+
+DESCRIPTION = """\
+chute: fast, memory-conscious data loading for PyTorch.
+
+Convert your arrays (npy, npz, HDF5, Zarr) into a chute dataset once, inspect and check it,
+and measure it against the alternatives on your own data. Run "chute COMMAND --help" for the
+options of each command."""
 
 
 def _human(n: float) -> str:
@@ -31,6 +42,32 @@ def _describe(f: fmt.Field) -> str:
     return f"{f.kind}"
 
 
+def _dataset_command(func: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+    """``func``, but a file or Zarr store chute converts (d.h5) given as a dataset says how to
+    convert it. A folder of ``.npy`` files keeps the reader's message: it may be a dataset
+    whose write did not finish."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except DatasetNotFoundError:
+            from .convert import source_kind
+            from .sources.npy import NpyFolderSource
+
+            path = Path(args.path)
+            kind = source_kind(path) if path.exists() else None
+            if kind is None or kind is NpyFolderSource:
+                raise
+            dst = shlex.quote(str(path.with_suffix(".chute")))
+            raise DatasetNotFoundError(
+                f"{args.path} is {kind.noun}, not a chute dataset: convert it with "
+                f"`chute convert {shlex.quote(args.path)} {dst}`"
+            ) from None
+
+    return run
+
+
+@_dataset_command
 def cmd_info(args: argparse.Namespace) -> int:
     from .reader import Dataset
 
@@ -44,6 +81,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+@_dataset_command
 def cmd_verify(args: argparse.Namespace) -> int:
     from .verify import verify
 
@@ -55,22 +93,35 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from .convert import convert, parse_fields
 
-    path = convert(
-        args.src,
-        args.dst,
-        fields=parse_fields(args.fields),
-        overwrite=args.overwrite,
-        progress=not args.quiet,
-        workers=args.workers,
-        split_compound=args.split_compound,
-    )
+    try:
+        path = convert(
+            args.src,
+            args.dst,
+            fields=parse_fields(args.fields),
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+            workers=args.workers,
+            split_compound=args.split_compound,
+        )
+    except DatasetExistsError:
+        if args.overwrite:  # dst is not a dataset: the library's message says what to do
+            raise
+        raise DatasetExistsError(
+            f"{args.dst} already exists; pass --overwrite to replace it"
+        ) from None
     print(f"{path}: written")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="chute", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    from . import demo
+    from .bench import cli as bench_cli
+
+    parser = argparse.ArgumentParser(
+        prog="chute", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"chute {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("info", help="fields, shapes, dtypes, sample count, bytes on disk")
     p.add_argument("path")
@@ -87,13 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dst")
     p.add_argument("--fields", help="fields to keep, comma-separated; old=new renames")
     p.add_argument("--overwrite", action="store_true", help="replace dst if it exists")
-    p.add_argument("--workers", type=int, default=1, help="reader threads (default 1)")
+    p.add_argument(
+        "--workers",
+        type=bench_cli.count(0),
+        default=1,
+        help="reader threads running ahead (default 1; 0: read in the writing thread)",
+    )
     p.add_argument("--split-compound", action="store_true", help="compound members as fields")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_convert)
-
-    from . import demo
-    from .bench import cli as bench_cli
 
     p = sub.add_parser("bench", help="chute vs memmap vs HDF5 vs Zarr on your data: table, plot")
     bench_cli.add_arguments(p)
@@ -108,7 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            # A warning is a message for the user here (an array left out of a convert), not
+            # for a developer: one line, without the library's file and line number.
+            warnings.showwarning = lambda message, *_, **__: print(
+                f"chute {args.command}: warning: {message}", file=sys.stderr
+            )
+            return int(args.func(args) or 0)
     except ChuteError as exc:
         print(f"chute {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -29,6 +29,7 @@ from .sources.zarr import ZarrSource, is_zarr
 from .writer import Writer
 
 PathLike = str | os.PathLike
+PathSource = NpySource | NpzSource | NpyFolderSource | HDF5Source | ZarrSource
 
 
 def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
@@ -58,30 +59,40 @@ def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
 def _path_source(path: Path, fields: FieldsArg, **options: Any) -> Source:
     if not path.exists():
         raise DatasetNotFoundError(f"{path}: source does not exist")
-    if path.is_dir():
-        if (path / fmt.MANIFEST).exists():
-            raise SourceError(f"{path} is already a chute dataset; open it with chute.open()")
-        if is_zarr(path):
-            return ZarrSource(path, fields, **options)
-        if next(path.rglob("*.npy"), None) is not None:
-            return NpyFolderSource(path, fields, **options)
-        raise SourceError(f"{path}: a folder with neither Zarr metadata nor .npy files")
-    suffix = path.suffix.lower()
+    if (path / fmt.MANIFEST).exists():
+        raise SourceError(f"{path} is already a chute dataset; open it with chute.open()")
     try:
-        if suffix == ".npy":
-            return NpySource(path, fields, **options)
-        if suffix == ".npz":
-            return NpzSource(path, fields, **options)
-        if suffix in HDF5_SUFFIXES or is_hdf5(path):
-            return HDF5Source(path, fields, **options)
-        if is_zarr(path):
-            return ZarrSource(path, fields, **options)
+        kind = source_kind(path)
+        if kind is not None:
+            return kind(path, fields, **options)
     except PermissionError:
         raise SourceError(f"{path}: not readable (permission denied)") from None
+    if path.is_dir():
+        raise SourceError(f"{path}: a folder with neither Zarr metadata nor .npy files")
     raise SourceError(
         f"{path}: unknown kind of source; chute converts .npy, .npz, a folder of "
         ".npy, HDF5 (.h5/.hdf5) and Zarr (folder or .zip)"
     )
+
+
+def source_kind(path: Path) -> type[PathSource] | None:
+    """The source class ``convert`` reads the existing ``path`` with; None if it reads none.
+
+    Detection is by content where the suffix is not conclusive: the HDF5 signature, Zarr
+    metadata at the root, ``.npy`` files in a folder. The class's ``noun`` names it in messages.
+    """
+    if path.is_dir():
+        if is_zarr(path):
+            return ZarrSource
+        return NpyFolderSource if next(path.rglob("*.npy"), None) is not None else None
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return NpySource
+    if suffix == ".npz":
+        return NpzSource
+    if suffix in HDF5_SUFFIXES or is_hdf5(path):
+        return HDF5Source
+    return ZarrSource if is_zarr(path) else None
 
 
 def write_source(
@@ -94,11 +105,13 @@ def write_source(
 ) -> Path:
     """Write every batch of ``source`` into a new dataset at ``dst``, atomically.
 
-    If the source fails midway nothing is left at ``dst`` (the writer's staging folder is
-    removed) and the error propagates unchanged.
+    The dataset's metadata is the source's own (e.g. HDF5 attributes) updated with
+    ``metadata``. If the source fails midway nothing is left at ``dst`` (the writer's staging
+    folder is removed) and the error propagates unchanged.
     """
     bar = tqdm(total=source.num_samples, unit=" samples", disable=not progress, desc=Path(dst).name)
-    with source, bar, Writer(dst, source.schema, overwrite=overwrite, metadata=metadata) as w:
+    meta = {**source.metadata, **(metadata or {})}
+    with source, bar, Writer(dst, source.schema, overwrite=overwrite, metadata=meta) as w:
         for batch in source.batches():
             w.extend(batch)
             bar.update(len(w) - bar.n)
@@ -207,8 +220,12 @@ def from_iterable(
 
 
 def parse_fields(text: str | None) -> dict[str, str] | None:
-    """``"a,b=c"`` (command line) -> ``{"a": "a", "b": "c"}``."""
-    if not text:
+    """``"a,b=c"`` (command line) -> ``{"a": "a", "b": "c"}``; an empty name is an error."""
+    if text is None:
         return None
-    pairs = (item.partition("=") for item in text.split(",") if item)
+    pairs = [item.partition("=") for item in text.split(",")]
+    if any(not old or (eq and not new) for old, eq, new in pairs):
+        raise SourceError(
+            f"--fields {text!r}: an empty field name; write a,b to pick fields, old=new to rename"
+        )
     return {old: new or old for old, _, new in pairs}

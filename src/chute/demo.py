@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .bench.cli import parse_size
+from .bench.cli import count, parse_size
 from .bench.contenders.base import files_under
 from .bench.measure import evict
 from .bench.report import plot, table
@@ -129,7 +130,8 @@ def run_demo(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run the demo (see the module docstring); returns its numbers, also in ``OUT/demo.json``
-    beside ``bench.json`` and ``bench.png``."""
+    beside ``bench.json`` and ``bench.png``. The HDF5 file and the dataset stay in ``out``
+    (about twice ``size``); the last line says how much was written and how to delete it."""
     n = int(size // SAMPLE_BYTES)
     if n < BATCH:
         raise SchemaError(
@@ -137,6 +139,7 @@ def run_demo(
             f"({BATCH} x {SAMPLE_BYTES} B)"
         )
     out = Path(out)
+    fresh = not out.exists()  # only then is the whole folder the demo's to delete
     out.mkdir(parents=True, exist_ok=True)
     h5_path, ds_path = out / "cifar.h5", out / "cifar.chute"
     mb = n * SAMPLE_BYTES / 1e6
@@ -227,7 +230,19 @@ def run_demo(
     }
     (out / "demo.json").write_text(json.dumps(summary, indent=2) + "\n")
     log(f"\nplot: {png_path}\nJSON: {json_path} (bench), {out / 'demo.json'} (this demo)")
+    log("\n" + cleanup_line(out, [h5_path, ds_path, json_path, png_path, out / "demo.json"], fresh))
     return summary
+
+
+def cleanup_line(out: Path, written: list[Path], fresh: bool) -> str:
+    """How much the demo left in ``out`` and how to delete it: the whole folder if the demo
+    created it (``fresh``), else only the paths it ``written`` (the folder may hold more)."""
+    nbytes = sum(f.stat().st_size for p in written for f in files_under(p))
+    remove = " ".join(shlex.quote(str(p)) for p in ([out] if fresh else written))
+    return (
+        f"the demo wrote {nbytes / 1e6:,.0f} MB to {out}/ (mostly {written[0].name} and "
+        f"{written[1].name}); delete it with: rm -r {remove}"
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -245,7 +260,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=32e6,
         help="data copied per contender in step 5 (default 32MB)",
     )
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=count(0), default=2, help="loader threads (default 2)")
 
 
 def main(args: argparse.Namespace) -> int:

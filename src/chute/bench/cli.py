@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
+from ..errors import NotWritableError, require
 from .report import plot, table
 from .run import run_bench
 
@@ -22,6 +26,33 @@ def parse_size(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 2e9, 500MB, 2GB)") from None
 
 
+def count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer ``>= minimum`` (worker counts, batch sizes)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def check_writable(path: str, option: str) -> None:
+    """Fail now, not after a benchmark of several minutes, if ``path`` cannot be written."""
+    file = Path(path)
+    folder = file.parent
+    if file.is_dir():
+        raise NotWritableError(f"{option} {path}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise NotWritableError(f"{option} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (file.exists() and not os.access(file, os.W_OK)):
+        raise NotWritableError(f"{option} {path}: cannot write there (permission denied)")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", help="a chute dataset, or any source chute convert accepts")
     p.add_argument(
@@ -30,8 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=2e9,
         help="copy at most this much of the data into each store (default 2GB)",
     )
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--workers", type=int, default=None, help="default: min(4, CPU count)")
+    p.add_argument("--batch-size", type=count(1), default=256)
+    p.add_argument("--workers", type=count(0), default=None, help="default: min(4, CPU count)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="OUT.json", help="write the results as JSON")
     p.add_argument("--plot", metavar="OUT.png", help="write a bar chart (needs matplotlib)")
@@ -51,6 +82,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.json:
+        check_writable(args.json, "--json")
+    if args.plot:
+        require("matplotlib", "bench")
+        check_writable(args.plot, "--plot")
     try:
         report = run_bench(
             args.source,

@@ -13,11 +13,13 @@ in threads so reading overlaps with writing. Memory stays bounded by about
 from __future__ import annotations
 
 import math
+import warnings
 from abc import ABC, abstractmethod
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -35,12 +37,16 @@ class Source(ABC):
     """Something ``chute.convert`` can read: batches of samples, in order.
 
     ``schema`` is None when the writer should infer it from the first sample; ``num_samples``
-    is None when unknown (a generator), and is only used for the progress bar.
+    is None when unknown (a generator), and is only used for the progress bar. ``metadata``
+    (JSON values, e.g. HDF5 attributes) becomes the dataset's metadata; ``noun`` names the
+    kind of source in messages ("an HDF5 file").
     """
 
     name: str
     schema: dict[str, fmt.Field] | None = None
     num_samples: int | None = None
+    metadata: Mapping[str, Any] = MappingProxyType({})
+    noun: str = "a source"
 
     @abstractmethod
     def batches(self) -> Iterator[Batch]:
@@ -153,8 +159,9 @@ class ArraySource(Source):
     :meth:`reader` (how to read rows of one array) and :meth:`chunk_rows` (the array's own
     chunk length along axis 0).
 
-    Without ``fields`` every array whose first axis has the most common length becomes a field
-    (others, e.g. per-file constants, are left out and listed in ``skipped``).
+    Without ``fields`` every array whose first axis has the most common length becomes a field;
+    others (e.g. per-file constants) are left out, listed in ``skipped`` and named in a
+    ``UserWarning`` each, so that no array goes missing unnoticed.
     """
 
     schema: dict[str, fmt.Field]
@@ -202,7 +209,10 @@ class ArraySource(Source):
                 f"({tied}); choose the fields to convert with fields="
             )
         common = counts[0][0]
-        self.skipped = {k: arrays[k].shape for k, v in lengths.items() if v != common}
+        self.skipped = {k: tuple(arrays[k].shape) for k, v in lengths.items() if v != common}
+        for key, shape in self.skipped.items():
+            why = "a scalar" if not shape else f"its first axis is not the common length {common}"
+            warnings.warn(f"{self.name}: left out {key} {shape}: {why}", stacklevel=2)
         return [k for k, v in lengths.items() if v == common]
 
     def field(self, key: str, array: Any) -> fmt.Field:

@@ -4,13 +4,21 @@ Nested groups give field names like ``group/name``. Numeric datasets become
 :class:`chute.Tensor` fields, 1-D string datasets :class:`chute.String`, 1-D variable-length
 numeric datasets :class:`chute.Ragged`. Rows are read in whole HDF5 chunks (see
 :func:`~chute.sources.base.plan_ranges`), so each chunk is decompressed once.
+
+Attributes travel too: the dataset's metadata gets ``{"hdf5_attrs": {"/": {root attributes},
+"/group/name": {...}, ...}}``, for every group and dataset that has attributes whose values
+are JSON (numbers, bools, strings, arrays of them; up to 64 KiB of JSON each). Others
+(references, compound, complex, NaN, empty) are left out.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .. import format as fmt
 from ..errors import SourceError, require
@@ -18,10 +26,14 @@ from .base import ArraySource, FieldsArg, array_field
 
 SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
 MAGIC = b"\x89HDF\r\n\x1a\n"
+ATTRS = "hdf5_attrs"  # the metadata entry holding the attributes
+MAX_ATTR_JSON = 64 << 10  # bigger attributes (embedded files, lookup tables) stay behind
 
 
 class HDF5Source(ArraySource):
     """An HDF5 file; ``fields`` picks / renames datasets by their path in the file."""
+
+    noun = "an HDF5 file"
 
     def __init__(self, path: str | Path, fields: FieldsArg = None, **options: Any):
         self._h5py = h5py = require("h5py", "hdf5")
@@ -30,12 +42,16 @@ class HDF5Source(ArraySource):
         except OSError as exc:
             raise SourceError(f"{path}: cannot be opened as an HDF5 file ({exc})") from None
         arrays: dict[str, Any] = {}
+        attrs = {"/": _json_attrs(self._file.attrs)}
 
         def visit(name: str, obj: Any) -> None:
+            attrs["/" + name] = _json_attrs(obj.attrs)
             if isinstance(obj, h5py.Dataset):
                 arrays[name] = obj
 
         self._file.visititems(visit)
+        kept = {k: v for k, v in attrs.items() if v}
+        self.metadata = {ATTRS: kept} if kept else {}
         if not arrays:
             self._file.close()
             raise SourceError(f"{path}: no datasets in this HDF5 file")
@@ -71,6 +87,30 @@ class HDF5Source(ArraySource):
 
     def close(self) -> None:
         self._file.close()
+
+
+def _json_attrs(attrs: Any) -> dict[str, Any]:
+    """The attributes whose values are JSON once numpy types are made plain; others dropped."""
+    out = {}
+    for name in attrs:
+        try:
+            value = _plain(attrs[name])
+            size = len(json.dumps(value, allow_nan=False))
+        except (OSError, TypeError, ValueError):  # unreadable, not JSON, not UTF-8, NaN
+            continue
+        if size <= MAX_ATTR_JSON:
+            out[name] = value
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (np.ndarray, np.generic)):
+        value = value.tolist()
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def is_hdf5(path: Path) -> bool:

@@ -39,6 +39,8 @@ def _load(path: Path) -> np.ndarray:
 class NpySource(ArraySource):
     """One ``.npy`` file: a single field named after the file (``images.npy`` -> ``images``)."""
 
+    noun = "an .npy file"
+
     def __init__(self, path: str | Path, fields: FieldsArg = None, **options: Any):
         path = Path(path)
         super().__init__(str(path), {path.stem: _load(path)}, fields, **options)
@@ -46,6 +48,8 @@ class NpySource(ArraySource):
 
 class NpyFolderSource(ArraySource):
     """A folder of ``.npy`` files, one field each; sub-folders give names like ``group/name``."""
+
+    noun = "a folder of .npy files"
 
     def __init__(self, path: str | Path, fields: FieldsArg = None, **options: Any):
         path = Path(path)
@@ -109,6 +113,8 @@ def _member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Any:
 
 class NpzSource(ArraySource):
     """An ``.npz`` archive (``np.savez`` / ``np.savez_compressed``): one field per member."""
+
+    noun = "an .npz archive"
 
     def __init__(self, path: str | Path, fields: FieldsArg = None, **options: Any):
         path = Path(path)

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from ..errors import SourceError
 from .base import Batch, FieldsArg, Source
 from .iterable import Samples, columns
 
@@ -81,6 +82,13 @@ class TorchSource(Source):
         multiprocessing_context: Any = None,
     ):
         self.name = f"<{type(dataset).__name__}>"
+        if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
+            iterable = isinstance(dataset, IterableDataset)
+            what = "is an IterableDataset" if iterable else "has no len()"
+            raise SourceError(
+                f"{self.name} {what}: from_torch reads a map-style dataset by index, 0 to "
+                "len() - 1; convert samples you can only iterate with chute.from_iterable"
+            )
         self.dataset, self.num_samples = dataset, len(dataset)  # type: ignore[arg-type]
         self.num_workers, self.batch_size = num_workers, batch_size
         self.collate = _Collate(Samples(names, fields))

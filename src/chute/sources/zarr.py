@@ -22,6 +22,8 @@ METADATA = ("zarr.json", ".zgroup", ".zarray")  # v3, v2 group, v2 array
 class ZarrSource(ArraySource):
     """A Zarr store; ``fields`` picks / renames arrays by their path in the store."""
 
+    noun = "a Zarr store"
+
     def __init__(self, path: str | Path, fields: FieldsArg = None, **options: Any):
         zarr = require("zarr", "zarr")
         path = Path(path)
