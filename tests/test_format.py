@@ -235,6 +235,11 @@ def test_bad_field_names(name):
         fmt.check_field_name(name)
 
 
+def test_non_ascii_letters_are_refused_and_the_message_says_ascii():
+    with pytest.raises(SchemaError, match="use ASCII letters, digits"):
+        fmt.check_field_name("bild_größe")
+
+
 # ---------------------------------------------------------------------------- manifest
 
 

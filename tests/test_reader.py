@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,11 @@ import torch
 from conftest import MIXED_SCHEMA
 
 import chute
+from chute.device import map_tensors
 from chute.errors import (
+    ArgumentError,
     ChecksumError,
+    DatasetChangedError,
     DatasetNotFoundError,
     FormatError,
     SampleIndexError,
@@ -66,16 +70,38 @@ def test_samples_and_schema(mixed_parts, check_sample):
     assert "12 samples" in repr(ds)
 
 
-def test_fixed_fields_are_zero_copy_private_views(mixed):
-    path, _ = mixed
-    ds = chute.open(path)
-    a, b = ds[3]["x"], ds[3]["x"]
-    assert a.data_ptr() == b.data_ptr()  # both view the same mapped page
-    assert ds[2:5]["x"].data_ptr() == ds[2]["x"].data_ptr()  # a slice in one part too
-    before = (path / "x.npy").read_bytes()
-    a += 100  # writes to the private map never reach the file
-    assert (path / "x.npy").read_bytes() == before
-    assert float(chute.open(path)[3]["x"][0, 0]) == 18.0
+def test_samples_are_fresh_copies_of_read_only_maps(mixed, check_sample):
+    # An in-place op on what ds[i] / ds[a:b] return (a transform's x.sub_(mean)) must not
+    # change later reads: not ds[i], not gather, not the Loader, not the file (review 1.2).
+    path, samples = mixed
+    before = {p.name: p.read_bytes() for p in path.glob("*.npy")}
+    for ds in (chute.open(path), chute.open(path).to_memory()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # torch.from_numpy of a read-only array warns
+            one, many = ds[3], ds[2:5]
+        one["x"].add_(100)
+        one["tokens"].fill_(7)
+        one["image"].zero_()
+        many["x"].mul_(0)
+        many["label"].fill_(9)
+        many["tokens"].values.fill_(7)
+        many["image"].shapes.fill_(0)
+        assert one["x"].data_ptr() != ds[3]["x"].data_ptr()
+        for i in (2, 3, 4):
+            check_sample(ds[i], samples[i])
+        assert torch.equal(ds.gather([3])["x"][0], torch.from_numpy(samples[3]["x"]))
+        loader = chute.Loader(ds, batch_size=4, shuffle=False, num_workers=0)
+        assert torch.equal(next(iter(loader))["label"], torch.tensor([0, 1, 2, 0]))
+        col = ds._column(0, "x")["data"]  # what gather reads from: a write cannot happen
+        with pytest.raises(ValueError, match="read-only"):
+            col[0] = 1
+    assert {p.name: p.read_bytes() for p in path.glob("*.npy")} == before
+    if os.path.exists("/proc/self/maps"):
+        ds = chute.open(path)
+        ds[0]
+        with open("/proc/self/maps") as f:
+            perms = {line.split()[1] for line in f if os.path.realpath(path) in line}
+        assert perms and all("w" not in p for p in perms)  # mapped read-only, not private rw
 
 
 def test_out_of_range_and_bad_keys(mixed):
@@ -223,11 +249,14 @@ def test_pad(tmp_path):
     chute.write(tmp_path / "d.chute", {"t": tokens, "b": boxes, "raw": [b"ab", b"", b"c", b""]})
     ds = chute.open(tmp_path / "d.chute")
     assert ds.schema["b"] == chute.Ragged("float32", (4,))
-    batch = ds.gather([2, 1, 0], pad=-1)
+    with pytest.raises(SchemaError, match=r"pad=-1 for field 'raw' \(uint8\).*\[0, 255\]"):
+        ds.gather([2, 1, 0], pad=-1)  # never wrapped to 255
+    batch = chute.open(tmp_path / "d.chute", fields=["t", "b"]).gather([2, 1, 0], pad=-1)
     assert batch["t"].tolist() == [[1, 2, 3, 4, 5], [-1] * 5, [1, 2, 3, -1, -1]]
     assert batch["t_lengths"].tolist() == [5, 0, 3]
     assert batch["b"].shape == (3, 2, 4) and batch["b_lengths"].tolist() == [0, 2, 1]
     assert batch["b"][0].eq(-1).all() and batch["b"][1].eq(2).all()
+    batch = ds.gather([2, 1, 0], pad=255)
     assert batch["raw"].dtype == torch.uint8 and batch["raw"].tolist() == [
         [99, 255],
         [255] * 2,
@@ -414,3 +443,239 @@ def test_verify_detects_a_flipped_byte(mixed_parts):
     chute.open(path).gather([7])  # same size, valid header: only the checksum tells
     with pytest.raises(ChecksumError, match=r"1 file\(s\): .*part-00001/image\.values\.npy"):
         chute.verify(path)
+
+
+# ---------------------------------------------------------------------------- review findings
+
+
+def test_relative_path_survives_a_chdir(tmp_path, monkeypatch):
+    # Hydra's job.chdir, or a script that cd's into its run folder after open() (review 1.4).
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, value in ((a, 0), (b, 1)):
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        chute.write("data.chute", {"x": np.full(4, value)})
+    monkeypatch.chdir(a)
+    ds = chute.open("data.chute")
+    assert ds.path == a / "data.chute"
+    monkeypatch.chdir(b)
+    assert ds[0:4]["x"].tolist() == [0] * 4
+    monkeypatch.chdir("/")
+    assert pickle.loads(pickle.dumps(ds))[3]["x"].item() == 0
+
+
+def _versioned(path: Path, value: int) -> None:
+    with chute.Writer(path, part_size=16, overwrite=True) as w:
+        w.extend({"x": np.full(64, value)})
+
+
+def test_dataset_replaced_since_open_is_an_error(tmp_path):
+    # Replaced (overwrite=True) between open() and the lazy map of part 1 (review 1.5).
+    path = tmp_path / "d.chute"
+    _versioned(path, 0)
+    ds = chute.open(path)
+    assert ds.gather([0])["x"].tolist() == [0]  # part 0 is mapped: it stays the old data
+    blob = pickle.dumps(ds)
+    _versioned(path, 1)
+    assert ds[0]["x"].item() == 0
+    with pytest.raises(DatasetChangedError, match=r"replaced or modified since chute\.open\(\)"):
+        ds[20]
+    again = pickle.loads(blob)  # a worker checks every file when it unpickles the dataset
+    assert len(again) == 64  # and raises at its first read (where torch passes errors on)
+    with pytest.raises(DatasetChangedError, match=r"part-00000/x\.npy is not the file"):
+        again[0]
+    with pytest.raises(DatasetChangedError):
+        ds.to_memory()
+    assert isinstance(DatasetChangedError("x"), FormatError)
+    assert chute.open(path)[20]["x"].item() == 1  # opened again: the new data
+
+
+def test_file_modified_or_removed_since_open(tmp_path):
+    path = tmp_path / "d.chute"
+    _versioned(path, 0)
+    ds = chute.open(path)
+    file = path / "part-00001" / "x.npy"
+    os.utime(file, ns=(0, 0))  # same inode and size, other mtime: rewritten in place
+    with pytest.raises(DatasetChangedError, match=r"part-00001/x\.npy"):
+        ds[20]
+    (path / "part-00002" / "x.npy").unlink()
+    with pytest.raises(DatasetChangedError, match=r"part-00002/x\.npy"):
+        ds[40]
+    shutil.rmtree(path)
+    with pytest.raises(DatasetChangedError):
+        pickle.loads(pickle.dumps(ds)).gather([0])
+
+
+def test_pickle_keeps_the_view_of_open_across_an_append(tmp_path):
+    path = tmp_path / "d.chute"
+    _versioned(path, 0)
+    ds = chute.open(path)
+    with chute.Writer(path, append=True) as w:  # the old files stay: not a replacement
+        w.extend({"x": np.full(8, 5)})
+    again = pickle.loads(pickle.dumps(ds))
+    assert len(again) == len(ds) == 64 and again.gather([63])["x"].tolist() == [0]
+    assert len(chute.open(path)) == 72
+
+
+def test_replaced_dataset_fails_in_a_spawned_worker(tmp_path):
+    path = tmp_path / "d.chute"
+    _versioned(path, 0)
+    ds = chute.open(path, fields=["x"])
+    _versioned(path, 1)
+    loader = torch.utils.data.DataLoader(ds, num_workers=1, multiprocessing_context="spawn")
+    with pytest.raises(DatasetChangedError, match="open the dataset again"):
+        next(iter(loader))
+
+
+def test_pad_lengths_name_collision(tmp_path):
+    path = chute.write(
+        tmp_path / "d.chute", {"tokens": [np.arange(3), np.arange(2)], "tokens_lengths": [7, 7]}
+    )
+    ds = chute.open(path)
+    with pytest.raises(SchemaError, match=r"'tokens_lengths'.*field 'tokens'.*fields="):
+        ds.gather([0, 1], pad=0)
+    assert ds.gather([0, 1])["tokens_lengths"].tolist() == [7, 7]  # no pad, no clash
+    padded = chute.open(path, fields=["tokens"]).gather([0, 1], pad=0)
+    assert padded["tokens_lengths"].tolist() == [3, 2]
+
+
+@pytest.mark.parametrize(
+    ("pad", "field", "match"),
+    [
+        ("x", "t", r"pad='x' for field 't' \(uint8\): pad= takes a number"),
+        (1000, "t", r"pad=1000 .*\[0, 255\]"),
+        (-1.5, "i", r"pad=-1\.5 for field 'i' \(int64\): needs an integer"),
+        (float("nan"), "i", "needs an integer"),
+        (2**63, "i", "needs an integer"),
+        (1e6, "h", r"\(float16\): out of the dtype's range"),
+        (1j, "h", "complex"),
+    ],
+)
+def test_pad_must_fit_the_dtype(tmp_path, pad, field, match):
+    values = {"t": np.zeros(2, np.uint8), "i": np.arange(2), "h": np.ones(2, np.float16)}
+    chute.write(tmp_path / "d.chute", {k: [v, v[:1]] for k, v in values.items()})
+    ds = chute.open(tmp_path / "d.chute", fields=[field])
+    with pytest.raises(SchemaError, match=match):
+        ds.gather([0, 1], pad=pad)
+
+
+def test_pad_values_that_fit(tmp_path):
+    chute.write(tmp_path / "d.chute", {"h": [np.ones(2, np.float16), np.ones(1, np.float16)]})
+    ds = chute.open(tmp_path / "d.chute")
+    for pad, want in (
+        (float("-inf"), float("-inf")),
+        (np.int8(-2), -2.0),
+        (True, 1.0),
+        (torch.tensor(0.5), 0.5),
+    ):
+        assert ds.gather([1, 0], pad=pad)["h"][0].tolist() == [1.0, want]
+
+
+def test_index_types(mixed):
+    ds = chute.open(mixed[0])
+    want = ds[3]["label"]
+    for key in (torch.tensor(3), np.int64(3), np.uint8(3), np.array(3), torch.tensor(-9)):
+        assert torch.equal(ds[key]["label"], want), key
+    for key in ([1, 2], (1, 2), np.array([1, 2]), torch.tensor([3]), range(2)):
+        with pytest.raises(ArgumentError, match=r"ds\.gather\(indices\)") as info:
+            ds[key]
+        assert isinstance(info.value, TypeError)
+    for key in (torch.tensor(True), torch.tensor(3.0), np.float32(1), None, True):
+        with pytest.raises(ArgumentError, match="ints or slices"):
+            ds[key]
+    with pytest.raises(ArgumentError, match=r"ds\[i\]\['x'\]"):
+        ds["x"]
+
+
+def test_huge_indices_are_printed_as_given(mixed):
+    ds = chute.open(mixed[0])
+    with pytest.raises(SampleIndexError, match=f"index {2**63 + 1} is out of range"):
+        ds.gather(np.array([0, 2**63 + 1], np.uint64))
+    with pytest.raises(SampleIndexError, match=f"index {2**64 - 1} is out of range"):
+        ds[np.uint64(2**64 - 1)]
+    assert ds.gather(np.array([11, 0], np.uint32))["label"].tolist() == [2, 0]
+    with pytest.raises(SampleIndexError, match="1-D array of ints"):
+        ds.gather([[1], [1, 2]])
+
+
+def test_open_path_types(mixed, monkeypatch):
+    path, _ = mixed
+    for bad in (None, 3, 1.5):
+        with pytest.raises(ArgumentError, match=r"a dataset path is a str or os\.PathLike"):
+            chute.open(bad)
+    with pytest.raises(SchemaError, match="path is empty"):
+        chute.open("")
+    assert len(chute.open(os.fsencode(path))) == 12
+    monkeypatch.chdir(path.parent)
+    assert chute.open(path.name.encode()).path == path
+
+
+def test_contains_asks_for_a_field(mixed):
+    ds = chute.open(mixed[0], fields=["x", "text"])
+    assert "x" in ds and "text" in ds
+    assert "label" not in ds and 3 not in ds and ["x"] not in ds
+
+
+def test_gather_out_must_name_fixed_fields(mixed):
+    ds = chute.open(mixed[0])
+    buf = ds.empty_batch(4)
+    for out, match in (
+        ({**buf, "unknown": buf["x"]}, r"fixed-shape fields \['label', 'x'\].*'unknown'"),
+        ({"tokens": buf["x"]}, r"got \['tokens'\]"),
+        ([buf["x"]], "dict of buffers"),
+        ({"x": buf["x"].numpy()}, r"out\['x'\] must be a CPU tensor .*got ndarray"),
+    ):
+        with pytest.raises(SchemaError, match=match):
+            ds.gather([0, 1], out=out)
+
+
+# ---------------------------------------------------------------------------- RaggedBatch
+
+
+def test_ragged_batch_indexing_gives_samples(tmp_path):
+    chute.write(tmp_path / "t.chute", {"tokens": [np.arange(n, dtype=np.int32) for n in (3, 1, 4)]})
+    tok = chute.open(tmp_path / "t.chute").gather([0, 1, 2])["tokens"]
+    assert len(tok) == 3
+    assert tok[0].tolist() == [0, 1, 2] and tok[2].tolist() == [0, 1, 2, 3]
+    assert tok[-1].tolist() == tok[2].tolist() == tok[np.int64(2)].tolist()
+    assert tok[torch.tensor(1)].tolist() == [0]
+    assert [t.tolist() for t in tok[1:]] == [[0], [0, 1, 2, 3]]
+    with pytest.raises(SampleIndexError, match="sample 3 is out of range for a batch of 3"):
+        tok[3]
+    with pytest.raises(SampleIndexError):
+        tok[-4]
+    with pytest.raises(ArgumentError, match="int"):
+        tok[1.0]
+    values, offsets, shapes = tok  # still a NamedTuple of its members
+    assert values is tok.values and offsets is tok.offsets and shapes is None
+    assert [m is n for m, n in zip(tok, (values, offsets, None), strict=True)] == [True] * 3
+    assert tok._asdict()["offsets"] is tok.offsets
+    assert tok.tolist()[1].tolist() == [0]
+
+
+def test_ragged_batch_through_torch_and_chute_helpers(tmp_path):
+    images = [np.full((h, h, 3), h, np.uint8) for h in (1, 2)]
+    chute.write(tmp_path / "i.chute", {"im": images})
+    rb = chute.open(tmp_path / "i.chute").gather([1, 0])["im"]
+    assert rb[0].shape == (2, 2, 3) and rb[1].shape == (1, 1, 3)
+    for again in (
+        map_tensors(rb, torch.clone),  # what to_device does
+        torch.utils._pytree.tree_map(torch.clone, rb),
+        pickle.loads(pickle.dumps(rb)),
+    ):
+        assert type(again) is chute.RaggedBatch and torch.equal(again[0], rb[0])
+        assert torch.equal(again.shapes, rb.shapes)
+    collated = torch.utils.data.default_collate([rb, rb])  # member by member, as for any tuple
+    assert type(collated) is chute.RaggedBatch and collated.values.shape == (2, *rb.values.shape)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA for pinned memory")
+def test_ragged_batch_pin_memory(tmp_path):
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    chute.write(tmp_path / "t.chute", {"t": [np.arange(n) for n in (3, 1)]})
+    rb = chute.open(tmp_path / "t.chute").gather([0, 1])["t"]
+    pinned = pin_memory(rb)
+    assert type(pinned) is chute.RaggedBatch and pinned.values.is_pinned()
+    assert pinned[0].tolist() == [0, 1, 2]

@@ -14,7 +14,7 @@ import torch
 
 import chute
 from chute import writer as cw
-from chute.errors import DatasetExistsError, DatasetNotFoundError, SchemaError
+from chute.errors import ArgumentError, DatasetExistsError, DatasetNotFoundError, SchemaError
 
 
 def leftovers(path: Path) -> list[str]:
@@ -456,6 +456,78 @@ def test_bad_field_name_in_data(tmp_path):
     with pytest.raises(SchemaError, match=r"field name '\.\./x'"):
         chute.write(tmp_path / "d.chute", {"../x": np.zeros(3)})
     assert not (tmp_path.parent / "x.npy").exists()
+
+
+@pytest.mark.parametrize("value", ["train", b"abc", bytearray(b"ab"), memoryview(b"ab")])
+def test_a_str_or_bytes_column_is_not_split_into_samples(tmp_path, value):
+    # {"split": "train"} used to write five samples 't', 'r', 'a', 'i', 'n' (review 1.7).
+    kind = type(value).__name__
+    with pytest.raises(SchemaError, match=rf"field 'split': .*got one {kind} .*wrap it in a list"):
+        chute.write(tmp_path / "a.chute", {"x": np.zeros(len(value)), "split": value})
+    with pytest.raises(SchemaError, match="field 'split'"), chute.Writer(tmp_path / "b") as w:
+        w.extend({"split": value})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_str_without_utf8_form_names_field_and_sample(tmp_path):
+    with pytest.raises(SchemaError, match=r"field 's', sample 1: the str has no UTF-8 form"):
+        chute.write(tmp_path / "a.chute", {"s": ["ok", "bad \ud800"]})
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", [123, None, 1.5, ["a"]])
+def test_path_must_be_a_path(tmp_path, path):
+    with pytest.raises(ArgumentError, match=r"a dataset path is a str or os\.PathLike") as info:
+        chute.write(path, {"x": [1]})
+    assert isinstance(info.value, TypeError)
+    with pytest.raises(ArgumentError):
+        chute.Writer(path)
+
+
+def test_empty_path_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for make in (lambda: chute.write("", {"x": [1]}), lambda: chute.Writer("")):
+        with pytest.raises(SchemaError, match="path is empty"):
+            make()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bytes_path_and_chdir_before_commit(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert chute.write(b"b.chute", {"x": [1]}) == Path("b.chute")
+    with chute.Writer("d.chute") as w:
+        w.append({"x": 1})
+        (tmp_path / "elsewhere").mkdir()
+        monkeypatch.chdir(tmp_path / "elsewhere")  # the dataset still lands where it was named
+    assert w.path == tmp_path / "d.chute" and chute.open(tmp_path / "d.chute")[0]["x"] == 1
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_nested_dicts_become_group_fields_as_in_from_iterable(tmp_path):
+    samples = [{"a": {"b": i, "c": {"d": [i, i]}}, "e": float(i)} for i in range(3)]
+    with chute.Writer(tmp_path / "w.chute") as w:
+        for s in samples:
+            w.append(s)
+    chute.from_iterable(samples, tmp_path / "i.chute")
+    written, converted = chute.open(tmp_path / "w.chute"), chute.open(tmp_path / "i.chute")
+    assert written.schema == converted.schema and list(written.schema) == ["a/b", "a/c/d", "e"]
+    assert torch.equal(written.gather([2])["a/c/d"], converted.gather([2])["a/c/d"])
+    chute.write(tmp_path / "x.chute", {"a": {"b": np.arange(4)}})
+    with chute.Writer(tmp_path / "y.chute") as w:
+        w.extend({"a": {"b": np.arange(4)}})
+    for name in ("x", "y"):
+        assert chute.open(tmp_path / f"{name}.chute")[:]["a/b"].tolist() == [0, 1, 2, 3]
+
+
+def test_numpy_bytes_arrays_are_bytes_and_str_arrays_strings(tmp_path):
+    # numpy 'S' holds bytes of no stated encoding -> Bytes; 'U' holds text -> String.
+    # (HDF5 fixed-length strings declare ASCII/UTF-8: chute.convert makes them String.)
+    path = chute.write(
+        tmp_path / "d.chute", {"s": np.array([b"ab", b"c"]), "u": np.array(["x"] * 2)}
+    )
+    ds = chute.open(path)
+    assert ds.schema == {"s": chute.Bytes(), "u": chute.String()}
+    assert bytes(ds[0]["s"].numpy()) == b"ab" and ds[1]["u"] == "x"
 
 
 # ---------------------------------------------------------------------------- atomic commit

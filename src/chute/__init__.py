@@ -10,8 +10,10 @@ from .cache import cache
 from .convert import convert, from_iterable, from_torch
 from .device import to_device
 from .errors import (
+    ArgumentError,
     ChecksumError,
     ChuteError,
+    DatasetChangedError,
     DatasetExistsError,
     DatasetNotFoundError,
     FormatError,
@@ -20,6 +22,7 @@ from .errors import (
     SampleIndexError,
     SchemaError,
     SourceError,
+    StaleIteratorError,
     UnsafePathError,
     VersionError,
     WorkerError,
@@ -37,10 +40,12 @@ from .writer import Writer, write
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentError",
     "Bytes",
     "ChecksumError",
     "ChuteError",
     "Dataset",
+    "DatasetChangedError",
     "DatasetExistsError",
     "DatasetNotFoundError",
     "FormatError",
@@ -54,6 +59,7 @@ __all__ = [
     "SampleIndexError",
     "SchemaError",
     "SourceError",
+    "StaleIteratorError",
     "String",
     "Tensor",
     "UnsafePathError",

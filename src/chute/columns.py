@@ -92,7 +92,13 @@ def _var_bytes(value: Any, f: fmt.Field, name: str, index: int) -> np.ndarray:
             raise SchemaError(
                 f"field {name!r}, sample {index}: expected str, got {type(value).__name__}"
             )
-        return np.frombuffer(value.encode("utf-8"), np.uint8)
+        try:
+            return np.frombuffer(value.encode("utf-8"), np.uint8)
+        except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from a bad decode
+            raise SchemaError(
+                f"field {name!r}, sample {index}: the str has no UTF-8 form ({exc.reason} at "
+                f"character {exc.start}: {value[exc.start : exc.end]!r}); clean it first"
+            ) from None
     if isinstance(value, (bytes, bytearray, memoryview)):
         return np.frombuffer(bytes(value), np.uint8)
     arr, dt, _ = to_array(value, name, index)
@@ -123,6 +129,11 @@ def sample_count(batch: Mapping[str, Any], schema: Mapping[str, fmt.Field], star
         )
     lengths = {}
     for k, v in batch.items():
+        if isinstance(v, (str, bytes, bytearray, memoryview)):  # len() would count characters
+            raise SchemaError(
+                f"field {k!r}: a batch needs a list or array of samples, got one "
+                f"{type(v).__name__} ({v[:32]!r}); wrap it in a list for one sample"
+            )
         try:
             lengths[k] = len(v)
         except TypeError:

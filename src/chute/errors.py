@@ -24,6 +24,10 @@ class FormatError(ChuteError, ValueError):
     """A dataset on disk is malformed: bad manifest, wrong file size, bad .npy header."""
 
 
+class DatasetChangedError(FormatError):
+    """A dataset's files were replaced or modified since ``chute.open()``: open it again."""
+
+
 class VersionError(FormatError):
     """The manifest declares a format version this chute cannot read."""
 
@@ -40,6 +44,11 @@ class NotWritableError(ChuteError, PermissionError):
     """The destination's folder cannot be written: a read-only filesystem or no permission."""
 
 
+class ArgumentError(ChuteError, TypeError):
+    """An argument has the wrong type (``ds[1.5]``, ``chute.open(None)``); the message says
+    what is expected."""
+
+
 class SampleIndexError(ChuteError, IndexError):
     """An index is out of range for the dataset."""
 
@@ -50,6 +59,11 @@ class SourceError(ChuteError, ValueError):
 
 class WorkerError(ChuteError, RuntimeError):
     """A loader worker failed; the message carries the worker's traceback."""
+
+
+class StaleIteratorError(ChuteError, RuntimeError):
+    """A loader's iterator was used after a newer pass took the loader over (a new ``iter()``,
+    ``set_epoch`` or ``load_state_dict``): a loader runs one pass at a time."""
 
 
 class MissingDependencyError(ChuteError, ImportError):

@@ -11,15 +11,17 @@ manifest cannot point outside its folder.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
 import torch
 
-from .errors import FormatError, SchemaError, UnsafePathError, VersionError
+from .errors import ArgumentError, FormatError, SchemaError, UnsafePathError, VersionError
 
 FORMAT_NAME = "chute"
 FORMAT_VERSION = 1
@@ -91,7 +93,7 @@ def storage_dtype(name: str) -> np.dtype:
 class Tensor:
     """A fixed-shape field: every sample is an array of ``shape`` and ``dtype``.
 
-    Stored as ``NAME.npy`` of shape ``(N, *shape)``; reads are zero-copy views.
+    Stored as ``NAME.npy`` of shape ``(N, *shape)``; a batch is one ``take`` from the map.
     """
 
     shape: tuple[int, ...] = ()
@@ -223,10 +225,26 @@ def _list(obj: dict, key: str) -> list:
 def check_field_name(name: Any) -> str:
     if not isinstance(name, str) or not FIELD_NAME.fullmatch(name):
         raise SchemaError(
-            f"field name {name!r} is not allowed: use letters, digits, '_' and '-' "
+            f"field name {name!r} is not allowed: use ASCII letters, digits, '_' and '-' "
             "(nested names as 'group/name'); no '.', '..', or leading '/'"
         )
     return name
+
+
+def check_path(path: Any) -> Path:
+    """A dataset path given by the user (``str``, ``bytes`` or ``os.PathLike``, not empty)."""
+    raw = path
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, str):
+        raise ArgumentError(
+            f"a dataset path is a str or os.PathLike, got {type(raw).__name__} {raw!r}"
+        )
+    if not path:
+        raise SchemaError("the dataset path is empty; name the folder, e.g. 'train.chute'")
+    return Path(path)
 
 
 @dataclass(frozen=True)

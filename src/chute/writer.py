@@ -25,6 +25,16 @@ from .errors import DatasetExistsError, NotWritableError, SchemaError
 Schema = Mapping[str, fmt.Field]
 
 
+def flatten(values: Any) -> Any:
+    """Nested dicts as ``group/name`` fields, exactly as :func:`chute.from_iterable` reads
+    them; anything else as it is."""
+    if not isinstance(values, Mapping) or not any(isinstance(v, Mapping) for v in values.values()):
+        return values
+    from .sources.iterable import _flatten  # lazily: sources.dask imports this module
+
+    return dict(_flatten(values, ""))
+
+
 def infer_schema(sample: Mapping[str, Any]) -> dict[str, fmt.Field]:
     """The schema of one sample: arrays -> Tensor, ``str`` -> String, bytes -> Bytes."""
     if not isinstance(sample, Mapping) or not sample:
@@ -252,7 +262,8 @@ class Writer:
     ):
         if part_size is not None and (type(part_size) is not int or part_size < 1):  # not bool
             raise SchemaError(f"part_size must be a positive int, got {part_size!r}")
-        self.path = Path(path)
+        # Absolute: the staging folder and the final rename must not follow a later chdir.
+        self.path = fmt.check_path(path).absolute()
         self.metadata = dict(metadata or {})
         self._base: fmt.Manifest | None = None
         self._first_part = 0
@@ -304,13 +315,16 @@ class Writer:
         return self._part
 
     def append(self, sample: Mapping[str, Any]) -> None:
-        """Add one sample: a dict field -> array / tensor / scalar / str / bytes."""
+        """Add one sample: a dict field -> array / tensor / scalar / str / bytes (nested dicts
+        give ``group/name`` fields)."""
+        sample = flatten(sample)
         if self._schema is None:
             self._schema = infer_schema(sample)
         self._write({k: [v] for k, v in sample.items()} if isinstance(sample, Mapping) else sample)
 
     def extend(self, batch: Mapping[str, Any]) -> None:
         """Add a batch: per field, an array with a leading batch axis or a list of samples."""
+        batch = flatten(batch)
         if self._schema is None:
             if not isinstance(batch, Mapping) or not batch:
                 raise SchemaError("extend() takes a non-empty dict of field -> batch")
@@ -415,8 +429,10 @@ def write(
     >>> chute.write("cifar.chute", {"image": images, "label": labels})
 
     Arrays are copied in chunks of about ``chunk_bytes``, so memory-mapped inputs larger than
-    RAM work too.
+    RAM work too. Nested dicts give ``group/name`` fields.
     """
+    path = fmt.check_path(path)
+    arrays = flatten(arrays)
     if not isinstance(arrays, Mapping) or not arrays:
         raise SchemaError("write() takes a non-empty dict of field name -> array")
     n = sample_count(arrays, arrays)
@@ -430,4 +446,4 @@ def write(
     with Writer(path, schema, overwrite=overwrite, metadata=metadata) as w:
         for start in range(0, n, step):
             w.extend({k: v[start : start + step] for k, v in arrays.items()})
-    return Path(path)
+    return path
