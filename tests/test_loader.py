@@ -1,8 +1,10 @@
-"""chute.Loader: content and order, slot lifetimes, errors, shutdown, resume, validation."""
+"""chute.Loader: content and order, buffer lifetimes, errors, shutdown, epochs and passes,
+resume, validation."""
 
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import signal
 import subprocess
@@ -10,13 +12,14 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
 import chute
-from chute.errors import SchemaError, WorkerError
+from chute.errors import SchemaError, StaleIteratorError, WorkerError
 
 N = 203  # not a multiple of the batch sizes used: the last batch is short
 
@@ -134,6 +137,58 @@ def test_batch_stays_valid_until_keep_more_are_asked_for(
     assert len(slots) == loader.ring_size  # the ring is reused, never grown
 
 
+@pytest.mark.parametrize(
+    ("fields", "workers", "group"),
+    [("all", 0, 1), ("all", 1, 1), ("all", 3, 1), ("fixed", 0, 1), ("fixed", 2, 3)],
+)
+def test_batches_are_fresh_by_default(ds, ds_fixed, monkeypatch, fields, workers, group):
+    """What torch users do: list(loader), a batch kept for visualisation, several epochs."""
+    monkeypatch.setattr(chute.loader, "GROUP_BYTES", 160 * group)  # 8 x 20 bytes a batch
+    data, check = (ds, check_batch) if fields == "all" else (ds_fixed, check_fixed)
+    loader = chute.Loader(data, 8, seed=1, num_workers=workers)
+    assert (loader.keep, loader.ring_size, loader.group) == (None, None, group if workers else 1)
+    plan = loader.order.plan()
+    kept = list(loader)
+    later = list(loader)  # another epoch gathered meanwhile: nothing kept may change
+    assert len(kept) == len(later) == len(plan) == 26
+    for batch, idx in zip(kept, plan, strict=True):
+        check(batch, idx)
+    assert len({b["x"].data_ptr() for b in kept + later}) == 52  # never a reused buffer
+    kept[0]["x"].fill_(0)  # the user's to modify, and nobody else's
+    assert all(b["x"].any() for b in kept[1:] + later)
+
+
+@pytest.mark.parametrize(("workers", "group"), [(0, 1), (1, 1), (2, 3)])
+def test_fresh_buffers_are_recycled_only_once_nothing_refers_to_them(
+    ds_fixed, monkeypatch, workers, group
+):
+    monkeypatch.setattr(chute.loader, "GROUP_BYTES", 160 * group)  # 8 x 20 bytes a batch
+    loader = chute.Loader(ds_fixed, 8, seed=4, num_workers=workers)
+    cap = (loader._items + 2) * group  # batches in the pool's buffers, at most
+    plan = loader.order.plan()
+    kept: list[tuple[np.ndarray, int, Any]] = []  # (indices, how, what is kept)
+    seen = set()
+    for epoch in range(3):
+        for k, batch in enumerate(loader):
+            seen.add(batch["x"].data_ptr())
+            if epoch == 0 and k % 4 == 0:  # kept as the batch, a view, or a numpy array
+                how = k // 4 % 3
+                kept.append((plan[k], how, [batch, batch["x"][1:3], batch["y"].numpy()][how]))
+            if workers:
+                time.sleep(0.001)  # let the workers run ahead
+    assert len(seen) <= cap + len(kept) * group  # a plain loop reuses a few buffers
+    for idx, how, what in kept:  # and never one that something still refers to
+        if how == 0:
+            check_fixed(what, idx)
+        elif how == 1:
+            assert what[:, 1, 2].tolist() == (idx[1:3] % 256).tolist()
+        else:
+            assert what.tolist() == idx.tolist()
+    del kept, what, batch
+    list(loader)  # an epoch held at once, then dropped: the pool keeps only a few buffers
+    assert len(loader._buffers.bufs) - 1 <= loader._items + 2
+
+
 def test_transform_on_grouped_batches(ds_fixed, monkeypatch):
     monkeypatch.setattr(chute.loader, "GROUP_BYTES", 3 * 16 * 20)
     loader = chute.Loader(ds_fixed, 16, num_workers=2, transform=lambda b: b["y"] * 2)
@@ -249,26 +304,105 @@ def test_exit_with_a_live_iterator_is_clean(ds):
     assert proc.returncode == 0, proc.stderr  # daemon threads frozen mid-call used to abort
 
 
-def test_a_new_iter_ends_the_previous_one(ds):
-    loader = chute.Loader(ds, 4, num_workers=2)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_new_iter_ends_the_previous_one_which_then_raises(ds, workers):
+    loader = chute.Loader(ds, 4, num_workers=workers)
     first = iter(loader)
     next(first)
-    second = iter(loader)
-    assert list(first) == []  # ended: the ring of slots belongs to the newer pass
+    second = iter(loader)  # one pass at a time: it continues the epoch
+    with pytest.raises(StaleIteratorError, match=r"ended after 1 batches: iter\(\) was called"):
+        next(first)
+    with pytest.raises(StaleIteratorError):  # every time, not once
+        next(first)
     assert len(list(second)) == len(loader) - 1
     assert loader_threads() == []
+    with pytest.raises(StaleIteratorError, match="one pass at a time"):
+        list(zip(loader, loader, strict=False))  # torch allows it; a short epoch is worse
+    assert issubclass(StaleIteratorError, chute.ChuteError)
 
 
-def test_close_and_state_changes_end_a_live_pass(ds):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_iterator_that_ended_itself_is_not_stale(ds, workers):
+    loader = chute.Loader(ds, 4, num_workers=workers)
+    done = iter(loader)
+    assert len(list(done)) == len(loader)
+    closed = iter(loader)
+    next(closed)
+    loader.close()  # the user's own close: the iterator just ends
+    assert list(closed) == []
+    iter(loader)
+    assert list(done) == [] and list(closed) == []
+
+
+def test_state_changes_end_a_live_pass(ds):
     loader = chute.Loader(ds, 4, num_workers=2)
     it = iter(loader)
     next(it)
+    loader.set_epoch(0)  # the same epoch: the pass goes on
+    next(it)
     loader.set_epoch(5)
-    assert loader_threads() == [] and list(it) == []
+    assert loader_threads() == []
+    with pytest.raises(StaleIteratorError, match=r"set_epoch\(5\)"):
+        next(it)
     it = iter(loader)
     next(it)
-    loader.close()
-    assert loader_threads() == [] and list(it) == []
+    with pytest.raises(SchemaError):  # a bad state leaves the live pass alone
+        loader.load_state_dict({"epoch": 0})
+    next(it)
+    loader.load_state_dict(loader.state_dict())
+    assert loader_threads() == []
+    with pytest.raises(StaleIteratorError, match="load_state_dict"):
+        next(it)
+
+
+def test_a_peeked_batch_is_taken_from_the_epoch(ds):
+    """Documented: ``next(iter(loader))`` is the epoch's first batch, the loop gets the rest."""
+    loader = chute.Loader(ds, 8, seed=2, num_workers=2)
+    plan = [idx.tolist() for idx in loader.order.plan()]
+    peek = next(iter(loader))["y"].tolist()
+    rest = [b["y"].tolist() for b in loader]
+    assert [peek, *rest] == plan
+    assert len(list(loader)) == len(loader)  # then epoch 1, whole
+
+
+def finish_without_stopiteration(loader, how: str) -> None:
+    """Take every batch of the epoch without running the iterator to its end."""
+    if how == "zip":
+        for _ in zip(range(len(loader)), loader, strict=False):  # the last next() is never made
+            pass
+    else:
+        list(itertools.islice(loader, len(loader)))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("how", ["zip", "islice"])
+def test_an_epoch_taken_without_stopiteration_is_over(ds, workers, how):
+    loader = chute.Loader(ds, 16, seed=3, num_workers=workers)
+    finish_without_stopiteration(loader, how)
+    assert (loader.state_dict()["epoch"], loader.state_dict()["consumed"]) == (0, N)
+    epoch1 = [b["y"].tolist() for b in loader]  # the next epoch, whole: not an empty one
+    want = chute.Order(N, 16, seed=3)
+    want.set_epoch(1)
+    assert epoch1 == [idx.tolist() for idx in want.plan()]
+    assert loader.order.epoch == 2
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resuming_a_checkpoint_from_the_last_step_yields_an_empty_rest(ds, workers):
+    """Documented exception: a state saved after the last batch of epoch 4 puts the loader on
+    a finished epoch 4, and the training loop's set_epoch(4) keeps it there."""
+    loader = chute.Loader(ds, 16, seed=3, num_workers=workers)
+    loader.set_epoch(4)
+    finish_without_stopiteration(loader, "zip")
+    state = loader.state_dict()
+    resumed = chute.Loader(ds, 16, seed=3, num_workers=workers)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(4)
+    assert list(resumed) == [] and resumed.order.epoch == 5
+    resumed.set_epoch(5)
+    assert len(list(resumed)) == len(loader)
+    loader.set_epoch(4)  # a loop that calls set_epoch(4) again on its finished epoch 4
+    assert list(loader) == [] and loader.order.epoch == 5
 
 
 def test_ctrl_c_while_waiting_stops_the_workers(ds):
@@ -344,6 +478,25 @@ def test_multi_part_dataset(tmp_path):
         assert torch.equal(batch["v"][:, 0], (2 * batch["y"]).float())
 
 
+@pytest.mark.parametrize(("workers", "keep"), [(0, None), (2, None), (2, 1)])
+def test_pad_gives_what_gather_gives(ds, workers, keep):
+    loader = chute.Loader(ds, 8, seed=6, num_workers=workers, keep=keep, pad=-1)
+    plan = loader.order.plan()
+    for batch, idx in zip(loader, plan, strict=True):
+        want = ds.gather(idx, pad=-1)
+        assert batch.keys() == want.keys() == {"x", "y", "tok", "tok_lengths", "s"}
+        for k in ("x", "y", "tok", "tok_lengths"):
+            assert torch.equal(batch[k], want[k]), k
+        assert batch["s"] == want["s"]
+        assert batch["tok"].shape == (len(idx), max(i % 5 for i in idx.tolist()))
+
+
+@pytest.mark.parametrize("pad", ["x", 2**40, 0.5])
+def test_a_bad_pad_fails_at_construction(ds, pad):
+    with pytest.raises(SchemaError, match="pad="):
+        chute.Loader(ds, 8, num_workers=2, pad=pad)  # int32 tokens: no string, overflow, 0.5
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batch_size_beyond_the_dataset(ds, workers):
     loader = chute.Loader(ds, 10**12, num_workers=workers)  # slots are sized to the dataset
@@ -388,18 +541,26 @@ def test_not_a_dataset():
         chute.Loader(list(range(10)), 4)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
-def test_pin_memory_without_cuda_is_refused(ds):
-    with pytest.raises(SchemaError, match="pin_memory=True needs CUDA"):
-        chute.Loader(ds, 4, pin_memory=True)
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the warning without CUDA")
+def test_pin_memory_without_cuda_warns_and_does_not_pin(ds):
+    with pytest.warns(UserWarning, match="pin_memory=True but torch sees no CUDA"):
+        loader = chute.Loader(ds, 4, pin_memory=True, num_workers=1)  # as torch's DataLoader
+    assert loader.pin_memory is False
+    assert len(list(loader)) == len(loader)
     assert chute.Loader(ds, 4).pin_memory is False  # auto: no CUDA, no pinning
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_pinned_slots(ds):
-    loader = chute.Loader(ds, 16, num_workers=2)
+@pytest.mark.parametrize("keep", [None, 1])
+def test_pinned_batches(ds, keep):
+    loader = chute.Loader(ds, 16, num_workers=2, keep=keep)
     assert loader.pin_memory
+    kept = []
     for batch in loader:
         assert batch["x"].is_pinned() and batch["y"].is_pinned()
         check_batch(batch, batch["y"].numpy())
+        kept.append(batch)
+    if keep is None:  # fresh pinned memory: every batch still intact
+        for batch in kept:
+            check_batch(batch, batch["y"].numpy())

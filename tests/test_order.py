@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from chute import Order
@@ -203,3 +203,93 @@ def test_bad_arguments(kwargs, match):
     with pytest.raises(SchemaError, match=match):
         Order(**args)
     assert issubclass(SchemaError, ValueError)
+
+
+def take_epoch(order: Order, how: str) -> list[list[int]]:
+    """One pass over the rest of the epoch: run to its end ("for"), or every batch taken but
+    the iterator left before its end ("zip": the last next() is never made)."""
+    it = order.batches()
+    if how == "for":
+        return [idx.tolist() for idx in it]
+    return [next(it).tolist() for _ in range(len(order.plan()))]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(1, 300),
+    batch_sizes,
+    worlds,
+    seeds,
+    st.booleans(),
+    st.lists(st.sampled_from(["for", "zip"]), min_size=1, max_size=5),
+    st.data(),
+)
+def test_an_epoch_taken_without_stopiteration_is_over(n, bs, world, seed, drop_last, hows, data):
+    """Whether or not a pass ran its iterator to the end, the next pass is the next epoch,
+    whole: never an empty rest of a finished one."""
+    rank = data.draw(st.integers(0, world - 1))
+    kw = {"seed": seed, "rank": rank, "world_size": world, "drop_last": drop_last}
+    order = Order(n, bs, **kw)
+    assume(len(order) > 0)  # (an epoch of no step is never started, so never finished)
+    for epoch, how in enumerate(hows):
+        want = Order(n, bs, **kw)
+        want.set_epoch(epoch)
+        assert take_epoch(order, how) == [idx.tolist() for idx in want.plan()]
+        assert order.epoch == epoch + (how == "for")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 300), batch_sizes, seeds, st.booleans(), st.integers(0, 5))
+def test_a_finished_epoch_chosen_explicitly_stays_finished(n, bs, seed, drop_last, epoch):
+    """A checkpoint saved after the last step of ``epoch``, resumed (load_state_dict, then the
+    loop's set_epoch): that epoch is over, the pass yields nothing and moves to the next."""
+    saved = Order(n, bs, seed=seed, drop_last=drop_last)
+    saved.set_epoch(epoch)
+    take_epoch(saved, "zip")
+    state = saved.state_dict()
+    for how in ("load", "set_epoch", "both"):
+        order = Order(n, bs, seed=seed, drop_last=drop_last)
+        if how == "set_epoch":
+            order = saved
+            order.set_epoch(epoch)
+        else:
+            order.load_state_dict(state)
+            if how == "both":
+                order.set_epoch(epoch)
+        if len(order) == 0:  # no step in an epoch: nothing was consumed, nothing is finished
+            continue
+        assert order.finished
+        assert take_epoch(order, "for") == [] and (order.epoch, order.consumed) == (epoch + 1, 0)
+
+
+def test_explicit_set_epoch_then_a_whole_epoch_moves_on():
+    order = Order(10, 4)
+    order.set_epoch(3)
+    assert len(take_epoch(order, "zip")) == 3 and order.finished
+    assert len(take_epoch(order, "zip")) == 3 and order.epoch == 4  # consumption clears it
+
+
+@pytest.mark.parametrize(
+    ("state", "match"),
+    [
+        ({}, "no 'epoch', no 'consumed'"),
+        ({"epoch": 1}, "no 'consumed'"),
+        ({"epoch": 1, "consumed": 0, "step": 3}, "unknown key 'step'"),
+        ({"epoch": "1", "consumed": 0}, r"state\['epoch'\] must be an int"),
+        ({"epoch": 1, "consumed": 2.5}, r"state\['consumed'\] must be an int"),
+        ({"epoch": -1, "consumed": 0}, r"state\['epoch'\] must be >= 0"),
+        ({"epoch": 1, "consumed": 0, "shuffle": "yes"}, "shuffle='yes'"),
+        ([1, 0], "not list"),
+    ],
+)
+def test_a_malformed_state_names_the_key(state, match):
+    order = Order(10, 2)
+    with pytest.raises(SchemaError, match=match):
+        order.load_state_dict(state)
+    assert (order.epoch, order.consumed) == (0, 0)
+
+
+def test_a_hand_made_state_with_the_two_required_keys_is_enough():
+    order = Order(10, 2)
+    order.load_state_dict({"epoch": 2, "consumed": 4})
+    assert (order.epoch, order.consumed, len(order.plan())) == (2, 4, 3)

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+import torch
 from _reliability import record
 
 import chute
@@ -196,6 +197,8 @@ BAD_LOADER_ARGS = [
     ({"seed": 1.5}, "seed"),
     ({"block_size": 0}, "block_size"),
     ({"transform": "not callable"}, "transform"),
+    ({"pad": "x"}, "pad"),
+    ({"pad": 1.5}, "pad"),  # the ragged field is int64: a fractional fill would be truncated
 ]
 BAD_DATALOADER_ARGS = [
     ({"batch_size": 0}, "batch_size"),
@@ -204,6 +207,7 @@ BAD_DATALOADER_ARGS = [
     ({"world_size": 0, "rank": 0}, "world_size"),
     ({"sample_transform": 3}, "sample_transform"),
     ({"batch_sampler": object()}, "batch_sampler"),
+    ({"generator": torch.Generator()}, "generator"),
 ]
 
 
@@ -238,7 +242,8 @@ def test_argument_validation(ds_path: Path, record_property) -> None:
         "bad loader arguments",
         "Loader / dataloader: batch_size 0/neg/float/str/bool, workers < 0, prefetch 0, "
         "keep 0, rank >= world_size, rank < 0, world_size 0, seed < 0, block_size 0, "
-        "non-callable transforms, not a Dataset; open(fields=) unknown field or a str",
+        "non-callable transforms, a pad that does not fit, generator=, not a Dataset; "
+        "open(fields=) unknown field or a str",
         cases,
         "all SchemaError naming the argument, at construction; no thread started",
     )
@@ -249,9 +254,10 @@ def test_batch_size_beyond_dataset(ds_path: Path, record_property) -> None:
     loader must not size its buffers from it (a 10^12-row ring cannot be allocated)."""
     ds = chute.open(ds_path)
     outcomes: Counter = Counter()
-    for workers in (0, 2):
+    for workers, keep in [(0, None), (2, None), (0, 1), (2, 1)]:  # fresh batches and the ring
         try:
-            sizes = [len(b["x"]) for b in chute.Loader(ds, batch_size=10**12, num_workers=workers)]
+            loader = chute.Loader(ds, batch_size=10**12, num_workers=workers, keep=keep)
+            sizes = [len(b["x"]) for b in loader]
             assert sizes == [len(ds)]
             outcomes["one batch of the whole dataset"] += 1
         except RuntimeError as exc:  # torch's allocator, not a chute error
@@ -259,7 +265,7 @@ def test_batch_size_beyond_dataset(ds_path: Path, record_property) -> None:
     record(
         record_property,
         "bad loader arguments",
-        "batch_size 10^12 on a 64-sample dataset (0 and 2 workers)",
+        "batch_size 10^12 on a 64-sample dataset (0 and 2 workers, fresh batches and keep=1)",
         outcomes.total(),
         outcomes,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import signal
 from pathlib import Path
@@ -15,7 +16,7 @@ import torch
 
 import chute
 from chute.device import to_device
-from chute.errors import SchemaError, WorkerError
+from chute.errors import SchemaError, StaleIteratorError, WorkerError
 from chute.loader import Loader
 from chute.order import Order
 from chute.torch_compat import ChuteDataLoader, dataloader
@@ -48,9 +49,24 @@ def double_x(sample: dict[str, Any]) -> dict[str, Any]:
     return {"x": sample["x"] * 2, "y": sample["y"], "sample_pid": os.getpid()}
 
 
-def scale_in_place(sample: dict[str, Any]) -> dict[str, Any]:
-    sample["x"].mul_(1.0)  # what a sample_transform must not do: writes to the mapped file
+_hoard: list[torch.Tensor] = []  # per worker process
+
+
+def hoard(sample: dict[str, Any]) -> dict[str, Any]:
+    _hoard.append(sample["x"][: ROW // 2].clone())  # a leak: 128 KB a sample, kept
     return {"y": sample["y"]}
+
+
+def fail_on_sample_17(sample: dict[str, Any]) -> dict[str, Any]:
+    if int(sample["y"]) == 17:
+        raise KeyError("no label for 17")
+    return {"y": sample["y"]}
+
+
+def fail_on_a_batch(batch: dict[str, Any]) -> dict[str, Any]:
+    if 17 in batch["y"].tolist():
+        raise ValueError("bad batch")
+    return batch
 
 
 def ys(batches: Any) -> list[int]:
@@ -175,12 +191,88 @@ def test_epochs_differ_and_repeat_by_seed(ds: chute.Dataset) -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"sampler": [0]}, {"batch_sampler": [[0]]}, {"in_order": False}],
+    ("kwargs", "match"),
+    [
+        ({"sampler": [0]}, "sampler"),
+        ({"batch_sampler": [[0]]}, "batch_sampler"),
+        ({"dataset": [0]}, "dataset"),
+        ({"in_order": False}, "in_order"),
+        ({"generator": torch.Generator().manual_seed(1)}, "generator=.*pass seed="),
+    ],
 )
-def test_rejects_what_the_order_owns(ds: chute.Dataset, kwargs: dict[str, Any]) -> None:
-    with pytest.raises(SchemaError):
+def test_rejects_what_the_order_owns(ds: chute.Dataset, kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(SchemaError, match=match):
         dataloader(ds, 4, **kwargs)
+
+
+def finish_without_stopiteration(dl: ChuteDataLoader, how: str) -> list[int]:
+    if how == "zip":  # the last next() is never made
+        return ys(b for _, b in zip(range(len(dl)), dl, strict=False))
+    return ys(itertools.islice(dl, len(dl)))
+
+
+@pytest.mark.parametrize(
+    ("how", "workers", "persistent"), [("zip", 0, False), ("islice", 2, False), ("zip", 2, True)]
+)
+def test_an_epoch_taken_without_stopiteration_is_over(
+    ds: chute.Dataset, how: str, workers: int, persistent: bool
+) -> None:
+    dl = dataloader(ds, 10, seed=2, num_workers=workers, persistent_workers=persistent)
+    ref = Loader(ds, 10, seed=2, num_workers=0)
+    assert finish_without_stopiteration(dl, how) == ys(ref)
+    assert ys(dl) == ys(ref)  # epoch 1, whole: not an empty rest of epoch 0
+    assert dl.state_dict()["epoch"] == ref.state_dict()["epoch"] == 2
+    # a checkpoint saved after the last step, resumed: that epoch is over
+    finish_without_stopiteration(dl, how)
+    resumed = dataloader(ds, 10, seed=2, num_workers=0)
+    resumed.load_state_dict(dl.state_dict())
+    resumed.set_epoch(2)
+    assert list(resumed) == [] and resumed.state_dict()["epoch"] == 3
+
+
+@pytest.mark.parametrize(("workers", "persistent"), [(0, False), (2, False), (2, True)])
+def test_a_new_iter_ends_the_previous_one_which_then_raises(
+    ds: chute.Dataset, workers: int, persistent: bool
+) -> None:
+    dl = dataloader(ds, 10, seed=1, num_workers=workers, persistent_workers=persistent)
+    full = ys(Loader(ds, 10, seed=1, num_workers=0))
+    first = iter(dl)
+    head = ys([next(first), next(first)])
+    second = iter(dl)
+    with pytest.raises(StaleIteratorError, match=r"ended after 2 batches: iter\(\) was called"):
+        next(first)
+    assert head + ys(second) == full  # the newer pass continued the epoch, nothing lost
+    with pytest.raises(StaleIteratorError, match="one pass at a time"):
+        list(zip(dl, dl, strict=False))
+    it = iter(dl)
+    next(it)
+    dl.set_epoch(dl.state_dict()["epoch"])  # the same epoch: the pass goes on
+    next(it)
+    dl.set_epoch(7)
+    with pytest.raises(StaleIteratorError, match=r"set_epoch\(7\)"):
+        next(it)
+    exhausted = iter(dl)
+    list(exhausted)
+    iter(dl)
+    assert list(exhausted) == []  # it ended by itself: not stale
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_failing_sample_transform_names_the_sample(ds: chute.Dataset, workers: int) -> None:
+    dl = dataloader(ds, 8, shuffle=False, num_workers=workers, sample_transform=fail_on_sample_17)
+    with pytest.raises(WorkerError, match="sample_transform failed on sample 17") as info:
+        list(dl)
+    if workers == 0:  # from a worker process, torch re-raises it with the traceback as text
+        assert isinstance(info.value.__cause__, KeyError)
+    else:
+        assert "KeyError: 'no label for 17'" in str(info.value)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_failing_batch_transform_names_the_batch(ds: chute.Dataset, workers: int) -> None:
+    dl = dataloader(ds, 8, shuffle=False, num_workers=workers, batch_transform=fail_on_a_batch)
+    with pytest.raises(WorkerError, match=r"batch of samples \[16, 17, 18, 19\]\.\.\.: ValueError"):
+        list(dl)
 
 
 def test_rejects_a_non_chute_dataset() -> None:
@@ -354,15 +446,15 @@ def test_worker_memory_stays_flat_over_epochs(big: chute.Dataset, context: str) 
 
 
 @needs_smaps
-def test_the_memory_probe_sees_copy_on_write(big: chute.Dataset) -> None:
-    """Negative control: writing into the mapped samples does grow a worker's memory."""
+def test_the_memory_probe_sees_a_leak(big: chute.Dataset) -> None:
+    """Negative control: a sample_transform that keeps what it reads grows a worker's memory."""
     dl = dataloader(
         big,
         32,
         num_workers=2,
         multiprocessing_context="fork",
         persistent_workers=True,
-        sample_transform=scale_in_place,
+        sample_transform=hoard,
         batch_transform=add_pid,
     )
     mem = worker_memory(dl, 3)

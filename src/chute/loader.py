@@ -1,53 +1,81 @@
-"""Loader: batches of a chute Dataset, gathered by worker threads into a ring of reused buffers.
+"""Loader: batches of a chute Dataset, gathered by worker threads, handed out in order.
 
-NOTE (threads, slots, lifetimes, shutdown; the whole protocol, written down once)
+NOTE (threads, buffers, lifetimes, shutdown; the whole protocol, written down once)
 
     Who does what. ``iter(loader)`` takes this rank's remaining batches of the epoch from the
     :class:`~chute.order.Order` (its ``plan()``: index arrays, computed up front) and starts
     ``num_workers`` daemon threads. A work item is a group of ``group`` consecutive batches
     (``group`` > 1 only when every field is fixed-shape and a batch is smaller than
-    ``GROUP_BYTES``): a worker gathers the whole group with one ``ds.gather(idx, out=...)`` into
-    consecutive slots, runs ``transform`` on each batch, and posts the group's batches at once.
-    Small batches (CIFAR-like: 0.8 MB) thus share one gather call and one hand-off, whose
-    fixed costs (Python, waking the consumer, passing the GIL: ~40 us) would otherwise add 40%
-    to the gather itself (~100 us on 2 vCPUs). The consumer (the thread calling ``next()``)
-    hands batches out strictly in order; ``Order.batches()`` is advanced only then, so
+    ``GROUP_BYTES``): a worker gathers the whole group with one ``ds.gather(idx, out=...)``,
+    runs ``transform`` on each batch, and posts the group's batches at once. Small batches
+    (CIFAR-like: 0.8 MB) thus share one gather call and one hand-off, whose fixed costs
+    (Python, waking the consumer, passing the GIL: ~40 us) would otherwise add 40% to the
+    gather itself (~100 us on 2 vCPUs). The consumer (the thread calling ``next()``) hands
+    batches out strictly in order; ``Order.batches()`` is advanced only then, so
     ``state_dict()`` counts what the consumer received, never what the workers prefetched.
 
-    Why threads. The gather is numpy ``take`` into the slot (no per-sample Python, no torch op)
-    and releases the GIL; a batch never crosses a process boundary. Torch ops in a worker (a
-    transform, ``pad=``) run with ONE intra-op thread: set deliberately in each worker, because
-    OpenMP gives every calling thread its own team and ``workers x torch threads`` on a few
-    cores collapses (``index_select`` went 25x slower on 2 vCPUs). The setting is per thread;
-    the consumer thread keeps its own.
+    Why threads. The gather is numpy ``take`` into the batch's buffer (no per-sample Python,
+    no torch op) and releases the GIL; a batch never crosses a process boundary. Torch ops in
+    a worker (a transform, ``pad=``) run with ONE intra-op thread: set deliberately in each
+    worker, because OpenMP gives every calling thread its own team and ``workers x torch
+    threads`` on a few cores collapses (``index_select`` went 25x slower on 2 vCPUs). The
+    setting is per thread; the consumer thread keeps its own.
 
-    Slot lifetime (enforced). The ring is one pre-allocated (pinned when ``pin_memory``)
-    buffer per fixed-shape field, cut into ``ring_size`` batch slots; batch ``j`` lives in slot
-    ``j % ring_size``. Batch ``j`` handed to the consumer stays valid until the consumer asks
-    for batch ``j + keep``; only then may a worker overwrite its slot. The consumer gives work
-    items out itself, and gives out group ``q`` only once every batch of group
-    ``q - ring_size / group`` (the one whose slots it reuses) was released, so no worker can get
-    ahead of the rule. Copy a batch (``.clone()``) to keep it longer. Ragged, bytes and string
-    fields are freshly allocated per batch and have no such limit.
+    Buffers (default, ``keep=None``): fresh. Each work item is gathered into a buffer that
+    nothing else refers to, and its batches are views of it: a batch stays valid for as long
+    as anyone holds it, as with torch's DataLoader (``list(loader)``, a batch kept for
+    visualisation, gradient accumulation). Allocating (and faulting in) that memory for every
+    item cost ImageNet-like epochs (38 MB batches) 40-60% of the ring's throughput, so the
+    buffers come from a small pool: one is handed out again only when its reference count
+    shows that nothing refers to it any more (no batch, view, numpy array, queue entry or
+    traceback: each holds the buffer through its tensor's storage), else a new one is
+    allocated. The count is compared with that of an array only the pool's list refers to,
+    read the same way, not with a constant (interpreters differ). A plain ``for`` loop, which
+    drops each batch for the next, thus cycles through ``items + 1`` warm buffers; batches a
+    user keeps are never touched, and the pool stops tracking the oldest beyond ``items + 2``
+    (freed when the user drops them). With ``pin_memory``, buffers come from torch's caching
+    host allocator, which recycles freed pinned blocks the same way.
+
+    Buffers (``keep=k``): a ring of reused slots, the opt-in fast path. One pre-allocated
+    (pinned when ``pin_memory``) buffer per fixed-shape field, cut into ``ring_size`` batch
+    slots; batch ``j`` lives in slot ``j % ring_size``. Batch ``j`` handed to the consumer
+    stays valid until the consumer asks for batch ``j + k``; only then may a worker overwrite
+    its slot. Copy a batch (``.clone()``) to keep it longer. Ragged, bytes and string fields
+    are freshly allocated per batch in both modes and have no such limit.
+
+    Scheduling (both modes). The consumer gives work items out itself: asking for batch ``j``
+    releases batch ``j - k`` (``k`` = 1 without a ring) and gives out every work item up to
+    ``items`` past the oldest unreleased one, so ``prefetch`` batches (rounded up to whole
+    items, at least one item per worker) are prepared ahead, never more. With the ring,
+    ``items`` is its number of work items: group ``q`` is given out only once every batch of
+    group ``q - items`` (the one whose slots it reuses) was released, so no worker can get
+    ahead of the lifetime rule.
 
     Errors. A worker catches everything its group raises and posts it in place of the batches;
     the consumer raises :class:`~chute.errors.WorkerError` from it (the original exception,
     with its traceback, is the ``__cause__``) when it reaches that batch, and stops the others.
 
+    One pass at a time. The buffers, the run state and the epoch position are the loader's, so
+    a new ``iter()``, or ``set_epoch`` / ``load_state_dict`` moving the position, ends the live
+    pass; its iterator then raises :class:`~chute.errors.StaleIteratorError` on its next
+    ``next()`` rather than ending quietly (``zip(loader, loader)`` would otherwise yield a
+    truncated epoch without a word).
+
     Shutdown. Exhaustion, ``close()``, ``break`` or ``del`` (the iterator's finalizer),
-    garbage collection, interpreter exit, an exception or Ctrl-C while waiting for a batch, a
-    new ``iter()`` on the same loader (the ring is shared: the older iterator ends) and
-    ``set_epoch`` / ``load_state_dict`` all stop the pass: a flag is set, each worker is woken
-    with a sentinel, finishes at most the work item it holds, and is joined. Workers reference the
-    run state only, never the iterator, so dropping the iterator is enough to stop them.
+    garbage collection, interpreter exit, an exception or Ctrl-C while waiting for a batch,
+    and a newer pass all stop the pass: a flag is set, each worker is woken with a sentinel,
+    finishes at most the work item it holds, and is joined. Workers reference the run state
+    only, never the iterator, so dropping the iterator is enough to stop them.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -56,7 +84,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import SchemaError, WorkerError
+from .errors import SchemaError, StaleIteratorError, WorkerError
 from .order import Order, check_int
 
 __all__ = ["Loader", "LoaderStats"]
@@ -104,6 +132,12 @@ def _default_workers() -> int:
     return min(4, cpus)
 
 
+def head(indices: Any) -> str:
+    """The first sample indices of a batch, for error messages: "[459, 206, 3, 81]..."."""
+    idx = np.asarray(indices)
+    return f"{idx[:4].tolist()}{'...' if len(idx) > 4 else ''}"
+
+
 def _dist_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """rank / world_size, defaulting to torch.distributed's when it is initialized."""
     dist = torch.distributed
@@ -119,19 +153,33 @@ class Loader:
     """Batches of ``ds`` for this rank, in :class:`~chute.order.Order`, from worker threads.
 
     Yields dicts ``{field: tensor | RaggedBatch | list[str]}`` (or what ``transform`` returns,
-    a batch-level callable run in the workers). Fixed-shape fields are views of a reused slot:
-    a batch stays valid until ``keep`` more batches were asked for (see the NOTE in
-    ``chute/loader.py``). ``num_workers=0`` gathers in the calling thread. Iterating again
-    continues the epoch where the state says (a finished epoch moves on to the next one), so
-    ``state_dict()`` / ``load_state_dict()`` resume exactly, with any world size. ``rank`` and
-    ``world_size`` default to ``torch.distributed``'s when it is initialized.
+    a batch-level callable run in the workers). By default a batch is yours for as long as
+    you hold it, as with torch's DataLoader (``list(loader)`` works): its memory is reused only
+    once nothing refers to it. ``keep=k`` reuses a ring of slots instead, a few percent faster,
+    but a fixed-shape field is then valid only until ``k`` more batches were asked for (see
+    the NOTE in ``chute/loader.py``). ``num_workers=0`` gathers in the calling thread.
+    ``rank`` and ``world_size`` default to ``torch.distributed``'s when it is initialized.
+
+    Epochs. A loader runs one pass at a time, and a new ``iter()`` continues the epoch where
+    the state says: ``next(iter(loader))`` takes the epoch's next batch, and the following
+    ``for`` loop gets the rest. An iterator superseded by a newer pass raises
+    :class:`~chute.errors.StaleIteratorError`. Once the epoch's last batch was handed out, the
+    next pass starts the next epoch (also when the iterator was not run to its end: ``zip``,
+    ``islice``), except right after ``set_epoch(e)`` / ``load_state_dict`` put the loader on
+    a finished epoch ``e`` (a checkpoint saved after the last step): that pass yields nothing
+    and moves on to ``e + 1``. ``state_dict()`` / ``load_state_dict()`` resume exactly, with
+    any world size.
 
     ``num_workers``: gather threads (default ``min(4, CPUs)``). ``prefetch``: batches prepared
-    ahead of the consumer (default 2 per worker). ``keep``: batches the consumer may hold at
-    once (default 1: a batch is valid until the next is asked for; ``chute.to_device`` needs no
-    more). ``pin_memory``: page-locked slots for fast, asynchronous copies to the GPU (default:
-    when CUDA is available). ``shuffle``, ``seed``, ``drop_last``, ``block_size``: see
-    :class:`~chute.order.Order`. Example::
+    ahead of the consumer (default 2 per worker). ``keep``: ``None`` (default) for fresh
+    batches; an int ``k`` >= 1 for the ring, whose batches live until ``k`` more were asked
+    for (``k=1`` suits ``chute.to_device``, which copies a batch before asking for the next).
+    ``pin_memory``: page-locked batches for fast, asynchronous copies to the GPU (default:
+    when CUDA is available; ``True`` without CUDA warns and does not pin, as in torch).
+    ``pad``: ragged and bytes fields come padded, as with :meth:`Dataset.gather(pad=)
+    <chute.reader.Dataset.gather>` (a ``(B, L, ...)`` tensor filled with ``pad`` plus
+    ``FIELD_lengths``), done in the workers. ``shuffle``, ``seed``, ``drop_last``,
+    ``block_size``: see :class:`~chute.order.Order`. Example::
 
         loader = chute.Loader(chute.open("train.chute"), batch_size=256, num_workers=2)
         for epoch in range(epochs):
@@ -156,7 +204,8 @@ class Loader:
         world_size: int | None = None,
         *,
         block_size: int | None = None,
-        keep: int = 1,
+        keep: int | None = None,
+        pad: float | int | None = None,
     ) -> None:
         if not (hasattr(ds, "gather") and hasattr(ds, "empty_batch") and hasattr(ds, "__len__")):
             raise SchemaError(
@@ -165,6 +214,8 @@ class Loader:
             )
         if transform is not None and not callable(transform):
             raise SchemaError(f"transform must be callable, got {transform!r}")
+        if pad is not None:  # a bad value fails here, with gather's message, not mid-epoch
+            ds.gather(np.zeros(0, np.int64), pad=pad)
         self.dataset = ds
         self.num_workers = (
             _default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
@@ -175,31 +226,37 @@ class Loader:
             self.prefetch = 2 * self.num_workers
         else:
             self.prefetch = check_int("prefetch", prefetch, 1)
-        self.keep = check_int("keep", keep, 1)
+        self.keep = None if keep is None else check_int("keep", keep, 1)
         self.transform = transform
+        self.pad = pad
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
         if self.pin_memory and not torch.cuda.is_available():
-            raise SchemaError("pin_memory=True needs CUDA, which torch does not see here")
+            warnings.warn(
+                "pin_memory=True but torch sees no CUDA device here: batches are not pinned",
+                stacklevel=2,
+            )
+            self.pin_memory = False
         rank, world_size = _dist_defaults(rank, world_size)
         self.order = Order(
             len(ds), batch_size, shuffle, seed, rank, world_size, drop_last, block_size
         )
         self.group, self._items = self._geometry()
-        self._ring: _Ring | None = None  # allocated on the first iter()
+        self._buffers: _Ring | _Pool | None = None  # made on the first iter()
         self._active: weakref.ref[_LoaderIter] | None = None
         self._last: _Run | None = None
 
     def _geometry(self) -> tuple[int, int]:
-        """(batches per work item, work items in the ring); see the NOTE."""
+        """(batches per work item, work items given out at most at once); see the NOTE."""
+        keep = self.keep or 1
         if self.num_workers == 0:
-            return 1, self.keep
+            return 1, keep
         probe = self.dataset.empty_batch(1)  # the fixed-shape fields, one row each
         group = 1
         if probe.keys() == self.dataset.schema.keys():
             batch_bytes = self._slot_rows * sum(t.nbytes for t in probe.values())
             group = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, batch_bytes)))
         ahead = max(-(-self.prefetch // group), self.num_workers)
-        return group, -(-self.keep // group) + ahead
+        return group, -(-keep // group) + ahead
 
     @property
     def batch_size(self) -> int:
@@ -211,19 +268,22 @@ class Loader:
         return min(self.batch_size, self.order.n)
 
     @property
-    def ring_size(self) -> int:
-        """Batch slots in the ring: a batch is overwritten ``ring_size`` batches later."""
-        return self.group * self._items
+    def ring_size(self) -> int | None:
+        """Batch slots in the ring (``keep=k``): a batch is overwritten ``ring_size`` batches
+        later. ``None`` with fresh batches (the default), which are never overwritten."""
+        return None if self.keep is None else self.group * self._items
 
     def __len__(self) -> int:
         """Batches per rank in a whole epoch."""
         return len(self.order)
 
     def set_epoch(self, epoch: int) -> None:
-        """Move to ``epoch`` (the same epoch again keeps a resumed position); ends a live pass."""
-        if epoch != self.order.epoch:
-            self._end_active()
+        """Move to ``epoch`` (the same epoch again keeps a resumed position); another epoch
+        ends a live pass."""
+        before = self.order.epoch
         self.order.set_epoch(epoch)
+        if epoch != before:
+            self._end_active(f"set_epoch({epoch}) moved the Loader to another epoch")
 
     def state_dict(self) -> dict[str, Any]:
         """The order's state as of the last batch handed out: ``{"epoch", "consumed", ...}``."""
@@ -231,8 +291,8 @@ class Loader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a saved state (any batch size / world size); ends a live pass."""
-        self._end_active()
         self.order.load_state_dict(state)
+        self._end_active("load_state_dict() moved the Loader to a saved position")
 
     def stats(self) -> LoaderStats:
         """Timings of the current or last pass (zeros before the first)."""
@@ -241,25 +301,27 @@ class Loader:
         return self._last.stats()
 
     def __iter__(self) -> Iterator[Any]:
-        self._end_active()
-        if self._ring is None:
-            self._ring = _Ring(self, self.group, self._items)
-        run = _Run(self, self._ring, self.order.plan())
-        it = _LoaderIter(run, self.order.batches())  # made first: its finalizer stops the run
+        self._end_active("iter() was called on the Loader again")
+        if self._buffers is None:
+            self._buffers = _Pool(self) if self.keep is None else _Ring(self)
+        order_batches = self.order.batches()  # first: it may move on from a finished epoch
+        run = _Run(self, self._buffers, self.order.plan())
+        it = _LoaderIter(run, order_batches)  # made first: its finalizer stops the run
         run.start()
         self._active = weakref.ref(it)
         self._last = run
         return it
 
-    def _end_active(self) -> None:
+    def _end_active(self, why: str | None) -> None:
         it = self._active() if self._active is not None else None
         if it is not None:
-            it.close()
+            it.close(why)
         self._active = None
 
     def close(self) -> None:
-        """Stop a live pass and its threads (also done by exhaustion, ``break`` or ``del``)."""
-        self._end_active()
+        """Stop a live pass and its threads (also done by exhaustion, ``break`` or ``del``);
+        its iterator then ends (``StopIteration``)."""
+        self._end_active(None)
 
     def __repr__(self) -> str:
         return (
@@ -269,40 +331,80 @@ class Loader:
         )
 
 
-class _Ring:
-    """The output slots: one buffer per fixed-shape field, cut into batch slots (views)."""
+class _Pool:
+    """``keep=None``: for each work item, a buffer that nothing else refers to (see the NOTE)."""
 
-    def __init__(self, loader: Loader, group: int, items: int) -> None:
-        self.group, self.items = group, items
-        self.size = group * items
-        b = loader._slot_rows
-        buf = loader.dataset.empty_batch(self.size * b, pin_memory=loader.pin_memory)
+    def __init__(self, loader: Loader) -> None:
+        self.ds = loader.dataset
+        self.pin = loader.pin_memory
+        self.rows = loader.group * loader._slot_rows  # of a work item
+        self.cap = loader._items + 2  # the items in flight and the batch the consumer holds
+        self.fields: list[tuple[str, torch.dtype, tuple[int, ...], int, int]] = []
+        nbytes = 0
+        for name, t in self.ds.empty_batch(1).items():  # (name, dtype, shape, offset, count)
+            count = self.rows * t.numel()
+            self.fields.append((name, t.dtype, (self.rows, *t.shape[1:]), nbytes, count))
+            nbytes += -(-count * t.element_size() // 64) * 64  # each field 64-byte aligned
+        self.nbytes = nbytes
+        # bufs[0] is referred to by this list alone: its reference count, read the same way as
+        # the buffers', is that of a buffer that no batch, view or array refers to any more.
+        self.bufs: list[np.ndarray] = [np.empty(0, np.uint8)]
+        self.lock = threading.Lock()
+
+    def take(self, q: int) -> dict[str, torch.Tensor]:
+        if self.pin:  # torch's caching host allocator recycles freed pinned blocks itself
+            return self.ds.empty_batch(self.rows, pin_memory=True)
+        with self.lock:  # the tensors below exist before another worker looks
+            idle = 0
+            for i, raw in enumerate(self.bufs):
+                if i == 0:
+                    idle = sys.getrefcount(raw)
+                elif sys.getrefcount(raw) == idle:
+                    break
+            else:
+                raw = np.empty(self.nbytes, np.uint8)
+                self.bufs.append(raw)
+                if len(self.bufs) > self.cap + 1:  # the user keeps batches: stop tracking the
+                    del self.bufs[1]  # oldest, which is freed when they drop it
+            return {
+                name: torch.frombuffer(raw, dtype=dtype, count=count, offset=offset).view(shape)
+                for name, dtype, shape, offset, count in self.fields
+            }
+
+
+class _Ring:
+    """``keep=k``: one buffer per fixed-shape field, cut into work items of ``group`` slots."""
+
+    def __init__(self, loader: Loader) -> None:
+        self.items = loader._items
+        rows = loader.group * loader._slot_rows  # of a work item
+        buf = loader.dataset.empty_batch(self.items * rows, pin_memory=loader.pin_memory)
         for t in buf.values():  # fault the pages in now, not during the first epoch's gathers
             t.zero_()
-        self.slots = [{k: t[s * b : (s + 1) * b] for k, t in buf.items()} for s in range(self.size)]
         self.item_out = [
-            {k: t[i * group * b : (i + 1) * group * b] for k, t in buf.items()}
-            for i in range(items)
+            {k: t[i * rows : (i + 1) * rows] for k, t in buf.items()} for i in range(self.items)
         ]
 
-    def batch(self, j: int, n: int) -> dict[str, Any]:
-        """Batch ``j`` of ``n`` samples as a fresh dict of slot views (the user may edit it)."""
-        return {k: t if n == len(t) else t[:n] for k, t in self.slots[j % self.size].items()}
+    def take(self, q: int) -> dict[str, torch.Tensor]:
+        return self.item_out[q % self.items]
 
 
 class _Run:
     """The state of one pass shared by the consumer and the workers (never the iterator)."""
 
-    def __init__(self, loader: Loader, ring: _Ring, plan: list[np.ndarray]) -> None:
+    def __init__(self, loader: Loader, buffers: _Ring | _Pool, plan: list[np.ndarray]) -> None:
         self.ds = loader.dataset
         self.transform = loader.transform
-        self.ring = ring
+        self.pad = loader.pad
+        self.buffers = buffers
+        self.group = loader.group
+        self.window = loader._items  # work items given out at most at once
         self.epoch = loader.order.epoch
         self.first_step = loader.order.consumed // loader.order.step_samples  # of the epoch
         self.plan = plan
-        self.keep = loader.keep
+        self.keep = loader.keep or 1
         self.workers = loader.num_workers
-        self.items = -(-len(plan) // ring.group)  # work items in this pass
+        self.items = -(-len(plan) // self.group)  # work items in this pass
         self.tasks: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self.results: queue.SimpleQueue[list[tuple[int, _Outcome]]] = queue.SimpleQueue()
         self.stopped = False
@@ -319,7 +421,7 @@ class _Run:
         """Start the workers (none with ``num_workers=0``) and give them the first items."""
         if not self.workers:
             return
-        self.schedule(self.ring.items)
+        self.schedule(self.window)
         torch_threads = torch.get_num_threads()  # also pins this thread's own setting
         ready = threading.Barrier(self.workers + 1)
         try:
@@ -339,19 +441,23 @@ class _Run:
         torch.set_num_threads(torch_threads)
 
     def produce(self, q: int, catch: type[BaseException]) -> list[tuple[int, _Outcome]]:
-        """The batches of work item ``q``, gathered into their slots and transformed; an
-        exception of type ``catch`` is returned in place of the batches it spoiled."""
-        ring, plan = self.ring, self.plan
-        first = q * ring.group
-        js = range(first, min(first + ring.group, len(plan)))
+        """The batches of work item ``q``, gathered and transformed; an exception of type
+        ``catch`` is returned in place of the batches it spoiled."""
+        plan = self.plan
+        first = q * self.group
+        js = range(first, min(first + self.group, len(plan)))
         where = threading.current_thread().name
         try:
-            if ring.group == 1:
-                batches = [self.ds.gather(plan[first], out=ring.slots[first % ring.size])]
-            else:  # fixed-shape fields only: one gather into the group's consecutive slots
+            if len(js) == 1:
+                batches = [self.ds.gather(plan[first], out=self.buffers.take(q), pad=self.pad)]
+            else:  # fixed-shape fields only: one gather, cut into the group's batches
                 idx = np.concatenate(plan[js.start : js.stop])
-                self.ds.gather(idx, out=ring.item_out[q % ring.items])
-                batches = [ring.batch(j, len(plan[j])) for j in js]
+                got = self.ds.gather(idx, out=self.buffers.take(q))
+                ends = np.cumsum([len(plan[j]) for j in js]).tolist()
+                batches = [
+                    {k: t[a:b] for k, t in got.items()}
+                    for a, b in zip([0, *ends[:-1]], ends, strict=True)
+                ]
         except catch as exc:
             return [(j, (None, exc, where)) for j in js]
         out: list[tuple[int, _Outcome]] = []
@@ -421,6 +527,7 @@ class _LoaderIter:
         self._run = run
         self._order = order_batches
         self._ready: dict[int, _Outcome] = {}
+        self._stale: str | None = None  # why a newer pass ended this one
         self._stop = weakref.finalize(self, run.stop)  # must not refer to self
 
     def __iter__(self) -> _LoaderIter:
@@ -433,6 +540,12 @@ class _LoaderIter:
         run = self._run
         k = run.handed
         if not self._stop.alive:
+            if self._stale is not None:
+                raise StaleIteratorError(
+                    f"this Loader iterator was ended after {k} batches: {self._stale}. A Loader "
+                    "runs one pass at a time (the newest iter() continues the epoch where this "
+                    "one stopped): use one iterator at a time, or a second Loader"
+                )
             raise StopIteration
         if k == len(run.plan):
             next(self._order, None)  # the order moves on to the next epoch
@@ -447,11 +560,9 @@ class _LoaderIter:
         run.wait += time.perf_counter() - t0
         if exc is not None:
             self.close()
-            idx = run.plan[k]
-            samples = f"{idx[:4].tolist()}{'...' if len(idx) > 4 else ''}"
             raise WorkerError(
                 f"loader thread {where!r} failed on batch {run.first_step + k} of epoch "
-                f"{run.epoch} (samples {samples}): {type(exc).__name__}: {exc}; "
+                f"{run.epoch} (samples {head(run.plan[k])}): {type(exc).__name__}: {exc}; "
                 "its traceback is above"
             ) from exc
         next(self._order)  # record the batch as consumed (state_dict counts it from now)
@@ -466,14 +577,17 @@ class _LoaderIter:
             ((_, outcome),) = run.produce(k, Exception)
             run.busy[0] += time.perf_counter() - t0
             return outcome
-        # Asking for batch k releases batch k - keep: schedule every work item whose slots
-        # are all released by now (see the NOTE).
-        run.schedule((k - run.keep + 1) // run.ring.group + run.ring.items)
+        # Asking for batch k releases batch k - keep: give out every work item up to
+        # `window` past the oldest unreleased one (see the NOTE).
+        run.schedule((k - run.keep + 1) // run.group + run.window)
         while k not in self._ready:
             self._ready.update(run.results.get())
         return self._ready.pop(k)
 
-    def close(self) -> None:
-        """Stop the workers; later ``next()`` calls raise ``StopIteration``."""
+    def close(self, why: str | None = None) -> None:
+        """Stop the workers; later ``next()`` calls raise ``StopIteration``, or, when a newer
+        pass ended this one (``why``), :class:`~chute.errors.StaleIteratorError`."""
+        if why is not None and self._stop.alive:
+            self._stale = why
         self._ready.clear()
         self._stop()

@@ -12,6 +12,13 @@ The last step of an epoch may be short. Without ``drop_last`` its positions are 
 order, so every rank runs the same number of steps; with a single rank nothing is ever padded.
 With ``drop_last`` the short step is dropped.
 
+An epoch ends when an iterator of :meth:`Order.batches` runs past its last batch. An iterator
+left after its last batch (``zip(range(len(loader)), loader)``, ``islice``, a ``break`` after
+the last step) leaves the epoch *finished*; the next :meth:`Order.batches` then starts the
+next epoch, rather than an empty rest of this one. Except right after ``set_epoch(e)`` or
+``load_state_dict`` chose that finished position (a checkpoint saved after the last step of
+epoch ``e``): that epoch is over, the next pass yields nothing and moves on to ``e + 1``.
+
 Example::
 
     order = Order(len(ds), batch_size=256, seed=1, rank=rank, world_size=world)
@@ -25,7 +32,7 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,6 +40,8 @@ import numpy as np
 from .errors import SchemaError
 
 __all__ = ["Order"]
+
+_STATE_KEYS = ("epoch", "consumed", "n", "seed", "shuffle", "block_size", "window")
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
@@ -79,6 +88,8 @@ class Order:
         self.drop_last = bool(drop_last)
         self._epoch = 0
         self._consumed = 0
+        # set_epoch / load_state_dict chose this position: a finished epoch stays put (above)
+        self._chosen = False
         self._cache: tuple[int, np.ndarray] | None = None  # (epoch, its read-only global order)
 
     @property
@@ -105,12 +116,19 @@ class Order:
             return remaining // self.step_samples
         return math.ceil(remaining / self.step_samples)
 
+    @property
+    def finished(self) -> bool:
+        """The current epoch was started and has no batch left (but was not moved past)."""
+        return self._consumed > 0 and self._steps(self.n - self._consumed) == 0
+
     def set_epoch(self, epoch: int) -> None:
-        """Move to ``epoch``, from its start; the same epoch again keeps a resumed position."""
+        """Move to ``epoch``, from its start; the same epoch again keeps a resumed position
+        (a finished one included: the next pass then yields nothing, see the module doc)."""
         epoch = check_int("epoch", epoch, 0)
         if epoch != self._epoch:
             self._epoch = epoch
             self._consumed = 0
+        self._chosen = True
 
     def global_order(self, epoch: int | None = None) -> np.ndarray:
         """The (read-only, int64) global order of ``epoch`` (default: the current one)."""
@@ -152,16 +170,30 @@ class Order:
 
     def batches(self) -> Iterator[np.ndarray]:
         """Yield this rank's remaining batches of the epoch (int64 index arrays), recording
-        each as consumed when it is handed out; at the epoch's end move to the next epoch."""
-        epoch = self._epoch
+        each as consumed when it is handed out; at the epoch's end move to the next epoch.
+
+        Called on a :attr:`finished` epoch, it first moves to the next one, unless
+        ``set_epoch`` / ``load_state_dict`` chose that position (see the module doc). Loaders
+        that prefetch call it before :meth:`plan`.
+        """
+        if self.finished and not self._chosen:
+            self._next_epoch()
+        return self._advance(self._epoch)
+
+    def _advance(self, epoch: int) -> Iterator[np.ndarray]:
         for idx in self.plan():
             if self._epoch != epoch:  # set_epoch / load_state_dict while iterating
                 return
             self._consumed = min(self.n, self._consumed + self.step_samples)
+            self._chosen = False
             yield idx
         if self._epoch == epoch:
-            self._epoch += 1
-            self._consumed = 0
+            self._next_epoch()
+
+    def _next_epoch(self) -> None:
+        self._epoch += 1
+        self._consumed = 0
+        self._chosen = False
 
     def state_dict(self) -> dict[str, Any]:
         """``{"epoch", "consumed"}`` plus what the order depends on, checked at load."""
@@ -175,9 +207,24 @@ class Order:
             "window": self.window,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at a saved position, exactly, with any batch size or world size."""
-        for key in ("n", "seed", "shuffle", "block_size", "window"):
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume at a saved position, exactly, with any batch size or world size.
+
+        ``state`` is what :meth:`state_dict` returned: ``"epoch"`` and ``"consumed"`` are
+        required; the other keys, checked against this order when present, must match.
+        """
+        if not isinstance(state, Mapping):
+            raise SchemaError(
+                f"an Order state is the dict that state_dict() returns, not {type(state).__name__}"
+            )
+        problems = [f"no {key!r}" for key in ("epoch", "consumed") if key not in state]
+        problems += [f"unknown key {k!r}" for k in sorted(map(str, state)) if k not in _STATE_KEYS]
+        if problems:
+            raise SchemaError(
+                f"not an Order state ({', '.join(problems)}); pass what state_dict() returned, "
+                f"with the keys {', '.join(_STATE_KEYS)}"
+            )
+        for key in _STATE_KEYS[2:]:  # what the order depends on
             if key in state and state[key] != getattr(self, key):
                 raise SchemaError(
                     f"the saved order has {key}={state[key]!r} but this one has "
@@ -188,6 +235,7 @@ class Order:
         if consumed > self.n:
             raise SchemaError(f"state['consumed'] is {consumed} but the dataset has {self.n}")
         self._epoch, self._consumed = epoch, consumed
+        self._chosen = True
 
     def __repr__(self) -> str:
         return (

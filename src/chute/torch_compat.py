@@ -16,9 +16,9 @@ NOTE (what crosses the process boundary, memory, state)
     Memory. The Dataset pickles as its path, so a spawned worker maps the files itself and a
     forked one inherits the maps; reads go through the OS page cache, which every process
     shares. A worker's anonymous memory therefore does not grow with the dataset size or the
-    number of epochs. ``sample_transform`` receives zero-copy views of the mapped files: it
-    must not modify them in place (a write makes a private copy of the page, kept for the
-    worker's life); ``batch_transform`` receives fresh memory and may. An in-RAM dataset
+    number of epochs. ``sample_transform`` receives each sample as fresh tensors (``ds[i]``
+    copies out of the read-only map) and ``batch_transform`` a freshly gathered batch: both
+    may modify what they get in place. An in-RAM dataset
     (``ds.to_memory()``) is shared copy-on-write by forked workers, but a spawned worker reads
     its own full copy: prefer the memory-mapped dataset with spawn.
 
@@ -26,6 +26,16 @@ NOTE (what crosses the process boundary, memory, state)
     per worker), so the sampler reads the pure ``plan()`` while ``Order.batches()`` is advanced
     only when the iterator hands a batch to the consumer: ``state_dict()`` counts what was
     received, exactly as :class:`~chute.loader.Loader` does, and resumes with any world size.
+    As there: an epoch whose last batch was received is over even if its iterator was not run
+    to its end (the next ``iter()`` starts the next epoch, unless ``set_epoch`` /
+    ``load_state_dict`` chose that finished position), and one pass runs at a time: a newer
+    ``iter()`` (or a ``set_epoch`` / ``load_state_dict`` that moves the order) ends the live
+    one, whose iterator then raises :class:`~chute.errors.StaleIteratorError`.
+
+    Errors. An exception in ``sample_transform`` is re-raised as a
+    :class:`~chute.errors.WorkerError` naming the sample, one in the gather, ``collate_fn`` or
+    ``batch_transform`` naming the batch's first samples (chute's own errors pass as they are);
+    from a worker process torch re-raises it in the caller with the worker's traceback.
 
 NOTE (a dead worker, Ctrl-C)
 
@@ -53,6 +63,7 @@ import functools
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -60,8 +71,8 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from .errors import SchemaError, WorkerError
-from .loader import _default_workers, _dist_defaults
+from .errors import ChuteError, SchemaError, StaleIteratorError, WorkerError
+from .loader import _default_workers, _dist_defaults, head
 from .order import Order, check_int
 
 __all__ = ["BatchDataset", "ChuteDataLoader", "OrderBatchSampler", "dataloader"]
@@ -108,15 +119,30 @@ class BatchDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> Any:
         sample = self.dataset[i]
-        return sample if self.sample_transform is None else self.sample_transform(sample)
+        if self.sample_transform is None:
+            return sample
+        try:
+            return self.sample_transform(sample)
+        except Exception as exc:
+            raise WorkerError(
+                f"sample_transform failed on sample {int(i)}: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> Any:
-        if self.sample_transform is None and self.collate_fn is None:
-            batch = self.dataset.gather(indices)
-        else:
-            samples = [self[i] for i in indices]
-            batch = (self.collate_fn or _collate)(samples)
-        return batch if self.batch_transform is None else self.batch_transform(batch)
+        try:
+            if self.sample_transform is None and self.collate_fn is None:
+                batch = self.dataset.gather(indices)
+            else:
+                samples = [self[i] for i in indices]
+                batch = (self.collate_fn or _collate)(samples)
+            return batch if self.batch_transform is None else self.batch_transform(batch)
+        except ChuteError:
+            raise
+        except Exception as exc:
+            raise WorkerError(
+                f"chute.dataloader failed on the batch of samples {head(indices)}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def _collate(samples: list[Any]) -> Any:
@@ -151,7 +177,8 @@ class ChuteDataLoader(torch.utils.data.DataLoader):
 
     Adds ``set_epoch``, ``state_dict`` and ``load_state_dict`` with the semantics of
     :class:`~chute.loader.Loader`: iterating again continues the epoch where the state says, a
-    finished epoch moves on to the next one. Made by :func:`dataloader`.
+    finished epoch moves on to the next one, one pass runs at a time. Made by
+    :func:`dataloader`.
     """
 
     def __init__(self, dataset: BatchDataset, order: Order, **kwargs: Any) -> None:
@@ -159,63 +186,103 @@ class ChuteDataLoader(torch.utils.data.DataLoader):
         kwargs["worker_init_fn"] = functools.partial(_worker_init, kwargs.get("worker_init_fn"))
         super().__init__(dataset, batch_sampler=sampler, collate_fn=_as_is, **kwargs)  # type: ignore[arg-type]
         self.order = order
+        self._active: weakref.ref[_Consumed] | None = None
 
     def __iter__(self) -> _Consumed:  # type: ignore[override]
+        self._end_active("iter() was called on the DataLoader again")
+        progress = self.order.batches()  # first: it may move on from a finished epoch
         previous = signal.getsignal(signal.SIGINT)
         if threading.current_thread() is not threading.main_thread() or previous is None:
-            return _Consumed(super().__iter__(), self)
-        interrupted: list[int] = []  # a SIGINT while the workers start: see the NOTE
-        signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
-        try:
             it = super().__iter__()
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            if interrupted:  # the previous handler (default: KeyboardInterrupt) gets it now
-                signal.raise_signal(signal.SIGINT)
-        return _Consumed(it, self)
+        else:
+            interrupted: list[int] = []  # a SIGINT while the workers start: see the NOTE
+            signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+            try:
+                it = super().__iter__()
+            finally:
+                signal.signal(signal.SIGINT, previous)
+                if interrupted:  # the previous handler (default: KeyboardInterrupt) gets it now
+                    signal.raise_signal(signal.SIGINT)
+        consumed = _Consumed(it, progress, self)
+        self._active = weakref.ref(consumed)
+        return consumed
+
+    def _end_active(self, why: str) -> None:
+        consumed = self._active() if self._active is not None else None
+        if consumed is not None:
+            consumed.supersede(why)
+        self._active = None
 
     def set_epoch(self, epoch: int) -> None:
-        """Move to ``epoch`` (the same epoch again keeps a resumed position)."""
+        """Move to ``epoch`` (the same epoch again keeps a resumed position); another epoch
+        ends a live pass."""
+        before = self.order.epoch
         self.order.set_epoch(epoch)
+        if epoch != before:
+            self._end_active(f"set_epoch({epoch}) moved the DataLoader to another epoch")
 
     def state_dict(self) -> dict[str, Any]:
         """The order's state as of the last batch handed out: ``{"epoch", "consumed", ...}``."""
         return self.order.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at a saved state (any batch size / world size) on the next ``iter()``."""
+        """Resume at a saved state (any batch size / world size) on the next ``iter()``; ends
+        a live pass."""
         self.order.load_state_dict(state)
+        self._end_active("load_state_dict() moved the DataLoader to a saved position")
 
 
 class _Consumed:
     """The DataLoader's iterator, advancing ``Order.batches()`` as batches are handed out."""
 
-    def __init__(self, it: Iterator[Any], loader: ChuteDataLoader) -> None:
-        self._it = it
-        self._progress = loader.order.batches()
+    def __init__(
+        self, it: Iterator[Any], progress: Iterator[np.ndarray], loader: ChuteDataLoader
+    ) -> None:
+        self._it: Iterator[Any] | None = it
+        self._progress = progress
         self._loader = loader
+        self._handed = 0
+        self._stale: str | None = None  # why a newer pass ended this one
 
     def __iter__(self) -> _Consumed:
         return self
 
     def __len__(self) -> int:
-        return len(self._it)  # type: ignore[arg-type]
+        return 0 if self._it is None else len(self._it)  # type: ignore[arg-type]
+
+    def supersede(self, why: str) -> None:
+        """A newer pass took the loader over: drop torch's iterator (its workers stop, unless
+        persistent, when the newer pass is already reusing it) and refuse further batches."""
+        if self._it is not None:
+            self._stale = why
+            self._it = None
 
     def __next__(self) -> Any:
+        it = self._it
+        if it is None:
+            if self._stale is not None:
+                raise StaleIteratorError(
+                    f"this DataLoader iterator was ended after {self._handed} batches: "
+                    f"{self._stale}. chute.dataloader runs one pass at a time (the newest "
+                    "iter() continues the epoch where this one stopped): use one iterator at "
+                    "a time, or a second dataloader"
+                )
+            raise StopIteration
         try:
-            batch = next(self._it)
+            batch = next(it)
         except StopIteration:
             next(self._progress, None)  # the epoch is over: the order moves on to the next
+            self._it = None
             raise
         except (ConnectionError, EOFError, RuntimeError) as exc:  # a dead worker? see the NOTE
             # A dropped connection comes a moment before the exit: wait for it, boundedly.
-            dead = _exited_workers(self._it, 0.0 if isinstance(exc, RuntimeError) else 2.0)
+            dead = _exited_workers(it, 0.0 if isinstance(exc, RuntimeError) else 2.0)
             if not dead:
                 raise
             # Stop the other workers now: the tracebacks can keep torch's iterator (whose
             # finalizer would stop them) alive in a reference cycle until the next gc. With
             # persistent_workers, the next iter() then starts new ones.
-            self._it._shutdown_workers()  # type: ignore[attr-defined]
+            it._shutdown_workers()  # type: ignore[attr-defined]
             self._loader._iterator = None
             raise WorkerError(
                 f"DataLoader worker process {dead} died mid-epoch ({type(exc).__name__}: "
@@ -223,6 +290,7 @@ class _Consumed:
                 "workers, smaller batches or lighter transforms"
             ) from exc
         next(self._progress)  # record the batch as consumed
+        self._handed += 1
         return batch
 
 
@@ -260,7 +328,7 @@ def _worker_init(user_fn: Callable[[int], None] | None, worker_id: int) -> None:
         user_fn(worker_id)
 
 
-_OWN = ("batch_sampler", "sampler")
+_OWN = ("batch_sampler", "sampler", "dataset")
 
 
 def dataloader(
@@ -306,6 +374,12 @@ def dataloader(
         raise SchemaError(
             f"chute.dataloader builds its own batch sampler from chute.Order; do not pass "
             f"{clash}: use batch_size, shuffle, seed, rank, world_size, drop_last, block_size"
+        )
+    if "generator" in dataloader_kwargs:
+        raise SchemaError(
+            "chute.dataloader does not take generator=: the batch order comes from chute.Order, "
+            "a pure function of (seed, epoch), so pass seed= (an int). The workers' random "
+            "seeds come from torch's global RNG, as in torch (torch.manual_seed)"
         )
     if dataloader_kwargs.get("in_order", True) is False:
         raise SchemaError(
