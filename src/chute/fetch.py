@@ -4,20 +4,27 @@ Measured on a 2-vCPU box (see DESIGN.md): ``np.take(src, idx, axis=0, out=buf, m
 beats fancy indexing and, unlike the default ``mode="raise"``, writes straight into ``buf``
 instead of into a temporary that is then copied. Indices are bounds-checked once per batch by
 the caller, so ``clip`` never clips. Ragged fields turn the batch's offsets into one flat index
-and do a single ``take``: no loop over samples.
+and do a single ``take``: no loop over samples. A batch over several parts gathers from each
+part and puts the rows back in the batch's order.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from . import format as fmt
 from .errors import ArgumentError, FormatError, SampleIndexError, SchemaError
+
+Split = list[tuple[int, np.ndarray | None, np.ndarray]]
+"""Where a batch's samples are: (part, positions in the batch or None for all of them, indices
+in the part) for each part the batch hits."""
 
 
 class RaggedBatch(NamedTuple):
@@ -64,6 +71,22 @@ class RaggedBatch(NamedTuple):
         return [self.sample(i) for i in range(len(self))]
 
 
+def to_torch(arr: np.ndarray, dtype: str) -> torch.Tensor:
+    """``arr`` (stored as field dtype ``dtype``) as a tensor, sharing its memory when writable."""
+    # torch only ever gets writable memory: a view of a (read-only) map is copied out first.
+    # Gathers are fresh arrays already. torch.from_numpy of a read-only array warns, and a
+    # write through the tensor would crash the process.
+    if not arr.flags.writeable:
+        arr = np.array(arr)
+    t = torch.from_numpy(arr)
+    return t.view(torch.bfloat16) if dtype == "bfloat16" else t
+
+
+def as_numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as a numpy view (bfloat16 as its 16 bits, as stored)."""
+    return t.view(torch.int16).numpy().view("<u2") if t.dtype == torch.bfloat16 else t.numpy()
+
+
 def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``src[idx]`` along axis 0, written into ``out`` when given. ``idx`` must be in range."""
     return np.take(src, idx, axis=0, out=out, mode="clip")
@@ -89,6 +112,93 @@ def var_take(
     flat = np.arange(total, dtype=np.int64)
     flat += np.repeat(starts - batch_offsets[:-1], lengths)
     return take_rows(values, flat), batch_offsets
+
+
+def out_rows(t: Any, name: str, f: fmt.Tensor, b: int) -> np.ndarray:
+    """The first ``b`` rows of ``t``, the caller's ``out[name]`` for fixed-shape field ``f``, as
+    an array to gather into: a contiguous CPU tensor of the field's dtype and shape, ``b`` rows
+    or more. Else a SchemaError."""
+    want = (fmt.TORCH_DTYPES[f.dtype], f.shape)
+    if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+        got = f"a tensor on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise SchemaError(
+            f"out[{name!r}] must be a CPU tensor (pinned is fine), got {got}; see empty_batch()"
+        )
+    if (t.dtype, tuple(t.shape[1:])) != want or len(t) < b or not t.is_contiguous():
+        raise SchemaError(
+            f"out[{name!r}] is {t.dtype} {tuple(t.shape)}; need {want[0]} "
+            f"({b}+, {', '.join(map(str, f.shape))}) contiguous"
+        )
+    rows = as_numpy(t)
+    return rows if len(rows) == b else rows[:b]
+
+
+def gather_fixed(
+    data: Callable[[int], np.ndarray],
+    split: Split,
+    f: fmt.Tensor,
+    b: int,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """The ``b`` rows of fixed-shape field ``f`` that ``split`` locates, ``data(p)`` being the
+    field's rows in part ``p``; written into ``out`` when given."""
+    if len(split) == 1 and split[0][1] is None:
+        return take_rows(data(0), split[0][2], out)
+    res = out if out is not None else np.empty((b, *f.shape), fmt.storage_dtype(f.dtype))
+    for p, pos, local in split:
+        res[pos] = take_rows(data(p), local)
+    return res
+
+
+def gather_var(
+    column: Callable[[int], dict[str, np.ndarray]],
+    file: Callable[[int, str], Path],
+    split: Split,
+    f: fmt.Ragged | fmt.Bytes | fmt.String,
+    b: int,
+    where: str,
+) -> RaggedBatch:
+    """The ``b`` samples of variable-size field ``f`` that ``split`` locates, ``column(p)``
+    being the field's arrays in part ``p`` and ``file(p, role)`` their files (named in errors).
+    Several parts are concatenated in part order, then one more gather restores the batch's
+    order (``where`` names the field in its errors)."""
+    pieces = []
+    for p, pos, local in split:
+        col = column(p)
+        values, offsets = var_take(col["values"], col["offsets"], local, str(file(p, "offsets")))
+        shapes = col["shapes"][local] if "shapes" in col else None
+        if shapes is not None and isinstance(f, fmt.Ragged):  # only Ragged has shapes
+            check_shapes(shapes, offsets, f.inner_shape, file(p, "shapes"))
+        pieces.append((pos, values, offsets, shapes))
+    if len(pieces) == 1 and pieces[0][0] is None:
+        _, values, offsets, shapes = pieces[0]
+    else:  # several parts: concatenate in part order, then one more gather restores order
+        order = np.concatenate([pos for pos, *_ in pieces]) if pieces else np.zeros(0, np.int64)
+        cat_off = np.concatenate(
+            [[0]] + [o[1:] + s for (_, _, o, _), s in zip(pieces, _running(pieces), strict=True)]
+        ).astype(np.int64)
+        cat_val = np.concatenate([v for _, v, _, _ in pieces]) if pieces else None
+        inverse = np.empty(b, np.int64)
+        inverse[order] = np.arange(b)
+        if cat_val is None:
+            inner = () if f.variable_dims else f.inner_shape
+            cat_val = np.empty((0, *inner), fmt.storage_dtype(f.dtype))
+        values, offsets = var_take(cat_val, cat_off, inverse, where)
+        shapes = None
+        if f.variable_dims:  # (0, ndim) for an empty batch, as with a single part
+            ndim = 1 + len(f.inner_shape)
+            shapes = np.concatenate([np.zeros((0, ndim), np.int64)] + [s for *_, s in pieces])
+            shapes = shapes[inverse]
+    return RaggedBatch(
+        to_torch(values, f.dtype),
+        torch.from_numpy(offsets),
+        None if shapes is None else torch.from_numpy(np.ascontiguousarray(shapes)),
+    )
+
+
+def _running(pieces: list) -> list[int]:
+    totals = [int(o[-1]) for _, _, o, _ in pieces]
+    return [sum(totals[:i]) for i in range(len(totals))]
 
 
 def checked_offsets(col: dict[str, np.ndarray], a: int, b: int, where: Path) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Reading datasets: ``chute.open`` -> a lazy, picklable :class:`Dataset`.
 
-Opening reads the manifest and stats the data files: sizes are checked, so a truncated file
+Opening reads the manifest and checks the data files (:mod:`chute.files`): a truncated file
 fails here and not mid-epoch, and each file's identity (device, inode, size, mtime) is kept.
 A file is memory-mapped on first use, after checking that it is still the file ``open()``
 saw; a worker process that unpickles the dataset checks them all. A dataset replaced since
@@ -10,19 +10,15 @@ and the new data.
 Maps are read-only (``ACCESS_READ``): reads share the OS page cache across processes, and
 nothing in the process can change what later reads see (a write into a map raises). So
 ``ds[i]`` and ``ds[a:b]`` return fresh tensors, copied once out of the map as any loader's
-samples are, which the caller may modify; ``gather`` takes rows straight from the map into new
-tensors or into the caller's ``out=`` buffers (the Loader's path: no copy but that one).
+samples are, which the caller may modify; ``gather`` takes rows straight from the map
+(:mod:`chute.fetch`) into new tensors or into the caller's ``out=`` buffers (the Loader's
+path: no copy but that one). This module holds the indexing: which part and rows a key means.
 """
 
 from __future__ import annotations
 
-import builtins
 import itertools
-import json
-import math
-import mmap
 import os
-import stat
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -31,88 +27,21 @@ import numpy as np
 import torch
 
 from . import format as fmt
-from .errors import (
-    ArgumentError,
-    DatasetChangedError,
-    DatasetNotFoundError,
-    FormatError,
-    SampleIndexError,
-    SchemaError,
-    UnsafePathError,
+from .errors import ArgumentError, SampleIndexError, SchemaError
+from .fetch import (
+    RaggedBatch,
+    Split,
+    check_shapes,
+    checked_offsets,
+    gather_fixed,
+    gather_var,
+    out_rows,
+    pad_batch,
+    to_torch,
 )
-from .fetch import RaggedBatch, check_shapes, checked_offsets, pad_batch, take_rows, var_take
-from .npyio import MAX_HEADER_BYTES, check_size, read_header
+from .files import Files, Identity, read_manifest
 
-MAX_MANIFEST_BYTES = 256 << 20
 Batch = dict[str, Any]
-Identity = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
-
-
-def stat_file(file: Path, root: str) -> os.stat_result:
-    """``os.stat`` of ``file``, which must resolve to a regular file inside the folder ``root``
-    (a real path): no symlink out of the dataset, no FIFO or device that would block."""
-    real = os.path.realpath(file)
-    if not real.startswith(root + os.sep):
-        raise UnsafePathError(f"{file} resolves to {real}, outside the dataset {root}")
-    st = os.stat(real)
-    if not stat.S_ISREG(st.st_mode):
-        raise FormatError(f"{file} is not a regular file; a dataset holds only plain files")
-    return st
-
-
-def _identity(st: os.stat_result) -> Identity:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # JSON readers disagree on which duplicate wins: refuse, so that every tool reads the same.
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise FormatError(f"duplicate key {key!r} in the manifest")
-        seen.add(key)
-    return dict(pairs)
-
-
-def read_manifest(path: str | os.PathLike) -> fmt.Manifest:
-    """Read and validate ``PATH/chute.json``."""
-    path = Path(path)
-    file = path / fmt.MANIFEST
-    if not path.is_dir():
-        raise DatasetNotFoundError(f"{path}: no such dataset folder")
-    try:
-        size = stat_file(file, os.path.realpath(path)).st_size
-    except FileNotFoundError:
-        raise DatasetNotFoundError(
-            f"{path} is not a chute dataset: it has no {fmt.MANIFEST} "
-            "(an unfinished write leaves none)"
-        ) from None
-    if size > MAX_MANIFEST_BYTES:
-        raise FormatError(f"{file}: manifest of {size} bytes is too large")
-    try:
-        obj = json.loads(file.read_bytes().decode("utf-8"), object_pairs_hook=_unique_keys)
-    except FormatError as exc:
-        raise FormatError(f"{file}: {exc}") from None
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise FormatError(f"{file}: not valid JSON ({exc})") from None
-    try:
-        return fmt.parse_manifest(obj)
-    except FormatError as exc:
-        raise type(exc)(f"{file}: {exc}") from None
-
-
-def _to_torch(arr: np.ndarray, dtype: str) -> torch.Tensor:
-    # torch only ever gets writable memory: a view of a (read-only) map is copied out first.
-    # Gathers are fresh arrays already. torch.from_numpy of a read-only array warns, and a
-    # write through the tensor would crash the process.
-    if not arr.flags.writeable:
-        arr = np.array(arr)
-    t = torch.from_numpy(arr)
-    return t.view(torch.bfloat16) if dtype == "bfloat16" else t
-
-
-def _as_numpy(t: torch.Tensor) -> np.ndarray:
-    return t.view(torch.int16).numpy().view("<u2") if t.dtype == torch.bfloat16 else t.numpy()
 
 
 class _Part:
@@ -157,7 +86,6 @@ class Dataset(torch.utils.data.Dataset):
             raise SchemaError("fields= takes a list of field names, not a string")
         self.path = path
         self._fields_arg = None if fields is None else list(fields)
-        self._in_memory = in_memory
         self._manifest = manifest
         self.metadata: Mapping[str, Any] = manifest.metadata
         unknown = [f for f in fields or () if f not in manifest.fields]
@@ -169,125 +97,31 @@ class Dataset(torch.utils.data.Dataset):
             k: v for k, v in manifest.fields.items() if fields is None or k in fields
         }
         self._fixed = frozenset(k for k, f in self.schema.items() if isinstance(f, fmt.Tensor))
-        self._root = os.path.realpath(self.path)
-        self._identity: dict[str, Identity] = dict(opened or {})
-        self._stale: Path | None = None  # a file replaced since open()
+        self._files = Files(self.path, in_memory, opened)
         self._parts: list[_Part] = []
         start = 0
         for info in manifest.parts:
             folder = self.path / info.name
             self._parts.append(_Part(info, folder, start))
             start += info.num_samples
-            for name, f in self.schema.items():
-                for role, fn in fmt.field_files(name, f).items():
-                    data = _data_nbytes(f, role, info.num_samples)
-                    self._check_file(folder / fn, info.files[fn].nbytes, data, opened)
+            self._files.check_part(folder, info, self.schema)
         self._len = start
         self._ends = np.array([p.start + p.info.num_samples for p in self._parts], np.int64)
-        if in_memory and self._stale is None:
+        if in_memory and self._files.stale is None:
             for i in range(len(self._parts)):
                 for name in self.schema:
                     self._column(i, name)
-
-    # ------------------------------------------------------------------ files
-
-    def _check_file(
-        self, file: Path, nbytes: int, data: int | None, opened: Mapping[str, Identity] | None
-    ) -> None:
-        """The file is as big as the manifest says, and that is what the manifest's sample
-        count and shape need (``data`` bytes, None when only the offsets tell) plus a header:
-        so nothing is ever sized from a count or shape that the files do not back. Its
-        identity is recorded (and must be ``opened``'s when given)."""
-        try:
-            st = stat_file(file, self._root)
-        except FileNotFoundError:
-            if opened is None:
-                raise FormatError(f"{file} is missing; the dataset is incomplete") from None
-            self._stale = self._stale or file
-            return
-        identity = _identity(st)
-        if opened is not None and opened.get(str(file)) != identity:
-            self._stale = self._stale or file
-            return
-        self._identity[str(file)] = identity
-        if st.st_size != nbytes:
-            raise FormatError(
-                f"{file} is {st.st_size} bytes but the manifest says {nbytes}: the file was "
-                "truncated or modified after writing"
-            )
-        if data is not None and not 0 < nbytes - data <= MAX_HEADER_BYTES:
-            raise FormatError(
-                f"{file} is {nbytes} bytes but the manifest's sample count and shape need "
-                f"{data} bytes of data plus a header; the manifest does not describe this file"
-            )
-
-    def _changed(self, file: Path) -> DatasetChangedError:
-        return DatasetChangedError(
-            f"{self.path} was replaced or modified since chute.open(): {file} is not the file "
-            "that was opened; open the dataset again"
-        )
-
-    def _load(self, file: Path, dtype: str, shape: tuple[int, ...] | None) -> np.ndarray:
-        """Map (or read, when in memory) one .npy file after checking that it is the file
-        ``open()`` saw and its header; the array is read-only."""
-        want = fmt.storage_dtype(dtype)
-        try:
-            with builtins.open(file, "rb") as f:
-                st = os.fstat(f.fileno())
-                if _identity(st) != self._identity[str(file)]:
-                    raise self._changed(file)
-                got, got_shape, offset = read_header(f, str(file))
-                if got != want or (shape is not None and got_shape != shape):
-                    raise FormatError(
-                        f"{file}: holds {got_shape} {got} but the manifest says {shape} {want}"
-                    )
-                check_size(str(file), got, got_shape, offset, st.st_size)
-                nbytes = st.st_size - offset
-                if nbytes == 0:
-                    arr = np.zeros(got_shape, got)
-                elif self._in_memory:
-                    arr = np.empty(got_shape, got)
-                    f.readinto(memoryview(arr.reshape(-1).view(np.uint8)))
-                else:
-                    buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                    arr = np.frombuffer(buf, got, nbytes // got.itemsize, offset)
-                    arr = arr.reshape(got_shape)
-        except FileNotFoundError:  # gone since open(): the dataset was replaced or removed
-            raise self._changed(file) from None
-        arr.flags.writeable = False
-        return arr
 
     def _file(self, part: int, name: str, role: str) -> Path:
         """The file of field ``name``'s ``role`` in part ``part`` (for error messages)."""
         return self._parts[part].folder / fmt.field_files(name, self.schema[name])[role]
 
     def _column(self, part: int, name: str) -> dict[str, np.ndarray]:
-        if self._stale is not None:
-            raise self._changed(self._stale)
         p = self._parts[part]
         col = p.columns.get(name)
-        if col is not None:
-            return col
-        f = self.schema[name]
-        files = fmt.field_files(name, f)
-        n = p.info.num_samples
-        if isinstance(f, fmt.Tensor):
-            col = {"data": self._load(p.folder / files["data"], f.dtype, (n, *f.shape))}
-        else:
-            offsets = self._load(p.folder / files["offsets"], "int64", (n + 1,))
-            values = self._load(p.folder / files["values"], f.dtype, None)
-            inner = () if f.variable_dims else f.inner_shape
-            if values.shape[1:] != inner or offsets[0] != 0 or offsets[-1] != len(values):
-                raise FormatError(
-                    f"{p.folder / files['values']}: values {values.shape} do not match the "
-                    f"offsets (0..{int(offsets[-1])}) and inner shape {inner}"
-                )
-            col = {"values": values, "offsets": offsets}
-            if f.variable_dims:
-                col["shapes"] = self._load(
-                    p.folder / files["shapes"], "int64", (n, 1 + len(f.inner_shape))
-                )
-        p.columns[name] = col
+        if col is None:
+            col = self._files.column(p.folder, name, self.schema[name], p.info.num_samples)
+            p.columns[name] = col
         return col
 
     # ------------------------------------------------------------------ access
@@ -316,7 +150,7 @@ class Dataset(torch.utils.data.Dataset):
         for name, f in self.schema.items():
             col = self._column(part, name)
             if isinstance(f, fmt.Tensor):
-                out[name] = _to_torch(col["data"][j, ...], f.dtype)
+                out[name] = to_torch(col["data"][j, ...], f.dtype)
                 continue
             offsets = checked_offsets(col, j, j + 1, self._file(part, name, "offsets"))
             values = col["values"][offsets[0] : offsets[1]]
@@ -325,9 +159,9 @@ class Dataset(torch.utils.data.Dataset):
             elif "shapes" in col:
                 shape = col["shapes"][j : j + 1]
                 check_shapes(shape, offsets, f.inner_shape, self._file(part, name, "shapes"))
-                out[name] = _to_torch(values.reshape(shape[0]), f.dtype)
+                out[name] = to_torch(values.reshape(shape[0]), f.dtype)
             else:
-                out[name] = _to_torch(values, f.dtype)
+                out[name] = to_torch(values, f.dtype)
         return out
 
     def _index(self, key: Any) -> int:
@@ -356,7 +190,7 @@ class Dataset(torch.utils.data.Dataset):
         for name, f in self.schema.items():
             col = self._column(part, name)
             if isinstance(f, fmt.Tensor):
-                out[name] = _to_torch(col["data"][a:b], f.dtype)
+                out[name] = to_torch(col["data"][a:b], f.dtype)
                 continue
             offsets = checked_offsets(col, a, b, self._file(part, name, "offsets"))
             values, offsets = col["values"][offsets[0] : offsets[-1]], offsets - offsets[0]
@@ -367,8 +201,8 @@ class Dataset(torch.utils.data.Dataset):
             if "shapes" in col:
                 rows = col["shapes"][a:b]
                 check_shapes(rows, offsets, f.inner_shape, self._file(part, name, "shapes"))
-                shapes = _to_torch(rows, "int64")
-            out[name] = RaggedBatch(_to_torch(values, f.dtype), torch.from_numpy(offsets), shapes)
+                shapes = to_torch(rows, "int64")
+            out[name] = RaggedBatch(to_torch(values, f.dtype), torch.from_numpy(offsets), shapes)
         return out
 
     def __iter__(self) -> Iterator[Batch]:
@@ -402,12 +236,12 @@ class Dataset(torch.utils.data.Dataset):
     def _out_of_range(self, i: Any) -> NoReturn:
         raise SampleIndexError(f"index {i} is out of range for {self.path} ({self._len} samples)")
 
-    def _split(self, idx: np.ndarray) -> list[tuple[int, np.ndarray | None, np.ndarray]]:
+    def _split(self, idx: np.ndarray) -> Split:
         """(part, positions in the batch or None for all, local indices) for each part hit."""
         if len(self._parts) == 1:
             return [(0, None, idx)]
         part_of = np.searchsorted(self._ends, idx, side="right")
-        out = []
+        out: Split = []
         for p in np.unique(part_of):
             pos = np.flatnonzero(part_of == p)
             out.append((int(p), pos, idx[pos] - self._parts[p].start))
@@ -447,9 +281,9 @@ class Dataset(torch.utils.data.Dataset):
         batch: Batch = {}
         for name, f in self.schema.items():
             if isinstance(f, fmt.Tensor):
-                batch[name] = self._gather_fixed(name, f, idx, split, out)
+                batch[name] = self._gather_fixed(name, f, split, b, out)
                 continue
-            rb = self._gather_var(name, f, b, split)
+            rb = self._gather_var(name, f, split, b)
             if isinstance(f, fmt.String):
                 batch[name] = _strings(rb.values.numpy(), rb.offsets.numpy())
             elif pad is not None:
@@ -458,74 +292,28 @@ class Dataset(torch.utils.data.Dataset):
                 batch[name] = rb
         return batch
 
-    def _gather_fixed(self, name: str, f: fmt.Tensor, idx: np.ndarray, split: list, out: Any):
-        b = len(idx)
-        target = None
-        if out is not None and name in out:
-            t = out[name]
-            want = (fmt.TORCH_DTYPES[f.dtype], f.shape)
-            if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
-                got = f"a tensor on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
-                raise SchemaError(
-                    f"out[{name!r}] must be a CPU tensor (pinned is fine), got {got}; "
-                    "see empty_batch()"
-                )
-            if (t.dtype, tuple(t.shape[1:])) != want or len(t) < b or not t.is_contiguous():
-                raise SchemaError(
-                    f"out[{name!r}] is {t.dtype} {tuple(t.shape)}; need {want[0]} "
-                    f"({b}+, {', '.join(map(str, f.shape))}) contiguous"
-                )
-            target = _as_numpy(t)
-            target = target if len(target) == b else target[:b]
-        if len(split) == 1 and split[0][1] is None:
-            res = take_rows(self._column(0, name)["data"], idx, target)
-        else:
-            res = (
-                target
-                if target is not None
-                else np.empty((b, *f.shape), fmt.storage_dtype(f.dtype))
-            )
-            for p, pos, local in split:
-                res[pos] = take_rows(self._column(p, name)["data"], local)
-        if target is None:
-            return _to_torch(res, f.dtype)
-        t = out[name]  # type: ignore[index]
+    def _gather_fixed(
+        self, name: str, f: fmt.Tensor, split: Split, b: int, out: Mapping[str, Any] | None
+    ) -> torch.Tensor:
+        def data(p: int) -> np.ndarray:
+            return self._column(p, name)["data"]
+
+        if out is None or name not in out:
+            return to_torch(gather_fixed(data, split, f, b), f.dtype)
+        t = out[name]
+        gather_fixed(data, split, f, b, out_rows(t, name, f, b))
         return t if len(t) == b else t[:b]
 
-    def _gather_var(self, name: str, f: fmt.Field, b: int, split: list) -> RaggedBatch:
-        pieces = []
-        for p, pos, local in split:
-            col = self._column(p, name)
-            where = str(self._file(p, name, "offsets"))
-            values, offsets = var_take(col["values"], col["offsets"], local, where)
-            shapes = col["shapes"][local] if "shapes" in col else None
-            if shapes is not None and isinstance(f, fmt.Ragged):  # only Ragged has shapes
-                check_shapes(shapes, offsets, f.inner_shape, self._file(p, name, "shapes"))
-            pieces.append((pos, values, offsets, shapes))
-        if len(pieces) == 1 and pieces[0][0] is None:
-            _, values, offsets, shapes = pieces[0]
-        else:  # several parts: concatenate in part order, then one more gather restores order
-            order = np.concatenate([pos for pos, *_ in pieces]) if pieces else np.zeros(0, np.int64)
-            cat_off = np.concatenate(
-                [[0]]
-                + [o[1:] + s for (_, _, o, _), s in zip(pieces, _running(pieces), strict=True)]
-            ).astype(np.int64)
-            cat_val = np.concatenate([v for _, v, _, _ in pieces]) if pieces else None
-            inverse = np.empty(b, np.int64)
-            inverse[order] = np.arange(b)
-            if cat_val is None:
-                inner = () if f.variable_dims else f.inner_shape
-                cat_val = np.empty((0, *inner), fmt.storage_dtype(f.dtype))
-            values, offsets = var_take(cat_val, cat_off, inverse, str(self.path / name))
-            shapes = None
-            if f.variable_dims:  # (0, ndim) for an empty batch, as with a single part
-                ndim = 1 + len(f.inner_shape)
-                shapes = np.concatenate([np.zeros((0, ndim), np.int64)] + [s for *_, s in pieces])
-                shapes = shapes[inverse]
-        return RaggedBatch(
-            _to_torch(values, f.dtype),
-            torch.from_numpy(offsets),
-            None if shapes is None else torch.from_numpy(np.ascontiguousarray(shapes)),
+    def _gather_var(
+        self, name: str, f: fmt.Ragged | fmt.Bytes | fmt.String, split: Split, b: int
+    ) -> RaggedBatch:
+        return gather_var(
+            lambda p: self._column(p, name),
+            lambda p, role: self._file(p, name, role),
+            split,
+            f,
+            b,
+            str(self.path / name),
         )
 
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
@@ -543,8 +331,8 @@ class Dataset(torch.utils.data.Dataset):
         ``open()`` saw, else :class:`DatasetChangedError`. Samples are fresh copies too."""
         mem = type(self).__new__(type(self))
         mem.__setstate__({**self.__getstate__(), "in_memory": True})
-        if mem._stale is not None:
-            raise mem._changed(mem._stale)
+        if mem._files.stale is not None:
+            raise mem._files.changed(mem._files.stale)
         return mem
 
     @property
@@ -575,9 +363,9 @@ class Dataset(torch.utils.data.Dataset):
         return {
             "path": str(self.path),
             "fields": self._fields_arg,
-            "in_memory": self._in_memory,
+            "in_memory": self._files.in_memory,
             "manifest": self._manifest.to_json(),
-            "files": self._identity,
+            "files": self._files.identity,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -594,20 +382,6 @@ class Dataset(torch.utils.data.Dataset):
 def _strings(values: np.ndarray, offsets: np.ndarray) -> list[str]:
     raw = values.tobytes()
     return [raw[i:j].decode("utf-8", "replace") for i, j in itertools.pairwise(offsets.tolist())]
-
-
-def _data_nbytes(f: fmt.Field, role: str, n: int) -> int | None:
-    """Bytes after the header of file ``role`` of a part of ``n`` samples (None: values)."""
-    shape = fmt.expected_shape(f, role, n)
-    if shape is None or role == "values":
-        return None
-    itemsize = fmt.storage_dtype(f.dtype).itemsize if role == "data" else 8
-    return math.prod(shape) * itemsize
-
-
-def _running(pieces: list) -> list[int]:
-    totals = [int(o[-1]) for _, _, o, _ in pieces]
-    return [sum(totals[:i]) for i in range(len(totals))]
 
 
 def open(path: str | bytes | os.PathLike, fields: Sequence[str] | None = None) -> Dataset:

@@ -16,8 +16,8 @@ from typing import Any
 
 from .. import format as fmt
 from ..errors import DatasetNotFoundError, SchemaError
+from ..fetch import as_numpy
 from ..order import Order
-from ..reader import _as_numpy
 from ..reader import open as open_dataset
 from ..writer import Writer
 from .contenders import CONTENDERS, Contender, Setup
@@ -28,7 +28,7 @@ CHUNK_BYTES = 64 << 20  # rows copied per step while writing the stores
 
 
 def _chunks(
-    ds: Any, names: Sequence[str], n: int, row_bytes: int, as_array: Callable = _as_numpy
+    ds: Any, names: Sequence[str], n: int, row_bytes: int, as_array: Callable = as_numpy
 ) -> Callable:
     """``chunks(multiple)``: (start, {field: rows}) over ``ds[:n]``, ~CHUNK_BYTES at a time.
 
