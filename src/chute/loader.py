@@ -1,6 +1,7 @@
 """Loader: batches of a chute Dataset, gathered by worker threads, handed out in order.
 
-NOTE (threads, buffers, lifetimes, shutdown; the whole protocol, written down once)
+NOTE (threads, scheduling, errors, shutdown; the whole protocol, written down once; the
+buffers a batch lives in, and how long, have their own NOTE in ``chute/buffers.py``)
 
     Who does what. ``iter(loader)`` takes this rank's remaining batches of the epoch from the
     :class:`~chute.order.Order` (its ``plan()``: index arrays, computed up front) and starts
@@ -21,27 +22,11 @@ NOTE (threads, buffers, lifetimes, shutdown; the whole protocol, written down on
     threads`` on a few cores collapses (``index_select`` went 25x slower on 2 vCPUs). The
     setting is per thread; the consumer thread keeps its own.
 
-    Buffers (default, ``keep=None``): fresh. Each work item is gathered into a buffer that
-    nothing else refers to, and its batches are views of it: a batch stays valid for as long
-    as anyone holds it, as with torch's DataLoader (``list(loader)``, a batch kept for
-    visualisation, gradient accumulation). Allocating (and faulting in) that memory for every
-    item cost ImageNet-like epochs (38 MB batches) 40-60% of the ring's throughput, so the
-    buffers come from a small pool: one is handed out again only when its reference count
-    shows that nothing refers to it any more (no batch, view, numpy array, queue entry or
-    traceback: each holds the buffer through its tensor's storage), else a new one is
-    allocated. The count is compared with that of an array only the pool's list refers to,
-    read the same way, not with a constant (interpreters differ). A plain ``for`` loop, which
-    drops each batch for the next, thus cycles through ``items + 1`` warm buffers; batches a
-    user keeps are never touched, and the pool stops tracking the oldest beyond ``items + 2``
-    (freed when the user drops them). With ``pin_memory``, buffers come from torch's caching
-    host allocator, which recycles freed pinned blocks the same way.
-
-    Buffers (``keep=k``): a ring of reused slots, the opt-in fast path. One pre-allocated
-    (pinned when ``pin_memory``) buffer per fixed-shape field, cut into ``ring_size`` batch
-    slots; batch ``j`` lives in slot ``j % ring_size``. Batch ``j`` handed to the consumer
-    stays valid until the consumer asks for batch ``j + k``; only then may a worker overwrite
-    its slot. Copy a batch (``.clone()``) to keep it longer. Ragged, bytes and string fields
-    are freshly allocated per batch in both modes and have no such limit.
+    Buffers. A work item is gathered into buffers from ``chute/buffers.py``, whose NOTE states
+    their lifetimes: fresh by default (a batch is valid for as long as anyone holds it), or
+    with ``keep=k`` a ring of slots (batch ``j`` is valid until the consumer asks for batch
+    ``j + k``). The loader keeps them from one pass to the next; a worker gets the buffers of
+    work item ``q`` with ``take(q)``.
 
     Scheduling (both modes). The consumer gives work items out itself: asking for batch ``j``
     releases batch ``j - k`` (``k`` = 1 without a ring) and gives out every work item up to
@@ -72,7 +57,6 @@ from __future__ import annotations
 
 import os
 import queue
-import sys
 import threading
 import time
 import warnings
@@ -84,8 +68,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from .buffers import Pool, Ring
 from .errors import SchemaError, StaleIteratorError, WorkerError
 from .order import Order, check_int
+from .subset import loadable
 
 __all__ = ["Loader", "LoaderStats"]
 
@@ -157,8 +143,14 @@ class Loader:
     you hold it, as with torch's DataLoader (``list(loader)`` works): its memory is reused only
     once nothing refers to it. ``keep=k`` reuses a ring of slots instead, a few percent faster,
     but a fixed-shape field is then valid only until ``k`` more batches were asked for (see
-    the NOTE in ``chute/loader.py``). ``num_workers=0`` gathers in the calling thread.
+    the NOTE in ``chute/buffers.py``). ``num_workers=0`` gathers in the calling thread.
     ``rank`` and ``world_size`` default to ``torch.distributed``'s when it is initialized.
+
+    Subsets. ``ds`` may also be a ``torch.utils.data.Subset`` of a chute Dataset (nested ones
+    too), e.g. a held-out split ``train, val = torch.utils.data.random_split(ds, [0.9, 0.1])``:
+    only its samples are read, each batch in one gather, and the order runs over
+    ``len(subset)``, so shuffling, ``rank`` / ``world_size`` and ``state_dict`` work on the
+    subset. ``loader.dataset`` is then a :class:`~chute.subset.SubsetDataset`.
 
     Epochs. A loader runs one pass at a time, and a new ``iter()`` continues the epoch where
     the state says: ``next(iter(loader))`` takes the epoch's next batch, and the following
@@ -207,11 +199,7 @@ class Loader:
         keep: int | None = None,
         pad: float | int | None = None,
     ) -> None:
-        if not (hasattr(ds, "gather") and hasattr(ds, "empty_batch") and hasattr(ds, "__len__")):
-            raise SchemaError(
-                f"Loader needs a chute Dataset (chute.open(path)), not {type(ds).__name__}; "
-                "for a torch Dataset use torch.utils.data.DataLoader"
-            )
+        ds = loadable(ds, "Loader")
         if transform is not None and not callable(transform):
             raise SchemaError(f"transform must be callable, got {transform!r}")
         if pad is not None:  # a bad value fails here, with gather's message, not mid-epoch
@@ -241,7 +229,7 @@ class Loader:
             len(ds), batch_size, shuffle, seed, rank, world_size, drop_last, block_size
         )
         self.group, self._items = self._geometry()
-        self._buffers: _Ring | _Pool | None = None  # made on the first iter()
+        self._buffers: Ring | Pool | None = None  # made on the first iter()
         self._active: weakref.ref[_LoaderIter] | None = None
         self._last: _Run | None = None
 
@@ -303,7 +291,9 @@ class Loader:
     def __iter__(self) -> Iterator[Any]:
         self._end_active("iter() was called on the Loader again")
         if self._buffers is None:
-            self._buffers = _Pool(self) if self.keep is None else _Ring(self)
+            rows = self.group * self._slot_rows  # of a work item
+            make = Pool if self.keep is None else Ring
+            self._buffers = make(self.dataset, rows, self._items, self.pin_memory)
         order_batches = self.order.batches()  # first: it may move on from a finished epoch
         run = _Run(self, self._buffers, self.order.plan())
         it = _LoaderIter(run, order_batches)  # made first: its finalizer stops the run
@@ -331,68 +321,10 @@ class Loader:
         )
 
 
-class _Pool:
-    """``keep=None``: for each work item, a buffer that nothing else refers to (see the NOTE)."""
-
-    def __init__(self, loader: Loader) -> None:
-        self.ds = loader.dataset
-        self.pin = loader.pin_memory
-        self.rows = loader.group * loader._slot_rows  # of a work item
-        self.cap = loader._items + 2  # the items in flight and the batch the consumer holds
-        self.fields: list[tuple[str, torch.dtype, tuple[int, ...], int, int]] = []
-        nbytes = 0
-        for name, t in self.ds.empty_batch(1).items():  # (name, dtype, shape, offset, count)
-            count = self.rows * t.numel()
-            self.fields.append((name, t.dtype, (self.rows, *t.shape[1:]), nbytes, count))
-            nbytes += -(-count * t.element_size() // 64) * 64  # each field 64-byte aligned
-        self.nbytes = nbytes
-        # bufs[0] is referred to by this list alone: its reference count, read the same way as
-        # the buffers', is that of a buffer that no batch, view or array refers to any more.
-        self.bufs: list[np.ndarray] = [np.empty(0, np.uint8)]
-        self.lock = threading.Lock()
-
-    def take(self, q: int) -> dict[str, torch.Tensor]:
-        if self.pin:  # torch's caching host allocator recycles freed pinned blocks itself
-            return self.ds.empty_batch(self.rows, pin_memory=True)
-        with self.lock:  # the tensors below exist before another worker looks
-            idle = 0
-            for i, raw in enumerate(self.bufs):
-                if i == 0:
-                    idle = sys.getrefcount(raw)
-                elif sys.getrefcount(raw) == idle:
-                    break
-            else:
-                raw = np.empty(self.nbytes, np.uint8)
-                self.bufs.append(raw)
-                if len(self.bufs) > self.cap + 1:  # the user keeps batches: stop tracking the
-                    del self.bufs[1]  # oldest, which is freed when they drop it
-            return {
-                name: torch.frombuffer(raw, dtype=dtype, count=count, offset=offset).view(shape)
-                for name, dtype, shape, offset, count in self.fields
-            }
-
-
-class _Ring:
-    """``keep=k``: one buffer per fixed-shape field, cut into work items of ``group`` slots."""
-
-    def __init__(self, loader: Loader) -> None:
-        self.items = loader._items
-        rows = loader.group * loader._slot_rows  # of a work item
-        buf = loader.dataset.empty_batch(self.items * rows, pin_memory=loader.pin_memory)
-        for t in buf.values():  # fault the pages in now, not during the first epoch's gathers
-            t.zero_()
-        self.item_out = [
-            {k: t[i * rows : (i + 1) * rows] for k, t in buf.items()} for i in range(self.items)
-        ]
-
-    def take(self, q: int) -> dict[str, torch.Tensor]:
-        return self.item_out[q % self.items]
-
-
 class _Run:
     """The state of one pass shared by the consumer and the workers (never the iterator)."""
 
-    def __init__(self, loader: Loader, buffers: _Ring | _Pool, plan: list[np.ndarray]) -> None:
+    def __init__(self, loader: Loader, buffers: Ring | Pool, plan: list[np.ndarray]) -> None:
         self.ds = loader.dataset
         self.transform = loader.transform
         self.pad = loader.pad

@@ -16,7 +16,8 @@ NOTE (what crosses the process boundary, memory, state)
     Memory. The Dataset pickles as its path, so a spawned worker maps the files itself and a
     forked one inherits the maps; reads go through the OS page cache, which every process
     shares. A worker's anonymous memory therefore does not grow with the dataset size or the
-    number of epochs. ``sample_transform`` receives each sample as fresh tensors (``ds[i]``
+    number of epochs (a torch ``Subset`` adds its indices, 8 bytes a sample of it: see
+    ``chute/subset.py``). ``sample_transform`` receives each sample as fresh tensors (``ds[i]``
     copies out of the read-only map) and ``batch_transform`` a freshly gathered batch: both
     may modify what they get in place. An in-RAM dataset
     (``ds.to_memory()``) is shared copy-on-write by forked workers, but a spawned worker reads
@@ -74,6 +75,7 @@ from torch.utils.data import default_collate
 from .errors import ChuteError, SchemaError, StaleIteratorError, WorkerError
 from .loader import _default_workers, _dist_defaults, head
 from .order import Order, check_int
+from .subset import loadable
 
 __all__ = ["BatchDataset", "ChuteDataLoader", "OrderBatchSampler", "dataloader"]
 
@@ -355,7 +357,10 @@ def dataloader(
     collated by ``collate_fn``, default torch's ``default_collate``); ``batch_transform(batch)``
     per batch. Other keywords (``persistent_workers``, ``pin_memory`` (default: whether CUDA is
     available, as in ``Loader``), ``prefetch_factor``, ``multiprocessing_context``,
-    ``worker_init_fn``, ...) go to the DataLoader. Example::
+    ``worker_init_fn``, ...) go to the DataLoader. ``ds`` may also be a
+    ``torch.utils.data.Subset`` of a chute Dataset (nested ones too; ``random_split``'s
+    halves): only its samples are read, in an order over ``len(subset)``, as in ``Loader``.
+    Example::
 
         dl = chute.dataloader(ds, 256, num_workers=4, sample_transform=augment,
                               persistent_workers=True, pin_memory=True)
@@ -364,11 +369,7 @@ def dataloader(
             for batch in chute.to_device(dl):
                 step(batch)
     """
-    if not (hasattr(ds, "gather") and hasattr(ds, "__getitem__") and hasattr(ds, "__len__")):
-        raise SchemaError(
-            f"dataloader needs a chute Dataset (chute.open(path)), not {type(ds).__name__}; "
-            "for a torch Dataset use torch.utils.data.DataLoader"
-        )
+    ds = loadable(ds, "dataloader")
     clash = sorted(k for k in dataloader_kwargs if k in _OWN)
     if clash:
         raise SchemaError(

@@ -32,7 +32,7 @@ def _dataloader(setup: Setup) -> Iterable[Batch]:
 CONTENDERS = [
     Contender(
         "chute Loader",
-        "chute.open + Loader: worker threads gather whole batches into reused buffers",
+        "chute.open + Loader: worker threads gather whole batches into fresh, pooled buffers",
         copy_path,
         _loader,
     ),

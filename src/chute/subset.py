@@ -1,0 +1,124 @@
+"""Subsets: a ``torch.utils.data.Subset`` of a chute Dataset, read by chute's loaders.
+
+A held-out split is made the torch way, ``train, val = random_split(ds, [0.9, 0.1])`` or
+``Subset(ds, indices)`` (nested Subsets too), and passed to :class:`~chute.loader.Loader` or
+:func:`chute.dataloader`. :func:`loadable` flattens it into a :class:`SubsetDataset`: the chute
+Dataset underneath and one int64 array ``indices`` of its samples (nested Subsets composed,
+negative indices counted from the end, every index checked once, here). Position ``i`` of the
+subset is sample ``indices[i]`` of the dataset, so the loaders' :class:`~chute.order.Order`
+runs over ``range(len(subset))`` (shuffling, sharding across ranks, ``state_dict`` / resume
+all count positions of the subset) and a batch of positions is read as one
+``ds.gather(indices[batch])``: one vectorized lookup, no per-sample Python. A
+``SubsetDataset`` pickles as the dataset (its path and manifest: O(1) in the dataset's size)
+plus the indices, 8 bytes a sample of the subset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import SampleIndexError, SchemaError
+
+__all__ = ["SubsetDataset", "loadable"]
+
+# What the loaders call on a chute Dataset.
+_API = ("gather", "empty_batch", "schema", "__getitem__", "__len__")
+
+
+def _is_chute(ds: Any) -> bool:
+    return all(hasattr(ds, name) for name in _API)
+
+
+def _checked(values: Any, n: int, owner: object) -> np.ndarray:
+    """``values`` as 1-D int64 indices into the ``n`` samples of ``owner`` (negatives counted
+    from the end), or a :class:`SampleIndexError` naming the first one out of range. ``owner``
+    is formatted only then: its repr is not built per batch."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    idx = np.asarray(values)
+    if idx.size == 0:  # np.asarray([]) is float64
+        return np.zeros(0, np.int64)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        raise SampleIndexError(
+            f"indices into {owner} must be a 1-D array of ints, got {idx.dtype} {idx.shape}"
+        )
+    if idx.dtype.kind == "u":  # never negative; checked before int64 could wrap one
+        bad = idx >= n
+    else:
+        idx = idx.astype(np.int64, copy=False)
+        # Fast path, one reduction: viewed as unsigned, a negative index is huge.
+        if idx.view(np.uint64).max() < n:
+            return idx
+        bad = (idx < -n) | (idx >= n)
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        where = f" (at position {at})" if idx.size > 1 else ""
+        raise SampleIndexError(
+            f"index {idx[at]}{where} is out of range for {owner}: indices must be in [-{n}, {n})"
+        )
+    idx = idx.astype(np.int64, copy=False)
+    return np.where(idx < 0, idx + n, idx)
+
+
+class SubsetDataset:
+    """Samples ``indices`` of chute dataset ``dataset``, in that order, as a dataset of their
+    own: ``len()``, ``gather(positions)``, ``sub[i]``, ``schema``, ``empty_batch``.
+
+    Made by :func:`loadable` from a ``torch.utils.data.Subset``; ``indices`` are checked there.
+    """
+
+    def __init__(self, dataset: Any, indices: np.ndarray) -> None:
+        self.dataset = dataset
+        self.indices = indices
+        self.indices.setflags(write=False)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @property
+    def schema(self) -> Any:
+        return self.dataset.schema
+
+    def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
+        return self.dataset.empty_batch(batch_size, pin_memory=pin_memory)
+
+    def gather(self, indices: Any, out: Any = None, pad: float | int | None = None) -> Any:
+        """Positions ``indices`` of the subset as one batch: one gather from the dataset."""
+        pos = _checked(indices, len(self.indices), self)
+        return self.dataset.gather(self.indices[pos], out=out, pad=pad)
+
+    def __getitem__(self, i: int) -> Any:
+        """Sample at position ``i`` of the subset (an int)."""
+        (j,) = self.indices[_checked([i], len(self.indices), self)]
+        return self.dataset[int(j)]
+
+    def __repr__(self) -> str:
+        return f"chute.SubsetDataset({self.dataset!r}, {len(self)} samples)"
+
+
+def loadable(ds: Any, who: str) -> Any:
+    """What loader ``who`` reads for ``ds``: a chute Dataset as it is, a (nested) torch
+    ``Subset`` of one as a :class:`SubsetDataset`; anything else is refused."""
+    chain: list[Any] = []  # the Subsets' indices, outermost first
+    base = ds
+    while isinstance(base, torch.utils.data.Subset):
+        chain.append(base.indices)
+        base = base.dataset
+    if not _is_chute(base):
+        got = type(base).__name__ + (" inside a torch Subset" if chain else "")
+        raise SchemaError(
+            f"{who} needs a chute Dataset (chute.open(path)) or a torch.utils.data.Subset of "
+            f"one, not {got}; for a torch Dataset use torch.utils.data.DataLoader"
+        )
+    if not chain:
+        return base
+    idx = None  # the composed indices so far, innermost Subset first
+    for indices in reversed(chain):
+        if idx is None:
+            idx = _checked(indices, len(base), f"a Subset of {base!r}")
+        else:
+            idx = idx[_checked(indices, len(idx), f"a Subset of a Subset of {base!r}")]
+    return SubsetDataset(base, np.array(idx, dtype=np.int64))  # a copy: the user's may change
