@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import chute
 from chute.device import DeviceLoader, map_tensors, to_device
-from chute.errors import SchemaError
+from chute.errors import ArgumentError, SchemaError
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -132,6 +132,12 @@ def test_missing_passthrough_is_an_attribute_error() -> None:
 def test_bad_depth_is_rejected(depth: Any) -> None:
     with pytest.raises(SchemaError, match="depth"):
         to_device([], "cpu", depth=depth)
+
+
+@pytest.mark.parametrize("device", ["gpu", -1, 1.5, None, True, "cuda:x"])
+def test_bad_device_is_an_argument_error(device: Any) -> None:
+    with pytest.raises(ArgumentError, match="device"):
+        to_device([], device)
 
 
 def test_returns_a_device_loader() -> None:
@@ -263,3 +269,20 @@ def test_cuda_over_a_loader_that_reuses_pinned_slots(tmp_path: Path) -> None:
     assert sorted(torch.cat([y for y, _ in seen]).tolist()) == list(range(n))
     for y, xb in seen:
         assert torch.equal(xb.cpu(), torch.from_numpy(x[y.numpy()]))
+
+
+@cuda_test
+@pytest.mark.parametrize("workers", [0, 2])
+def test_cuda_break_then_iterate_again_skips_nothing(tmp_path: Path, workers: int) -> None:
+    # The wrapper pulled `depth` batches the consumer never saw: the Loader is put back.
+    ds = chute.open(chute.write(tmp_path / "d.chute", {"y": np.arange(80)}))
+    loader = chute.Loader(ds, 8, shuffle=False, num_workers=workers)
+    wrapped = to_device(loader, depth=3)
+    seen = []
+    for b in wrapped:
+        seen += b["y"].cpu().tolist()
+        if len(seen) == 16:
+            break
+    assert wrapped.state_dict()["consumed"] == 16
+    seen += [y for b in wrapped for y in b["y"].cpu().tolist()]
+    assert seen == list(range(80))

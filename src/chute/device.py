@@ -21,7 +21,10 @@ NOTE (streams, events and buffer lifetimes, CUDA path)
       itself keeps them until their copy is done.
     * The source is iterated lazily, never more than ``depth`` batches ahead, and every batch is
       yielded exactly once, in order; at the end of the epoch the queue is drained, no batch is
-      dropped or repeated.
+      dropped or repeated. A pass left early (``break``) has pulled batches the consumer never
+      saw: when the source can be repositioned (``load_state_dict``, as a chute ``Loader``), it
+      is put back to just after the last batch handed out, so the next ``iter()`` continues
+      from there instead of skipping them.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 
 import torch
 
+from .errors import ArgumentError
 from .order import check_int
 
 __all__ = ["DeviceLoader", "map_tensors", "to_device"]
@@ -105,27 +109,33 @@ class DeviceLoader:
         pending: deque[tuple[Any, list[torch.Tensor], torch.cuda.Event, Any]] = deque()
         it = iter(self.source)
         exhausted = False
-        while True:
-            while not exhausted and len(pending) <= self.depth:
-                if pending:
-                    pending[-1][2].synchronize()  # the source may reuse that batch's buffers now
-                try:
-                    src = next(it)
-                except StopIteration:
-                    exhausted = True
-                    break
-                state = snapshot() if snapshot is not None else None
-                pending.append((*self._copy(src, stream), state))
-            if not pending:
-                self._state = None  # epoch over: the source's own state is exact again
-                return
-            batch, tensors, event, state = pending.popleft()
-            consumer = torch.cuda.current_stream(device)
-            consumer.wait_event(event)
-            for t in tensors:
-                t.record_stream(consumer)
-            self._state = state
-            yield batch
+        try:
+            while True:
+                while not exhausted and len(pending) <= self.depth:
+                    if pending:
+                        pending[-1][2].synchronize()  # the source may reuse those buffers now
+                    try:
+                        src = next(it)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    state = snapshot() if snapshot is not None else None
+                    pending.append((*self._copy(src, stream), state))
+                if not pending:
+                    self._state = None  # epoch over: the source's own state is exact again
+                    return
+                batch, tensors, event, state = pending.popleft()
+                consumer = torch.cuda.current_stream(device)
+                consumer.wait_event(event)
+                for t in tensors:
+                    t.record_stream(consumer)
+                self._state = state
+                yield batch
+        finally:
+            # Left early with batches copied ahead: put the source back (see the NOTE).
+            rewind = getattr(self.source, "load_state_dict", None)
+            if pending and self._state is not None and rewind is not None:
+                rewind(self._state)
 
     def _copy(
         self, batch: Any, stream: torch.cuda.Stream
@@ -179,6 +189,23 @@ def to_device(
             loss = model(batch["x"]).sum()
     """
     depth = check_int("depth", depth, 1)  # batches copied ahead
-    # An int is a CUDA index (torch.device(int) raises on a machine without an accelerator).
-    dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
-    return DeviceLoader(iterable, dev, depth, non_blocking)
+    return DeviceLoader(iterable, _device(device), depth, non_blocking)
+
+
+def _device(device: Any) -> torch.device:
+    """``device`` as a ``torch.device``; an int is a CUDA index."""
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise ArgumentError(
+            f"device must be a torch.device, a string such as 'cuda', 'cuda:1' or 'cpu', or a "
+            f"CUDA index, not {device!r}"
+        )
+    if isinstance(device, int):  # torch.device(int) raises on a machine without an accelerator
+        if device < 0:
+            raise ArgumentError(f"device index must be >= 0, not {device}")
+        return torch.device("cuda", device)
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise ArgumentError(
+            f"not a device: {device!r} ({exc}); use e.g. 'cuda', 'cuda:1' or 'cpu'"
+        ) from None
