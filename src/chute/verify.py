@@ -49,7 +49,9 @@ def verify(path: str | os.PathLike, progress: bool = False) -> int:
         # whose offsets no longer fit.
         if bad:
             raise ChecksumError(
-                f"{path}: checksum mismatch in {len(bad)} file(s): {', '.join(bad)}"
+                f"{path}: checksum mismatch in {len(bad)} file(s): {', '.join(bad)}. Their bytes "
+                "changed since they were written (disk or copy error, or an edit): restore the "
+                "dataset from a good copy or convert it again"
             )
         for i in range(len(ds._parts)):
             for name in ds.schema:  # headers and offsets agree with the manifest
