@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -346,6 +348,61 @@ def test_a_killed_worker_is_named_and_the_next_iter_starts_new_ones(
     assert [c.pid for c in psutil.Process().children() if c.pid not in before] == []
     assert got == list(range(len(got))) and len(got) <= 16  # (batch 0 or 1 may be in flight)
     assert got + ys(dl) == list(range(N))  # new workers, the epoch continues
+
+
+def collect_garbage(worker_id: int) -> None:
+    """What allocations in a forked worker trigger sooner or later; an error in a finalizer
+    is printed as "Exception ignored" (pytest's hook, inherited by the fork, would hide it)."""
+    sys.unraisablehook = sys.__unraisablehook__
+    gc.collect()
+
+
+def failed_pass(dl: ChuteDataLoader) -> str:
+    """Run ``dl`` into its worker's error; check its workers are already gone. The exception
+    is dropped here: its traceback cycle (which holds torch's iterator) is left to the gc."""
+    before = {c.pid for c in psutil.Process().children()}
+    try:
+        list(dl)
+    except WorkerError as exc:
+        assert [c.pid for c in psutil.Process().children() if c.pid not in before] == []
+        return str(exc)
+    raise AssertionError("the pass did not fail")
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_failed_pass_stops_its_workers_before_raising(
+    ds: chute.Dataset, persistent: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Else the failed iterator was collected later inside the next DataLoader's forked
+    workers: "Exception ignored ... AssertionError: can only test a child process"."""
+    dl = dataloader(
+        ds,
+        8,
+        shuffle=False,
+        num_workers=2,
+        batch_transform=fail_on_a_batch,
+        multiprocessing_context="fork",
+        persistent_workers=persistent,
+    )
+    gc.collect()  # garbage of earlier tests (their iterators) is not this test's to judge
+    capfd.readouterr()
+    gc.disable()  # the failed iterators stay uncollected here until the next workers fork
+    try:
+        first = failed_pass(dl)
+        assert "ValueError: bad batch" in first
+        assert failed_pass(dl) == first  # the next iter() starts new workers (also persistent)
+        nxt = dataloader(
+            ds,
+            8,
+            shuffle=False,
+            num_workers=2,
+            multiprocessing_context="fork",
+            worker_init_fn=collect_garbage,
+        )
+        assert ys(nxt) == list(range(N))
+    finally:
+        gc.enable()
+    assert "Exception ignored" not in capfd.readouterr().err
 
 
 _sigint_at_fork: list[int] = []  # armed by a test: the next fork sends this process a SIGINT

@@ -4,20 +4,27 @@ long a batch handed out stays valid.
 NOTE (buffers and their lifetime; the Loader's NOTE in ``chute/loader.py`` says who takes a
 buffer when, and how scheduling keeps workers within these lifetimes)
 
-    Fresh (default, ``keep=None``): :class:`Pool`. Each work item is gathered into a buffer
-    that nothing else refers to, and its batches are views of it: a batch stays valid for as
-    long as anyone holds it, as with torch's DataLoader (``list(loader)``, a batch kept for
-    visualisation, gradient accumulation). Allocating (and faulting in) that memory for every
-    item cost ImageNet-like epochs (38 MB batches) 40-60% of the ring's throughput, so the
-    buffers come from a small pool: one is handed out again only when its reference count
-    shows that nothing refers to it any more (no batch, view, numpy array, queue entry or
-    traceback: each holds the buffer through its tensor's storage), else a new one is
-    allocated. The count is compared with that of an array only the pool's list refers to,
-    read the same way, not with a constant (interpreters differ). A plain ``for`` loop, which
-    drops each batch for the next, thus cycles through ``items + 1`` warm buffers; batches a
-    user keeps are never touched, and the pool stops tracking the oldest beyond ``items + 2``
-    (freed when the user drops them). With ``pin_memory``, buffers come from torch's caching
-    host allocator, which recycles freed pinned blocks the same way.
+    Fresh (default, ``keep=None``): :class:`Pool`. Each fixed-shape field of a work item is
+    gathered into a buffer of its own that nothing else refers to, and the batches' tensors of
+    that field are views of it: a batch stays valid for as long as anyone holds it, as with
+    torch's DataLoader (``list(loader)``, a batch kept for visualisation, gradient
+    accumulation). Allocating (and faulting in) that memory for every item cost ImageNet-like
+    epochs (38 MB batches) 40-60% of the ring's throughput, so the buffers come from a small
+    pool per field: one is handed out again only when its reference count shows that nothing
+    refers to it any more (no tensor, view, numpy array, queue entry or traceback: each holds
+    the buffer through its tensor's storage), else a new one is allocated. The count is
+    compared with that of an array only the pool's list refers to, read the same way, not with
+    a constant (interpreters differ). A plain ``for`` loop, which drops each batch for the
+    next, thus cycles through ``items + 1`` warm buffers per field; tensors a user keeps are
+    never touched, and the pool stops tracking the oldest beyond ``items + 2`` (freed when the
+    user drops them). What a kept tensor keeps alive: the buffer of ITS field for its work
+    item, i.e. at most ``group`` batches of that field (``loader.group``: 1 unless batches are
+    small), never another field's. So keeping ``batch["label"]`` for an epoch holds the labels
+    (in buffers of ``group`` batches of labels), not the images: a buffer shared by all the
+    fields of an item made that hold the whole epoch's images (a second new-user review). Each
+    buffer starts on a 64-byte boundary. With ``pin_memory``, buffers come from torch's caching
+    host allocator (one per field and item too), which recycles freed pinned blocks the same
+    way.
 
     Ring (``keep=k``): :class:`Ring`, reused slots, the opt-in fast path. One pre-allocated
     (pinned when ``pin_memory``) buffer per fixed-shape field, cut into ``ring_size`` batch
@@ -40,7 +47,8 @@ import torch
 
 
 class Pool:
-    """``keep=None``: for each work item, a buffer that nothing else refers to (see the NOTE).
+    """``keep=None``: for each work item and fixed-shape field, a buffer that nothing else
+    refers to (see the NOTE).
 
     ``rows``: rows of a work item; ``items``: work items given out at most at once.
     """
@@ -50,37 +58,49 @@ class Pool:
         self.pin = pin_memory
         self.rows = rows
         self.cap = items + 2  # the items in flight and the batch the consumer holds
-        self.fields: list[tuple[str, torch.dtype, tuple[int, ...], int, int]] = []
-        nbytes = 0
-        for name, t in self.ds.empty_batch(1).items():  # (name, dtype, shape, offset, count)
-            count = self.rows * t.numel()
-            self.fields.append((name, t.dtype, (self.rows, *t.shape[1:]), nbytes, count))
-            nbytes += -(-count * t.element_size() // 64) * 64  # each field 64-byte aligned
-        self.nbytes = nbytes
-        # bufs[0] is referred to by this list alone: its reference count, read the same way as
-        # the buffers', is that of a buffer that no batch, view or array refers to any more.
-        self.bufs: list[np.ndarray] = [np.empty(0, np.uint8)]
+        # (name, dtype, shape, bytes) of each fixed-shape field's buffer
+        self.fields = [
+            (name, t.dtype, (rows, *t.shape[1:]), rows * t.nbytes)
+            for name, t in ds.empty_batch(1).items()
+        ]
+        # Each field's list starts with an array that the list alone refers to: its reference
+        # count, read the same way as the buffers', is that of a buffer that no batch, view or
+        # array refers to any more.
+        self.bufs: dict[str, list[np.ndarray]] = {
+            name: [np.empty(0, np.uint8)] for name, *_ in self.fields
+        }
         self.lock = threading.Lock()
 
     def take(self, q: int) -> dict[str, torch.Tensor]:
         if self.pin:  # torch's caching host allocator recycles freed pinned blocks itself
             return self.ds.empty_batch(self.rows, pin_memory=True)
         with self.lock:  # the tensors below exist before another worker looks
-            idle = 0
-            for i, raw in enumerate(self.bufs):
-                if i == 0:
-                    idle = sys.getrefcount(raw)
-                elif sys.getrefcount(raw) == idle:
-                    break
-            else:
-                raw = np.empty(self.nbytes, np.uint8)
-                self.bufs.append(raw)
-                if len(self.bufs) > self.cap + 1:  # the user keeps batches: stop tracking the
-                    del self.bufs[1]  # oldest, which is freed when they drop it
             return {
-                name: torch.frombuffer(raw, dtype=dtype, count=count, offset=offset).view(shape)
-                for name, dtype, shape, offset, count in self.fields
+                name: torch.from_numpy(self._idle(name, nbytes)).view(dtype).view(shape)
+                for name, dtype, shape, nbytes in self.fields
             }
+
+    def _idle(self, name: str, nbytes: int) -> np.ndarray:
+        """A buffer of field ``name`` that nothing refers to: a pooled one, or a new one."""
+        bufs = self.bufs[name]
+        idle = 0
+        for i, raw in enumerate(bufs):
+            if i == 0:
+                idle = sys.getrefcount(raw)
+            elif sys.getrefcount(raw) == idle:
+                return raw
+        raw = _aligned(nbytes)
+        bufs.append(raw)
+        if len(bufs) > self.cap + 1:  # the user keeps batches: stop tracking the oldest,
+            del bufs[1]  # which is freed when they drop it
+        return raw
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    """``nbytes`` of uninitialized memory starting on a 64-byte boundary."""
+    base = np.empty(nbytes + 64, np.uint8)
+    start = -base.ctypes.data % 64
+    return base[start : start + nbytes]
 
 
 class Ring:

@@ -36,7 +36,11 @@ NOTE (what crosses the process boundary, memory, state)
     Errors. An exception in ``sample_transform`` is re-raised as a
     :class:`~chute.errors.WorkerError` naming the sample, one in the gather, ``collate_fn`` or
     ``batch_transform`` naming the batch's first samples (chute's own errors pass as they are);
-    from a worker process torch re-raises it in the caller with the worker's traceback.
+    from a worker process torch re-raises it in the caller with the worker's traceback. Any
+    exception ends the pass: its workers are stopped before it propagates (the next ``iter()``
+    starts new ones, also with ``persistent_workers``), not when torch's iterator is collected,
+    which the traceback's reference cycle delays to a later gc, possibly inside the next
+    DataLoader's forked workers ("Exception ignored ... can only test a child process").
 
 NOTE (a dead worker, Ctrl-C)
 
@@ -259,6 +263,15 @@ class _Consumed:
             self._stale = why
             self._it = None
 
+    def _stop_workers(self, it: Iterator[Any]) -> None:
+        """The pass failed: stop its workers now, not when ``it`` is collected (see the NOTE),
+        and let the next ``iter()`` start new ones, also with ``persistent_workers``."""
+        self._it = None
+        self._loader._iterator = None
+        shutdown = getattr(it, "_shutdown_workers", None)  # none without worker processes
+        if shutdown is not None:
+            shutdown()
+
     def __next__(self) -> Any:
         it = self._it
         if it is None:
@@ -276,16 +289,14 @@ class _Consumed:
             next(self._progress, None)  # the epoch is over: the order moves on to the next
             self._it = None
             raise
-        except (ConnectionError, EOFError, RuntimeError) as exc:  # a dead worker? see the NOTE
-            # A dropped connection comes a moment before the exit: wait for it, boundedly.
-            dead = _exited_workers(it, 0.0 if isinstance(exc, RuntimeError) else 2.0)
+        except Exception as exc:  # from a worker (or a dead one: see the NOTE)
+            dead = ""
+            if isinstance(exc, (ConnectionError, EOFError, RuntimeError)):  # a dead worker?
+                # A dropped connection comes a moment before the exit: wait for it, boundedly.
+                dead = _exited_workers(it, 0.0 if isinstance(exc, RuntimeError) else 2.0)
+            self._stop_workers(it)
             if not dead:
                 raise
-            # Stop the other workers now: the tracebacks can keep torch's iterator (whose
-            # finalizer would stop them) alive in a reference cycle until the next gc. With
-            # persistent_workers, the next iter() then starts new ones.
-            it._shutdown_workers()  # type: ignore[attr-defined]
-            self._loader._iterator = None
             raise WorkerError(
                 f"DataLoader worker process {dead} died mid-epoch ({type(exc).__name__}: "
                 f"{exc}); a SIGKILL is usually the out-of-memory killer (see dmesg): use fewer "
