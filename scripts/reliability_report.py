@@ -110,13 +110,21 @@ NOTES = """\
 
 * A data file truncated *while it is memory-mapped and being read* makes the OS send SIGBUS on
   the next read of a lost page: the process dies loudly (tested); it never reads garbage.
-  Replace datasets by writing a new one (atomic rename), never by truncating files in place.
+  Replace datasets by writing a new one (`overwrite=True`: an atomic swap), never by
+  truncating files in place.
 * The soak's peak anonymous memory (9 processes together) creeps up ever more slowly: in an
   80-epoch run (2,000 samples) +3.0 MB over epochs 1-8, +1.4 MB over 8-16, +0.3 MB over
   64-72, while Python-level allocations stay flat (tracemalloc). That is the allocators
   settling, not a leak; `benchmarks/soak.py --epochs N` shows the trend.
-* Overwriting a dataset is two renames; a kill between them leaves nothing at the path (the
-  old dataset is in a hidden `.NAME.old-*` folder until the next write removes it).
+* Overwriting a dataset swaps the old and new folders in one step (Linux
+  `renameat2(RENAME_EXCHANGE)`), so readers opening it meanwhile always find one whole version.
+  Where that is refused (not Linux, NFS) it is two renames: an `open()` in between says
+  "replaced while opening" (after 3 tries), and a kill between them leaves nothing at the path
+  (the old dataset is in a hidden `.NAME.old-*` folder until the next write removes it).
+* Writers of one dataset (appends from start to commit, every commit, `chute.cache` builds)
+  take turns on an `flock` of `.NAME.lock` beside it: a second appender waits. `flock` is
+  local to one machine except on NFS (Linux >= 2.6.12); other network filesystems may not
+  honour it.
 """
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import pickle
 import shutil
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ import torch
 from conftest import MIXED_SCHEMA
 
 import chute
+import chute.atomic
 from chute.device import map_tensors
 from chute.errors import (
     ArgumentError,
@@ -525,6 +528,53 @@ def test_replaced_dataset_fails_in_a_spawned_worker(tmp_path):
     loader = torch.utils.data.DataLoader(ds, num_workers=1, multiprocessing_context="spawn")
     with pytest.raises(DatasetChangedError, match="open the dataset again"):
         next(iter(loader))
+
+
+def _replace_many_times(path: Path, times: int, atomic_swap: bool) -> None:
+    if not atomic_swap:  # as where renameat2(RENAME_EXCHANGE) is refused (NFS: EINVAL)
+        chute.writer.exchange = lambda a, b: False
+    for k in range(1, times + 1):  # sizes and part layouts differ from one version to the next
+        with chute.Writer(
+            path, overwrite=True, part_size=[None, 50][k % 2], metadata={"k": k}
+        ) as w:
+            w.extend({"x": np.full((100 + k, 4), k, np.int32)})
+
+
+@pytest.mark.parametrize("atomic_swap", [True, False], ids=["exchange", "two-renames"])
+def test_open_while_the_dataset_is_replaced(tmp_path, atomic_swap):
+    # open() racing an overwrite=True failed 4 ways (review 2, 1.5), one a raw
+    # FileNotFoundError and one a false "x.npy is missing; the dataset is incomplete". Now
+    # each open either succeeds with one version's manifest and files, or says "replaced";
+    # with the atomic swap the dataset is always there, whole, so every open succeeds.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    if atomic_swap and not chute.atomic.exchange(tmp_path / "a", tmp_path / "b"):
+        pytest.skip("no renameat2(RENAME_EXCHANGE) here")
+    path = tmp_path / "d.chute"
+    _replace_many_times(path, 1, True)
+    writer = multiprocessing.get_context("fork").Process(
+        target=_replace_many_times, args=(path, 60, atomic_swap)
+    )
+    writer.start()
+    seen: Counter = Counter()
+    while writer.is_alive() or not seen:
+        try:
+            ds = chute.open(path)
+        except DatasetChangedError as exc:
+            assert not atomic_swap and "replaced while opening" in str(exc), exc
+            seen["open: replaced"] += 1
+            continue
+        try:
+            x = ds[:]["x"]
+        except DatasetChangedError as exc:  # replaced since open(): its files are gone
+            assert "replaced" in str(exc), exc
+            seen["read: replaced"] += 1
+            continue
+        k = ds.metadata["k"]
+        assert len(x) == 100 + k and (x == k).all()  # the manifest and files of one version
+        seen["read"] += 1
+    writer.join(30)
+    assert writer.exitcode == 0 and seen["read"] > 0, seen
 
 
 def test_pad_lengths_name_collision(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import signal
 import subprocess
 import sys
@@ -14,12 +15,20 @@ import torch
 
 import chute
 from chute import writer as cw
+from chute.atomic import exchange
 from chute.errors import ArgumentError, DatasetExistsError, DatasetNotFoundError, SchemaError
+
+FORK = multiprocessing.get_context("fork")
 
 
 def leftovers(path: Path) -> list[str]:
     """Everything the writer may have left next to ``path`` (staging and old folders)."""
-    return sorted(p.name for p in path.parent.iterdir() if p.name.startswith(f".{path.name}."))
+    lock = f".{path.name}.lock"  # the writers' lock file stays (chute.atomic.DatasetLock)
+    return sorted(
+        p.name
+        for p in path.parent.iterdir()
+        if p.name.startswith(f".{path.name}.") and p.name != lock
+    )
 
 
 # ---------------------------------------------------------------------------- writing
@@ -286,6 +295,120 @@ def test_append_errors(tmp_path):
         chute.Writer(path, append=True, overwrite=True)
     with pytest.raises(DatasetNotFoundError):
         chute.Writer(tmp_path / "missing.chute", append=True)
+
+
+def _append_rounds(path: Path, who: int, rounds: int, start) -> None:
+    start.wait()
+    for r in range(rounds):
+        with chute.Writer(path, append=True, part_size=10) as w:
+            w.extend({"id": 1000 * who + 100 * r + np.arange(20)})
+
+
+def test_concurrent_appenders_keep_every_sample(tmp_path):
+    # Two processes appending at once lost committed samples, silently (review 2, 1.2): each
+    # read the manifest once, and each commit dropped the other's parts. Now they take turns.
+    path = tmp_path / "d.chute"
+    chute.write(path, {"id": np.arange(5)})
+    start = FORK.Event()
+    procs = [FORK.Process(target=_append_rounds, args=(path, who, 6, start)) for who in (1, 2)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    want = [1000 * who + 100 * r + i for who in (1, 2) for r in range(6) for i in range(20)]
+    ds = chute.open(path)
+    assert sorted(ds.gather(range(len(ds)))["id"].tolist()) == list(range(5)) + want
+    chute.verify(path)
+
+
+def _in_thread(fn) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+HOLDING_APPENDER = """
+import sys, chute
+w = chute.Writer(sys.argv[1], append=True)
+w.append({"id": 99})
+print("holding", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_second_appender_waits_and_a_killed_one_releases_the_lock(tmp_path):
+    path = tmp_path / "d.chute"
+    chute.write(path, {"id": np.arange(3)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDING_APPENDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline() == "holding\n"
+    go = threading.Event()
+    go.set()
+    waiter = _in_thread(lambda: _append_rounds(path, 1, 1, go))
+    waiter.join(0.3)
+    assert waiter.is_alive()  # waits for the appender in the other process
+    proc.kill()  # SIGKILL: the kernel drops its lock
+    proc.wait()
+    waiter.join(30)
+    assert not waiter.is_alive()
+    ds = chute.open(path)
+    assert ds.gather(range(len(ds)))["id"].tolist() == [0, 1, 2, *range(1000, 1020)]
+
+
+@pytest.mark.timeout(60)
+def test_a_commit_waits_for_an_appender(tmp_path):
+    # overwrite=True (and every commit onto the path) takes the appenders' lock
+    path = tmp_path / "d.chute"
+    chute.write(path, {"id": np.arange(3)})
+    with chute.Writer(path, append=True) as w:
+        w.append({"id": 3})
+        replacer = _in_thread(lambda: chute.write(path, {"id": [7, 8]}, overwrite=True))
+        replacer.join(0.3)
+        assert replacer.is_alive()
+    replacer.join(30)
+    assert chute.open(path).gather(range(2))["id"].tolist() == [7, 8]
+
+
+def _sleep_until(event) -> None:
+    event.wait(30)
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_child_does_not_keep_the_lock(tmp_path):
+    # A DataLoader worker forked while a Writer appends inherits the lock's descriptor: it
+    # must not keep the lock after the writer commits, or the next append waits for it.
+    path = tmp_path / "d.chute"
+    chute.write(path, {"id": np.arange(3)})
+    done = FORK.Event()
+    with chute.Writer(path, append=True) as w:
+        child = FORK.Process(target=_sleep_until, args=(done,))
+        child.start()
+        w.append({"id": 3})
+    with chute.Writer(path, append=True) as w:  # the child is still alive
+        w.append({"id": 4})
+    assert child.is_alive()
+    done.set()
+    child.join(30)
+    assert len(chute.open(path)) == 5
+
+
+def test_exchange_swaps_two_folders(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        (d / "f").write_text(d.name)
+    if not exchange(a, b):
+        pytest.skip("no renameat2(RENAME_EXCHANGE) here: writers replace with two renames")
+    assert ((a / "f").read_text(), (b / "f").read_text()) == ("b", "a")
+    with pytest.raises(FileNotFoundError):
+        exchange(a, tmp_path / "missing")
 
 
 # ---------------------------------------------------------------------------- promotion

@@ -1,23 +1,24 @@
 """``chute.cache``: build a dataset once, open it in O(1) ever after.
 
-Concurrent callers (DDP ranks on one machine, several jobs sharing a folder) serialise on an
-``flock`` of a lock file beside the dataset. The kernel drops that lock when its holder's
-file descriptor closes, including when the process dies (SIGKILL, OOM killer, node
-preemption of one rank), so a crashed builder can never leave a stale lock that hangs a job:
-the next caller gets the lock and builds. A half-built dataset is never visible, since the
-writer commits atomically.
+Concurrent callers (DDP ranks on one machine, several jobs sharing a folder) serialise on the
+dataset's lock (:class:`chute.atomic.DatasetLock`, an ``flock`` of a file beside the dataset,
+the one its writers take). The kernel drops that lock when its holder's file descriptor
+closes, including when the process dies (SIGKILL, OOM killer, node preemption of one rank),
+so a crashed builder can never leave a stale lock that hangs a job: the next caller gets the
+lock and builds. A half-built dataset is never visible, since the writer commits atomically,
+and a rebuild swaps the folders in one step where the OS can (:func:`chute.atomic.exchange`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from . import format as fmt
+from .atomic import DatasetLock
 from .convert import convert
 from .errors import SchemaError, SourceError
 from .reader import Dataset
@@ -58,7 +59,8 @@ def cache(
     ds = _open_if_current(path, key)
     if ds is not None:
         return ds
-    with _locked(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with DatasetLock(path):
         ds = _open_if_current(path, key)  # another process may have built it while we waited
         if ds is not None:
             return ds
@@ -74,17 +76,3 @@ def _open_if_current(path: Path, key: Any) -> Dataset | None:
         return ds
     ds.close()
     return None
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``.NAME.lock``; released on exit or process death."""
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "a") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

@@ -1,6 +1,7 @@
 """A dataset's files, for the reader: the manifest, checks at open, identities, read-only maps.
 
-:func:`read_manifest` reads and validates ``chute.json``. :class:`Files` checks each data file
+:func:`read_manifest` reads and validates ``chute.json``; :func:`load` reads it and checks the
+files, again if a writer replaced the dataset meanwhile. :class:`Files` checks each data file
 as the dataset is opened: inside the dataset folder, a regular file, as big as the manifest
 says and as its sample count and shape need, so a truncated file fails at open and not
 mid-epoch; and it keeps the file's identity (device, inode, size, mtime). A file is
@@ -15,12 +16,14 @@ nothing in the process can change what later reads see (a write into a map raise
 from __future__ import annotations
 
 import builtins
+import glob
 import json
 import math
 import mmap
 import os
 import stat
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from .errors import DatasetChangedError, DatasetNotFoundError, FormatError, Unsa
 from .npyio import MAX_HEADER_BYTES, check_size, read_header
 
 MAX_MANIFEST_BYTES = 256 << 20
+OPEN_TRIES = 3  # open() reads the manifest again when the dataset was replaced meanwhile
 Identity = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
 
 
@@ -62,29 +66,100 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def read_manifest(path: str | os.PathLike) -> fmt.Manifest:
     """Read and validate ``PATH/chute.json``."""
-    path = Path(path)
+    return load_manifest(Path(path))[0]
+
+
+def load_manifest(path: Path) -> tuple[fmt.Manifest, Identity]:
+    """Read and validate ``PATH/chute.json``; also its identity, which changes when the dataset
+    is replaced or appended to (see :func:`manifest_changed`). A manifest that vanishes while
+    it is read is a :class:`DatasetChangedError` (the dataset is being replaced)."""
     file = path / fmt.MANIFEST
-    if not path.is_dir():
+    folder = _folder_identity(path)
+    if folder is None:
+        if path.is_dir() or any(path.parent.glob(f".{glob.escape(path.name)}.old-*")):
+            # Between the two renames of a replace without an atomic swap (or a writer died
+            # there: the old dataset is in that folder until the next write to path).
+            raise _replaced(path)
         raise DatasetNotFoundError(f"{path}: no such dataset folder")
     try:
-        size = stat_file(file, os.path.realpath(path)).st_size
+        st = stat_file(file, os.path.realpath(path))
     except FileNotFoundError:
+        if _folder_identity(path) != folder or file.exists():  # a writer renamed it away
+            raise _replaced(path) from None
         raise DatasetNotFoundError(
             f"{path} is not a chute dataset: it has no {fmt.MANIFEST} "
             "(an unfinished write leaves none)"
         ) from None
-    if size > MAX_MANIFEST_BYTES:
-        raise FormatError(f"{file}: manifest of {size} bytes is too large")
+    if st.st_size > MAX_MANIFEST_BYTES:
+        raise FormatError(f"{file}: manifest of {st.st_size} bytes is too large")
     try:
-        obj = json.loads(file.read_bytes().decode("utf-8"), object_pairs_hook=_unique_keys)
+        with builtins.open(file, "rb") as f:
+            identity = _identity(os.fstat(f.fileno()))
+            if identity != _identity(st):  # the file stat_file checked was swapped meanwhile
+                raise _replaced(path)
+            text = f.read()
+    except FileNotFoundError:
+        raise _replaced(path) from None
+    try:
+        obj = json.loads(text.decode("utf-8"), object_pairs_hook=_unique_keys)
     except FormatError as exc:
         raise FormatError(f"{file}: {exc}") from None
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise FormatError(f"{file}: not valid JSON ({exc})") from None
     try:
-        return fmt.parse_manifest(obj)
+        return fmt.parse_manifest(obj), identity
     except FormatError as exc:
         raise type(exc)(f"{file}: {exc}") from None
+
+
+def _folder_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the folder ``path``, None if it is not a folder."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def manifest_changed(path: Path, identity: Identity) -> bool:
+    """Whether ``PATH/chute.json`` is no longer the file of ``identity`` (replaced, appended
+    to, or gone): then what was checked after reading it may belong to another dataset."""
+    try:
+        return _identity(os.stat(path / fmt.MANIFEST)) != identity
+    except OSError:
+        return True
+
+
+def _replaced(path: Path) -> DatasetChangedError:
+    return DatasetChangedError(
+        f"{path} was replaced while opening it (a writer with overwrite=True, or chute.cache, "
+        "swapped it): open it again"
+    )
+
+
+def load(path: Path, setup: Callable[[fmt.Manifest], None]) -> None:
+    """Read the manifest and ``setup(manifest)``, which checks the files; again if the manifest
+    changed meanwhile. A writer may replace the dataset (``overwrite=True``, ``chute.cache``)
+    between the two: then what failed or passed the checks may be the other version's (a
+    file "missing" or of the wrong size that is not). Up to :data:`OPEN_TRIES` times."""
+    for _ in range(OPEN_TRIES):
+        try:
+            manifest, identity = load_manifest(path)
+            try:
+                setup(manifest)
+            except FormatError:  # a file missing or resized: corrupt, or replaced?
+                if not manifest_changed(path, identity):
+                    raise
+            else:
+                if not manifest_changed(path, identity):
+                    return
+        except DatasetChangedError:
+            pass
+        time.sleep(0.001)  # the other half of a two-rename replace (no atomic swap)
+    raise DatasetChangedError(
+        f"{path} was replaced {OPEN_TRIES} times while opening it (writers with "
+        "overwrite=True or chute.cache rebuilding it): open it again"
+    )
 
 
 def _data_nbytes(f: fmt.Field, role: str, n: int) -> int | None:

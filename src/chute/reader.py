@@ -39,7 +39,7 @@ from .fetch import (
     pad_batch,
     to_torch,
 )
-from .files import Files, Identity, read_manifest
+from .files import Files, Identity, load
 
 Batch = dict[str, Any]
 
@@ -67,7 +67,7 @@ class Dataset(torch.utils.data.Dataset):
     ):
         # Absolute now: the files are mapped later, maybe after a chdir, maybe in a worker.
         path = fmt.check_path(path).absolute()
-        self._setup(path, read_manifest(path), fields, in_memory, None)
+        load(path, lambda manifest: self._setup(path, manifest, fields, in_memory, None))
 
     def _setup(
         self,

@@ -3,6 +3,9 @@
 Everything is written into a hidden staging folder next to the destination
 (``.NAME.tmp-PID-RANDOM``); the manifest is written last and the folder renamed into place,
 so a crash, an exception or SIGKILL never leaves something at ``path`` that ``open`` accepts.
+Writers of one path serialise on its lock (:class:`chute.atomic.DatasetLock`), and an existing
+dataset is replaced by swapping the folders atomically where the OS can
+(:func:`chute.atomic.exchange`), so that readers opening it meanwhile find it whole.
 Memory stays bounded: each batch goes straight to its files (nothing accumulates), so datasets
 much larger than RAM can be written.
 """
@@ -19,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from . import format as fmt
+from .atomic import DatasetLock, exchange
 from .columns import ColumnWriter, Promote, infer_field, prepare, promote, sample_count
 from .errors import DatasetExistsError, NotWritableError, SchemaError
+from .files import read_manifest
 
 Schema = Mapping[str, fmt.Field]
 
@@ -148,15 +153,19 @@ def commit(
     root part ``"."``). On any error the staging folder is removed.
     """
     staging, path = Path(staging), Path(path)
+    old = None
     try:
         _write_manifest(staging, fmt.Manifest(dict(schema), tuple(parts), dict(metadata or {})))
-        _check_destination(path, overwrite)
-        old = None
-        if path.exists():
-            old = path.parent / f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
-            os.rename(path, old)
-        os.rename(staging, path)
-        _fsync_dir(path.parent)
+        with DatasetLock(path):  # no other writer commits or appends to path meanwhile
+            _check_destination(path, overwrite)
+            if path.exists() and exchange(staging, path):
+                old = staging  # now holds the previous dataset
+            else:  # no swap here: for a moment nothing is at path
+                if path.exists():
+                    old = path.parent / f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+                    os.rename(path, old)
+                os.rename(staging, path)
+            _fsync_dir(path.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -246,8 +255,10 @@ class Writer:
     Without a ``schema`` the first sample defines it, and a field whose later samples change
     shape is turned into a :class:`chute.Ragged` field on the fly. With ``part_size`` the data
     is split into ``part-NNNNN`` folders of at most that many samples. With ``append=True``
-    the samples are added to the existing dataset at ``path`` as new parts (one writer at a
-    time); its schema is kept.
+    the samples are added to the existing dataset at ``path`` as new parts; its schema is
+    kept. An appending writer holds the dataset's lock (:class:`chute.atomic.DatasetLock`,
+    dropped if the process dies) from its creation to its commit or abort: a second one, in
+    any process, waits in its constructor, then adds to what the first committed.
     """
 
     def __init__(
@@ -267,11 +278,22 @@ class Writer:
         self.metadata = dict(metadata or {})
         self._base: fmt.Manifest | None = None
         self._first_part = 0
+        self._lock: DatasetLock | None = None
+        if append and overwrite:
+            raise SchemaError("append=True and overwrite=True exclude each other")
         if append:
-            from .reader import read_manifest
+            self._lock = DatasetLock(self.path).acquire()  # before reading what we add to
+        try:
+            self._start(schema, overwrite, part_size, append)
+        except BaseException:
+            self._release()
+            raise
 
-            if overwrite:
-                raise SchemaError("append=True and overwrite=True exclude each other")
+    def _start(
+        self, schema: Mapping[str, Any] | None, overwrite: bool, part_size: int | None, append: bool
+    ) -> None:
+        """The rest of ``__init__``, which releases the lock if this raises."""
+        if append:
             self._base = read_manifest(self.path)
             if schema is not None and dict(_check_schema(schema)) != dict(self._base.fields):
                 raise SchemaError(
@@ -389,7 +411,10 @@ class Writer:
         staging, self._staging = self._staging, None
         if self._base is not None:
             new = fmt.Manifest(self._schema, tuple(self._parts), self.metadata)
-            return _commit_append(staging, self.path, self._base, new)
+            try:
+                return _commit_append(staging, self.path, self._base, new)
+            finally:
+                self._release()
         return commit(staging, self.path, self._schema, self._parts, self.metadata, self._overwrite)
 
     def abort(self) -> None:
@@ -400,13 +425,23 @@ class Writer:
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
             self._staging = None
+        self._release()
+
+    def _release(self) -> None:
+        """Let the next appender of ``path`` in (an appending writer holds its lock)."""
+        if self._lock is not None:
+            self._lock.release()
 
     def __enter__(self) -> Writer:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
-            self.commit()
+            try:
+                self.commit()
+            except BaseException:
+                self.abort()  # what is left of the staging folder, and the appenders' lock
+                raise
         else:
             self.abort()
 
