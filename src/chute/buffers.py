@@ -1,7 +1,7 @@
 """Batch buffers of the :class:`~chute.loader.Loader`: what a worker gathers into, and for how
 long a batch handed out stays valid.
 
-NOTE (buffers and their lifetime; the Loader's NOTE in ``chute/loader.py`` says who takes a
+NOTE (buffers and their lifetime; the Loader's NOTE in ``chute/workers.py`` says who takes a
 buffer when, and how scheduling keeps workers within these lifetimes)
 
     Fresh (default, ``keep=None``): :class:`Pool`. Each fixed-shape field of a work item is

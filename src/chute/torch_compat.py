@@ -77,9 +77,10 @@ import torch
 from torch.utils.data import default_collate
 
 from .errors import ChuteError, SchemaError, StaleIteratorError, WorkerError
-from .loader import _default_workers, _dist_defaults, head
+from .loader import _default_workers, _dist_defaults
 from .order import Order, check_int
 from .subset import loadable
+from .workers import head
 
 __all__ = ["BatchDataset", "ChuteDataLoader", "OrderBatchSampler", "dataloader"]
 
