@@ -532,7 +532,7 @@ def test_replaced_dataset_fails_in_a_spawned_worker(tmp_path):
 
 def _replace_many_times(path: Path, times: int, atomic_swap: bool) -> None:
     if not atomic_swap:  # as where renameat2(RENAME_EXCHANGE) is refused (NFS: EINVAL)
-        chute.writer.exchange = lambda a, b: False
+        chute.atomic.exchange = lambda a, b: False
     for k in range(1, times + 1):  # sizes and part layouts differ from one version to the next
         with chute.Writer(
             path, overwrite=True, part_size=[None, 50][k % 2], metadata={"k": k}

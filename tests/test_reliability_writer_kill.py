@@ -32,7 +32,7 @@ from chute import atomic, columns, npyio, writer
 from chute import format as fmt
 
 WRITER_CODE = {m.__file__ for m in (writer, atomic, columns, npyio)}
-COMMIT, COMMIT_APPEND = writer.commit.__code__, writer._commit_append.__code__
+COMMIT, COMMIT_APPEND = atomic.commit.__code__, atomic.commit_append.__code__
 FORK = multiprocessing.get_context("fork")
 
 
@@ -211,7 +211,7 @@ def test_sigkill_during_append(tmp_path: Path, record_property) -> None:
         record_property,
         "appender SIGKILL (traced points)",
         f"Writer(append=True) of 3 samples to a 3-part dataset: 16 random lines of {total} "
-        f"executed, every one of the {commit_lines} lines of _commit_append (and what it "
+        f"executed, every one of the {commit_lines} lines of commit_append (and what it "
         "calls)",
         len(points),
         outcomes,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import signal
 import subprocess
@@ -205,11 +206,31 @@ def test_part_size_splits_into_parts(tmp_path):
     assert ds.gather(range(11))["x"].tolist() == list(range(11))
 
 
+def test_write_with_part_size_round_trips_a_dict_of_arrays(tmp_path, check_sample):
+    x = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
+    words = [f"w{i}" * i for i in range(10)]  # a ragged field too, "" first
+    # rows of ~76 bytes: chunks of 3 samples, which straddle the parts of 4
+    path = chute.write(tmp_path / "d.chute", {"x": x, "w": words}, part_size=4, chunk_bytes=230)
+    manifest = json.loads((path / "chute.json").read_text())
+    assert [(p["name"], p["num_samples"]) for p in manifest["parts"]] == [
+        ("part-00000", 4),
+        ("part-00001", 4),
+        ("part-00002", 2),
+    ]
+    ds = chute.open(path)
+    for i in range(10):
+        check_sample(ds[i], {"x": x[i], "w": words[i]})
+    chute.verify(path)
+
+
 @pytest.mark.parametrize("part_size", [0, -1, 2.5, True])
 def test_bad_part_size(tmp_path, part_size):
     with pytest.raises(SchemaError, match="part_size"):
         chute.Writer(tmp_path / "d.chute", part_size=part_size)
     assert not leftovers(tmp_path / "d.chute")
+    with pytest.raises(SchemaError, match="part_size"):
+        chute.write(tmp_path / "d.chute", {"x": np.arange(3)}, part_size=part_size)
+    assert not leftovers(tmp_path / "d.chute") and not (tmp_path / "d.chute").exists()
 
 
 def test_parallel_write_part_and_commit(tmp_path):

@@ -1,4 +1,5 @@
-"""Changing a dataset while other processes read or write it: the writers' lock, the swap.
+"""Changing a dataset while other processes read or write it: the writers' lock, the staging
+folder, the commit, the swap.
 
 :class:`DatasetLock`: everything that changes the dataset at ``PATH`` serialises on an
 exclusive ``flock`` of the file ``.NAME.lock`` beside it. An appending ``Writer`` holds it from
@@ -14,6 +15,15 @@ macOS); on NFS, ``flock`` works across clients on Linux >= 2.6.12.
 the old one in one step, so a reader opening ``PATH`` meanwhile always finds a whole dataset
 there, the old or the new. Elsewhere, or on a filesystem that refuses it (NFS), the writer
 falls back to two renames (old away, new in), and for a moment ``PATH`` does not exist.
+
+:func:`new_staging_dir`, :func:`commit`, :func:`commit_append`: a writer fills the hidden
+folder ``.NAME.tmp-PID-RANDOM`` beside ``PATH``; :func:`commit` writes the manifest into it
+last (temp file, fsync, ``os.replace``) and moves it into place under the lock, so a crash
+never leaves a folder at ``PATH`` that ``open`` accepts. An append moves its new part folders
+into the dataset, then replaces the manifest. Folders of writers that died (their PID is gone)
+are removed by the next writer of the same path. ``chute.writer`` re-exports
+:func:`new_staging_dir` and :func:`commit` beside ``write_part``, for writers of parts in
+parallel (``chute.from_dask``).
 """
 
 from __future__ import annotations
@@ -22,12 +32,17 @@ import contextlib
 import ctypes
 import errno
 import functools
+import json
 import os
+import secrets
+import shutil
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import DatasetNotFoundError, NotWritableError
+from . import format as fmt
+from .errors import DatasetExistsError, DatasetNotFoundError, NotWritableError, SchemaError
 
 # (thread, lock file) -> descriptor, for every lock this process holds: for re-entry in a
 # thread, and for forked children, which must not keep a lock alive (see _drop_after_fork).
@@ -135,3 +150,139 @@ def exchange(a: Path, b: Path) -> bool:
     if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
         return False
     raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+# ---------------------------------------------------------------------------- staging & commit
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one owned by another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clean_stale(path: Path) -> None:
+    """Remove staging/old folders of ``path`` left by writers that died."""
+    for stale in path.parent.glob(f".{path.name}.*-*-*"):
+        kind, _, rest = stale.name[len(path.name) + 2 :].partition("-")
+        pid = rest.split("-", 1)[0]
+        if kind in ("tmp", "old") and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _check_destination(path: Path, overwrite: bool) -> None:
+    """Refuse an existing ``path`` unless ``overwrite``, and anything but a dataset or an
+    empty folder even then."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    if not overwrite:
+        raise DatasetExistsError(f"{path} already exists; pass overwrite=True to replace it")
+    if path.is_dir() and ((path / fmt.MANIFEST).exists() or not any(path.iterdir())):
+        return
+    raise DatasetExistsError(
+        f"{path} exists and is not a chute dataset; refusing to replace it (remove it yourself)"
+    )
+
+
+def new_staging_dir(path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Create the hidden folder a dataset for ``path`` is written into before commit."""
+    path = Path(path)
+    _check_destination(path, overwrite)
+    staging = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _clean_stale(path)
+        staging.mkdir()
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise NotWritableError(
+            f"cannot write {path}: {exc.strerror} ({exc.filename}); the folder "
+            f"{path.parent} is read-only or not yours: write the dataset somewhere else"
+        ) from None
+    return staging
+
+
+def _write_manifest(folder: Path, manifest: fmt.Manifest) -> None:
+    """Write ``folder/chute.json`` atomically (temp file, fsync, ``os.replace``)."""
+    try:
+        text = json.dumps(manifest.to_json(), indent=1, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"metadata must be JSON-serialisable: {exc}") from None
+    tmp = folder / (fmt.MANIFEST + f".tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / fmt.MANIFEST)
+    _fsync_dir(folder)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the renames and new entries in folder ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit(
+    staging: str | os.PathLike,
+    path: str | os.PathLike,
+    schema: Mapping[str, fmt.Field],
+    parts: list[fmt.PartInfo],
+    metadata: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write the manifest into ``staging`` and move it to ``path`` atomically.
+
+    ``parts`` are folders already written into ``staging`` by :func:`chute.writer.write_part`
+    (or the root part ``"."``). On any error the staging folder is removed.
+    """
+    staging, path = Path(staging), Path(path)
+    old = None
+    try:
+        _write_manifest(staging, fmt.Manifest(dict(schema), tuple(parts), dict(metadata or {})))
+        with DatasetLock(path):  # no other writer commits or appends to path meanwhile
+            _check_destination(path, overwrite)
+            if path.exists() and exchange(staging, path):
+                old = staging  # now holds the previous dataset
+            else:  # no swap here: for a moment nothing is at path
+                if path.exists():
+                    old = path.parent / f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+                    os.rename(path, old)
+                os.rename(staging, path)
+            _fsync_dir(path.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def commit_append(staging: Path, path: Path, old: fmt.Manifest, new: fmt.Manifest) -> Path:
+    """Move the new parts into the dataset, then replace its manifest (the commit point).
+
+    A crash before the manifest is replaced leaves part folders no manifest refers to: readers
+    ignore them and the next append removes them.
+    """
+    try:
+        for stale in path.glob(fmt.MANIFEST + ".tmp-*"):  # a crashed append's unfinished manifest
+            pid = stale.name.rpartition("-")[2]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                stale.unlink(missing_ok=True)
+        for info in new.parts:
+            shutil.rmtree(path / info.name, ignore_errors=True)  # an orphan of a crashed append
+            os.rename(staging / info.name, path / info.name)
+        _fsync_dir(path)
+        _write_manifest(path, fmt.Manifest(old.fields, old.parts + new.parts, new.metadata))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path

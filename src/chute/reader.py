@@ -346,7 +346,11 @@ class Dataset(torch.utils.data.Dataset):
         )
 
     def close(self) -> None:
-        """Drop the file maps (they are unmapped once no batch refers to them)."""
+        """Release the file maps and their file handles now (each map is unmapped once no
+        batch refers to it; a :meth:`to_memory` dataset drops its copy). Intended: the dataset
+        stays usable, and a later read maps the files again (or reads them into memory again),
+        after checking they are still the files ``open()`` saw (else
+        :class:`~chute.DatasetChangedError`). ``with chute.open(path) as ds:`` closes on exit."""
         for p in self._parts:
             p.columns.clear()
 

@@ -1,8 +1,10 @@
 """Writing datasets: ``chute.write`` for arrays in memory, ``chute.Writer`` for streams.
 
 Everything is written into a hidden staging folder next to the destination
-(``.NAME.tmp-PID-RANDOM``); the manifest is written last and the folder renamed into place,
-so a crash, an exception or SIGKILL never leaves something at ``path`` that ``open`` accepts.
+(``.NAME.tmp-PID-RANDOM``); the manifest is written last and the folder renamed into place
+(:func:`chute.atomic.commit`, re-exported here with :func:`new_staging_dir` for writers of
+parts in parallel), so a crash, an exception or SIGKILL never leaves something at ``path``
+that ``open`` accepts.
 Writers of one path serialise on its lock (:class:`chute.atomic.DatasetLock`), and an existing
 dataset is replaced by swapping the folders atomically where the OS can
 (:func:`chute.atomic.exchange`), so that readers opening it meanwhile find it whole.
@@ -12,19 +14,16 @@ much larger than RAM can be written.
 
 from __future__ import annotations
 
-import errno
-import json
 import os
-import secrets
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from . import format as fmt
-from .atomic import DatasetLock, exchange
+from .atomic import DatasetLock, commit, commit_append, new_staging_dir
 from .columns import ColumnWriter, Promote, infer_field, prepare, promote, sample_count
-from .errors import DatasetExistsError, NotWritableError, SchemaError
+from .errors import SchemaError
 from .files import read_manifest
 
 Schema = Mapping[str, fmt.Field]
@@ -63,117 +62,6 @@ def _check_schema(schema: Mapping[str, Any]) -> dict[str, fmt.Field]:
     return out
 
 
-# ---------------------------------------------------------------------------- staging & commit
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _clean_stale(path: Path) -> None:
-    """Remove staging/old folders of ``path`` left by writers that died."""
-    for stale in path.parent.glob(f".{path.name}.*-*-*"):
-        kind, _, rest = stale.name[len(path.name) + 2 :].partition("-")
-        pid = rest.split("-", 1)[0]
-        if kind in ("tmp", "old") and pid.isdigit() and not _pid_alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
-
-
-def _check_destination(path: Path, overwrite: bool) -> None:
-    if not (path.exists() or path.is_symlink()):
-        return
-    if not overwrite:
-        raise DatasetExistsError(f"{path} already exists; pass overwrite=True to replace it")
-    if path.is_dir() and ((path / fmt.MANIFEST).exists() or not any(path.iterdir())):
-        return
-    raise DatasetExistsError(
-        f"{path} exists and is not a chute dataset; refusing to replace it (remove it yourself)"
-    )
-
-
-def new_staging_dir(path: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Create the hidden folder a dataset for ``path`` is written into before commit."""
-    path = Path(path)
-    _check_destination(path, overwrite)
-    staging = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _clean_stale(path)
-        staging.mkdir()
-    except OSError as exc:
-        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise
-        raise NotWritableError(
-            f"cannot write {path}: {exc.strerror} ({exc.filename}); the folder "
-            f"{path.parent} is read-only or not yours: write the dataset somewhere else"
-        ) from None
-    return staging
-
-
-def _write_manifest(folder: Path, manifest: fmt.Manifest) -> None:
-    """Write ``folder/chute.json`` atomically (temp file, fsync, ``os.replace``)."""
-    try:
-        text = json.dumps(manifest.to_json(), indent=1, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise SchemaError(f"metadata must be JSON-serialisable: {exc}") from None
-    tmp = folder / (fmt.MANIFEST + f".tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / fmt.MANIFEST)
-    _fsync_dir(folder)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def commit(
-    staging: str | os.PathLike,
-    path: str | os.PathLike,
-    schema: Schema,
-    parts: list[fmt.PartInfo],
-    metadata: Mapping[str, Any] | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Write the manifest into ``staging`` and move it to ``path`` atomically.
-
-    ``parts`` are folders already written into ``staging`` by :func:`write_part` (or the
-    root part ``"."``). On any error the staging folder is removed.
-    """
-    staging, path = Path(staging), Path(path)
-    old = None
-    try:
-        _write_manifest(staging, fmt.Manifest(dict(schema), tuple(parts), dict(metadata or {})))
-        with DatasetLock(path):  # no other writer commits or appends to path meanwhile
-            _check_destination(path, overwrite)
-            if path.exists() and exchange(staging, path):
-                old = staging  # now holds the previous dataset
-            else:  # no swap here: for a moment nothing is at path
-                if path.exists():
-                    old = path.parent / f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
-                    os.rename(path, old)
-                os.rename(staging, path)
-            _fsync_dir(path.parent)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return path
-
-
 # ---------------------------------------------------------------------------- parts
 
 
@@ -195,27 +83,6 @@ class _Part:
     def abort(self) -> None:
         for col in self.columns.values():
             col.abort()
-
-
-def _commit_append(staging: Path, path: Path, old: fmt.Manifest, new: fmt.Manifest) -> Path:
-    """Move the new parts into the dataset, then replace its manifest (the commit point).
-
-    A crash before the manifest is replaced leaves part folders no manifest refers to: readers
-    ignore them and the next append removes them.
-    """
-    try:
-        for stale in path.glob(fmt.MANIFEST + ".tmp-*"):  # a crashed append's unfinished manifest
-            pid = stale.name.rpartition("-")[2]
-            if pid.isdigit() and not _pid_alive(int(pid)):
-                stale.unlink(missing_ok=True)
-        for info in new.parts:
-            shutil.rmtree(path / info.name, ignore_errors=True)  # an orphan of a crashed append
-            os.rename(staging / info.name, path / info.name)
-        _fsync_dir(path)
-        _write_manifest(path, fmt.Manifest(old.fields, old.parts + new.parts, new.metadata))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return path
 
 
 def write_part(
@@ -412,7 +279,7 @@ class Writer:
         if self._base is not None:
             new = fmt.Manifest(self._schema, tuple(self._parts), self.metadata)
             try:
-                return _commit_append(staging, self.path, self._base, new)
+                return commit_append(staging, self.path, self._base, new)
             finally:
                 self._release()
         return commit(staging, self.path, self._schema, self._parts, self.metadata, self._overwrite)
@@ -457,6 +324,7 @@ def write(
     schema: Mapping[str, fmt.Field] | None = None,
     overwrite: bool = False,
     metadata: Mapping[str, Any] | None = None,
+    part_size: int | None = None,
     chunk_bytes: int = 64 << 20,
 ) -> Path:
     """Write a dict of equal-length arrays / tensors / lists as a dataset at ``path``.
@@ -464,7 +332,8 @@ def write(
     >>> chute.write("cifar.chute", {"image": images, "label": labels})
 
     Arrays are copied in chunks of about ``chunk_bytes``, so memory-mapped inputs larger than
-    RAM work too. Nested dicts give ``group/name`` fields.
+    RAM work too. Nested dicts give ``group/name`` fields. With ``part_size`` the data is split
+    into ``part-NNNNN`` folders of at most that many samples, as with :class:`Writer`.
     """
     path = fmt.check_path(path)
     arrays = flatten(arrays)
@@ -478,7 +347,7 @@ def write(
     step = max(1, chunk_bytes // max(row_bytes, 1))
     if schema is None and n == 0:
         schema = {k: infer_field(k, v[:0], batch=True) for k, v in arrays.items()}  # bf16 too
-    with Writer(path, schema, overwrite=overwrite, metadata=metadata) as w:
+    with Writer(path, schema, overwrite=overwrite, metadata=metadata, part_size=part_size) as w:
         for start in range(0, n, step):
             w.extend({k: v[start : start + step] for k, v in arrays.items()})
     return path
