@@ -93,11 +93,10 @@ class DatasetLock:
         except FileNotFoundError:
             raise DatasetNotFoundError(f"{Path(self.file).parent}: no such folder") from None
         except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-                raise
-            raise NotWritableError(
+            raise _not_writable(
+                exc,
                 f"cannot lock {self.file} to write the dataset beside it: {exc.strerror}; "
-                f"the folder {Path(self.file).parent} is read-only or not yours"
+                f"the folder {Path(self.file).parent} is read-only or not yours",
             ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -199,13 +198,20 @@ def new_staging_dir(path: str | os.PathLike, overwrite: bool = False) -> Path:
         _clean_stale(path)
         staging.mkdir()
     except OSError as exc:
-        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise
-        raise NotWritableError(
+        raise _not_writable(
+            exc,
             f"cannot write {path}: {exc.strerror} ({exc.filename}); the folder "
-            f"{path.parent} is read-only or not yours: write the dataset somewhere else"
+            f"{path.parent} is read-only or not yours: write the dataset somewhere else",
         ) from None
     return staging
+
+
+def _not_writable(exc: OSError, message: str) -> OSError:
+    """``NotWritableError(message)`` for a permission or read-only-filesystem error, else
+    ``exc`` itself (to be raised by the caller)."""
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return NotWritableError(message)
+    return exc
 
 
 def _write_manifest(folder: Path, manifest: fmt.Manifest) -> None:
