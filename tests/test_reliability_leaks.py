@@ -38,9 +38,10 @@ def _cycles(fn, n: int) -> dict[str, int]:
     for _ in range(n):
         fn()
     fds2, maps2, threads2, rss2 = _levels()
-    assert fds2 == fds, f"{fds2 - fds} file descriptors leaked in {n} cycles"
+    # (<=: a thread or pipe of an earlier test may end meanwhile; a leak adds one per cycle)
+    assert fds2 <= fds, f"{fds2 - fds} file descriptors leaked in {n} cycles"
     assert maps2 - maps <= 4, f"{maps2 - maps} memory maps leaked in {n} cycles"
-    assert threads2 == threads, f"{threads2 - threads} threads left running after {n} cycles"
+    assert threads2 <= threads, f"{threads2 - threads} threads left running after {n} cycles"
     assert rss2 - rss < RSS_SLACK, f"RSS grew by {(rss2 - rss) >> 20} MB in {n} cycles"
     return {"fds": fds2 - fds, "maps": maps2 - maps, "rss_kb": (rss2 - rss) >> 10}
 
