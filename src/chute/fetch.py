@@ -27,6 +27,47 @@ Split = list[tuple[int, np.ndarray | None, np.ndarray]]
 in the part) for each part the batch hits."""
 
 
+def out_of_range(value: Any, n: int, owner: object, at: int | None = None) -> SampleIndexError:
+    """The error for index ``value`` (at position ``at`` of a batch, if given) into the ``n``
+    samples of ``owner`` (formatted only here, never per batch)."""
+    where = "" if at is None else f" (at position {at})"
+    return SampleIndexError(
+        f"index {value}{where} is out of range for {owner} ({n} samples): indices must be in "
+        f"[-{n}, {n})"
+    )
+
+
+def check_indices(indices: Any, n: int, owner: object, positions: bool = False) -> np.ndarray:
+    """``indices`` as 1-D int64 indices into the ``n`` samples of ``owner``, negatives counted
+    from the end; else a :class:`SampleIndexError` naming the first one out of range (and its
+    position in ``indices`` when ``positions``)."""
+    try:
+        if isinstance(indices, torch.Tensor):
+            idx = indices.detach().cpu().numpy()
+        else:
+            idx = np.asarray(indices)
+    except (TypeError, ValueError) as exc:  # e.g. a ragged list of lists
+        raise SampleIndexError(f"indices must be a 1-D array of ints ({exc})") from None
+    if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+        raise SampleIndexError(
+            f"indices into {owner} must be a 1-D array of ints, got {idx.dtype} {idx.shape}"
+        )
+    unsigned = idx.dtype.kind == "u"
+    if unsigned:  # never negative; checked before int64 could wrap one
+        bad = idx >= n
+    else:
+        idx = idx.astype(np.int64, copy=False)
+        # Fast path, one reduction: viewed as unsigned, a negative index is huge.
+        if not idx.size or idx.view(np.uint64).max() < n:
+            return idx
+        bad = (idx < -n) | (idx >= n)
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        raise out_of_range(idx[at], n, owner, at if positions and idx.size > 1 else None)
+    idx = idx.astype(np.int64, copy=False)
+    return idx if unsigned else np.where(idx < 0, idx + n, idx)
+
+
 class RaggedBatch(NamedTuple):
     """A batch of a variable-size field: sample ``i`` is ``values[offsets[i]:offsets[i+1]]``.
 

@@ -21,20 +21,22 @@ import itertools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import torch
 
 from . import format as fmt
-from .errors import ArgumentError, SampleIndexError, SchemaError
+from .errors import ArgumentError, SchemaError
 from .fetch import (
     RaggedBatch,
     Split,
+    check_indices,
     check_shapes,
     checked_offsets,
     gather_fixed,
     gather_var,
+    out_of_range,
     out_rows,
     pad_batch,
     to_torch,
@@ -131,7 +133,7 @@ class Dataset(torch.utils.data.Dataset):
 
     def _locate(self, i: int) -> tuple[int, int]:
         if not -self._len <= i < self._len:
-            self._out_of_range(i)
+            raise out_of_range(i, self._len, self.path)
         i %= self._len
         part = int(np.searchsorted(self._ends, i, side="right"))
         return part, i - self._parts[part].start
@@ -209,33 +211,6 @@ class Dataset(torch.utils.data.Dataset):
         for i in range(self._len):
             yield self[i]
 
-    def _check_indices(self, indices: Any) -> np.ndarray:
-        try:
-            if isinstance(indices, torch.Tensor):
-                idx = indices.detach().cpu().numpy()
-            else:
-                idx = np.asarray(indices)
-        except (TypeError, ValueError) as exc:  # e.g. a ragged list of lists
-            raise SampleIndexError(f"indices must be a 1-D array of ints ({exc})") from None
-        if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
-            raise SampleIndexError(
-                f"indices must be a 1-D array of ints, got {idx.dtype} {idx.shape}"
-            )
-        if idx.dtype.kind == "u":  # never negative; checked before int64 could wrap one
-            if idx.size and idx.max() >= self._len:
-                self._out_of_range(idx[idx >= self._len][0])
-            return idx.astype(np.int64, copy=False)
-        idx = idx.astype(np.int64, copy=False)
-        # Fast path, one reduction: viewed as unsigned, a negative index is huge.
-        if not idx.size or idx.view(np.uint64).max() < self._len:
-            return idx
-        if idx.min() < -self._len or idx.max() >= self._len:
-            self._out_of_range(idx[(idx < -self._len) | (idx >= self._len)][0])
-        return np.where(idx < 0, idx + self._len, idx)
-
-    def _out_of_range(self, i: Any) -> NoReturn:
-        raise SampleIndexError(f"index {i} is out of range for {self.path} ({self._len} samples)")
-
     def _split(self, idx: np.ndarray) -> Split:
         """(part, positions in the batch or None for all, local indices) for each part hit."""
         if len(self._parts) == 1:
@@ -262,7 +237,7 @@ class Dataset(torch.utils.data.Dataset):
         dimensions vary); string fields -> ``list[str]``. ``pad`` must fit each padded field's
         dtype exactly (no silent truncation or overflow).
         """
-        idx = self._check_indices(indices)
+        idx = check_indices(indices, self._len, self.path)
         if out is not None and (not isinstance(out, Mapping) or not self._fixed.issuperset(out)):
             raise SchemaError(
                 f"out= takes a dict of buffers for fixed-shape fields {sorted(self._fixed)} (see "

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import SampleIndexError, SchemaError
+from .errors import SchemaError
+from .fetch import check_indices
 
 __all__ = ["SubsetDataset", "loadable"]
 
@@ -30,37 +31,6 @@ _API = ("gather", "empty_batch", "schema", "__getitem__", "__len__")
 
 def _is_chute(ds: Any) -> bool:
     return all(hasattr(ds, name) for name in _API)
-
-
-def _checked(values: Any, n: int, owner: object) -> np.ndarray:
-    """``values`` as 1-D int64 indices into the ``n`` samples of ``owner`` (negatives counted
-    from the end), or a :class:`SampleIndexError` naming the first one out of range. ``owner``
-    is formatted only then: its repr is not built per batch."""
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().numpy()
-    idx = np.asarray(values)
-    if idx.size == 0:  # np.asarray([]) is float64
-        return np.zeros(0, np.int64)
-    if idx.ndim != 1 or idx.dtype.kind not in "iu":
-        raise SampleIndexError(
-            f"indices into {owner} must be a 1-D array of ints, got {idx.dtype} {idx.shape}"
-        )
-    if idx.dtype.kind == "u":  # never negative; checked before int64 could wrap one
-        bad = idx >= n
-    else:
-        idx = idx.astype(np.int64, copy=False)
-        # Fast path, one reduction: viewed as unsigned, a negative index is huge.
-        if idx.view(np.uint64).max() < n:
-            return idx
-        bad = (idx < -n) | (idx >= n)
-    if bad.any():
-        at = int(np.flatnonzero(bad)[0])
-        where = f" (at position {at})" if idx.size > 1 else ""
-        raise SampleIndexError(
-            f"index {idx[at]}{where} is out of range for {owner}: indices must be in [-{n}, {n})"
-        )
-    idx = idx.astype(np.int64, copy=False)
-    return np.where(idx < 0, idx + n, idx)
 
 
 class SubsetDataset:
@@ -87,12 +57,12 @@ class SubsetDataset:
 
     def gather(self, indices: Any, out: Any = None, pad: float | int | None = None) -> Any:
         """Positions ``indices`` of the subset as one batch: one gather from the dataset."""
-        pos = _checked(indices, len(self.indices), self)
+        pos = check_indices(indices, len(self.indices), self, positions=True)
         return self.dataset.gather(self.indices[pos], out=out, pad=pad)
 
     def __getitem__(self, i: int) -> Any:
         """Sample at position ``i`` of the subset (an int)."""
-        (j,) = self.indices[_checked([i], len(self.indices), self)]
+        (j,) = self.indices[check_indices([i], len(self.indices), self)]
         return self.dataset[int(j)]
 
     def __repr__(self) -> str:
@@ -118,7 +88,11 @@ def loadable(ds: Any, who: str) -> Any:
     idx = None  # the composed indices so far, innermost Subset first
     for indices in reversed(chain):
         if idx is None:
-            idx = _checked(indices, len(base), f"a Subset of {base!r}")
+            idx = check_indices(indices, len(base), f"a Subset of {base!r}", positions=True)
         else:
-            idx = idx[_checked(indices, len(idx), f"a Subset of a Subset of {base!r}")]
+            idx = idx[
+                check_indices(
+                    indices, len(idx), f"a Subset of a Subset of {base!r}", positions=True
+                )
+            ]
     return SubsetDataset(base, np.array(idx, dtype=np.int64))  # a copy: the user's may change
