@@ -557,7 +557,7 @@ def test_open_while_the_dataset_is_replaced(tmp_path, atomic_swap):
     )
     writer.start()
     seen: Counter = Counter()
-    while writer.is_alive() or not seen:
+    while writer.is_alive() or not seen["read"]:  # (a busy machine may race it through)
         try:
             ds = chute.open(path)
         except DatasetChangedError as exc:
