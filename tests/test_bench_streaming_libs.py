@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _reliability import shm_entries
 
 import chute
 from chute.bench import CONTENDERS, BenchReport, Contender, Setup, run_bench, table
@@ -67,10 +68,6 @@ def _typed(c: Contender) -> Contender:
     return replace(c, open=batches)
 
 
-def _shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
 def _shm_left(before: set[str]) -> set[str]:
     """/dev/shm entries new since ``before`` that may be ours and stay for a second. Other jobs
     on the machine come and go there too: torch_<pid>_* segments name their process, and
@@ -80,7 +77,7 @@ def _shm_left(before: set[str]) -> set[str]:
     for _ in range(10):
         new = {
             n
-            for n in _shm_entries() - before
+            for n in shm_entries() - before
             if not n.startswith("sem.") and (not n.startswith("torch_") or n.split("_")[1] == me)
         }
         left = new if left is None else left & new
@@ -100,7 +97,7 @@ def _leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    before = _shm_entries()
+    before = shm_entries()
     yield
     assert list(tmp.iterdir()) == []
     assert _shm_left(before) == set()
