@@ -126,13 +126,15 @@ _RENAME_EXCHANGE = 2
 
 
 @functools.cache
-def _renameat2() -> Any:
-    """libc's ``renameat2``, or None (not Linux, or a libc older than glibc 2.28)."""
+def libc(name: str, *argtypes: Any) -> Any:
+    """libc's function ``name`` (taking ``argtypes``, returning an int, errno kept), or None
+    where there is none: a call Python's ``os`` lacks (``renameat2``: Linux, glibc >= 2.28;
+    ``sync_file_range``: Linux). Looked up on first use, not at import."""
     try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (AttributeError, OSError):
         return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.argtypes = list(argtypes)
     fn.restype = ctypes.c_int
     return fn
 
@@ -140,7 +142,9 @@ def _renameat2() -> Any:
 def exchange(a: Path, b: Path) -> bool:
     """Swap the folders ``a`` and ``b`` atomically. False, with nothing changed, where the OS
     or the filesystem cannot (the caller then renames); other errors raise ``OSError``."""
-    fn = _renameat2()
+    fn = libc(
+        "renameat2", ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint
+    )
     if fn is None:
         return False
     if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import math
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -20,6 +19,7 @@ import torch
 import xxhash
 
 from . import format as fmt
+from .atomic import libc
 from .errors import SchemaError
 from .npyio import header_bytes
 
@@ -27,20 +27,6 @@ _COPY_CHUNK = 64 << 20
 WRITEBACK_BYTES = 32 << 20  # a file starts writing its pages to disk every this many bytes
 
 
-def _sync_file_range() -> Any:
-    """Linux ``sync_file_range(2)`` through libc, or None where there is none."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_SYNC_FILE_RANGE = _sync_file_range()
 _SYNC_FILE_RANGE_WRITE = 2  # start writeback of dirty pages, do not wait for it
 
 
@@ -52,8 +38,9 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
     the source is read, and at most ~``WRITEBACK_BYTES`` per file are left for the ``fsync``.
     Best effort: a no-op where the call is missing, and errors surface at that ``fsync``.
     """
-    if _SYNC_FILE_RANGE is not None:
-        _SYNC_FILE_RANGE(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
+    fn = libc("sync_file_range", ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    if fn is not None:
+        fn(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
 
 
 def to_array(value: Any, name: str, index: int) -> tuple[np.ndarray, str, bool]:
