@@ -35,6 +35,16 @@ def fuzz(*suppress: HealthCheck) -> settings:
     )
 
 
+def leftovers(path: Path) -> list[str]:
+    """Everything the writer may have left next to ``path`` (staging and old folders)."""
+    lock = f".{path.name}.lock"  # the writers' lock file stays (chute.atomic.DatasetLock)
+    return sorted(
+        p.name
+        for p in path.parent.iterdir()
+        if p.name.startswith(f".{path.name}.") and p.name != lock
+    )
+
+
 def record(
     record_property: Callable[[str, Any], None],
     fault: str,

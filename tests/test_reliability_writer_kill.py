@@ -24,7 +24,7 @@ from pathlib import Path
 from types import CodeType
 
 import pytest
-from _reliability import check_content, load_manifest, make_dataset, record
+from _reliability import check_content, leftovers, load_manifest, make_dataset, record
 from conftest import _check_sample, mixed_samples
 
 import chute
@@ -93,19 +93,10 @@ def _state(path: Path) -> str:
         return f"n={len(ds)}"
 
 
-def _leftovers(path: Path) -> list[str]:
-    lock = f".{path.name}.lock"  # the writers' lock file stays (chute.atomic.DatasetLock)
-    return sorted(
-        p.name
-        for p in path.parent.iterdir()
-        if p.name.startswith(f".{path.name}.") and p.name != lock
-    )
-
-
 def _check_cleaned(path: Path) -> None:
     """The next write succeeds and leaves nothing of the dead writers behind."""
     make_dataset(path, n=4, overwrite=True)
-    assert _leftovers(path) == [], _leftovers(path)
+    assert leftovers(path) == [], leftovers(path)
     assert _state(path) == "n=4"
 
 
@@ -306,11 +297,11 @@ def test_stale_staging_of_live_writer_is_kept(tmp_path: Path, record_property) -
     path = tmp_path / "d.chute"
     with chute.Writer(path, overwrite=True) as w1:
         w1.append({"x": 1.0})
-        staging = _leftovers(path)
+        staging = leftovers(path)
         assert len(staging) == 1
         make_dataset(path, n=3, overwrite=True)  # another writer starts, cleans, commits
-        assert staging[0] in _leftovers(path)
-    assert len(chute.open(path)) == 1 and _leftovers(path) == []
+        assert staging[0] in leftovers(path)
+    assert len(chute.open(path)) == 1 and leftovers(path) == []
     record(
         record_property,
         "concurrent writers",

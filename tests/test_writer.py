@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _reliability import leftovers
 
 import chute
 from chute import writer as cw
@@ -20,16 +21,6 @@ from chute.atomic import exchange
 from chute.errors import ArgumentError, DatasetExistsError, DatasetNotFoundError, SchemaError
 
 FORK = multiprocessing.get_context("fork")
-
-
-def leftovers(path: Path) -> list[str]:
-    """Everything the writer may have left next to ``path`` (staging and old folders)."""
-    lock = f".{path.name}.lock"  # the writers' lock file stays (chute.atomic.DatasetLock)
-    return sorted(
-        p.name
-        for p in path.parent.iterdir()
-        if p.name.startswith(f".{path.name}.") and p.name != lock
-    )
 
 
 # ---------------------------------------------------------------------------- writing
