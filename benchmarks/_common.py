@@ -8,18 +8,16 @@ import ctypes
 import gc
 import json
 import os
-import platform
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
+from chute.bench.machine import machine  # the same description as chute bench
 from chute.bench.measure import TreeMemory  # PSS of this process and all its children
+from chute.bench.report import columns_table as table  # the one table printer
 
 __all__ = ["EPOCH_COLUMNS", "TreeMemory", "machine", "peak_pss", "table", "write_json"]
 
@@ -59,47 +57,6 @@ def _trim_heap() -> None:
     gc.collect()
     with suppress(OSError, AttributeError):  # not glibc: nothing to do
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-def machine() -> dict[str, Any]:
-    """What the numbers depend on: CPUs usable by this process, versions, torch threads."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = os.cpu_count() or 1
-    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    return {
-        "platform": platform.platform(),
-        "cpu": platform.processor() or platform.machine(),
-        "cpus": cpus,
-        "load_avg_1_5_15min": load,  # other work on the machine skews timings
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.is_available(),
-    }
-
-
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:
-    """An aligned plain-text table. ``columns``: (key, header, format spec); a missing or None
-    value prints as ``-``; text columns are left-aligned, numbers right-aligned."""
-    cells = []
-    for row in rows:
-        cells.append(
-            ["-" if row.get(key) is None else format(row[key], spec) for key, _, spec in columns]
-        )
-    heads = [head for _, head, _ in columns]
-    widths = [max(len(x) for x in col) for col in zip(heads, *cells, strict=True)]
-    numeric = [spec not in ("", "s") for _, _, spec in columns]
-
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(
-            v.rjust(w) if num else v.ljust(w)
-            for v, w, num in zip(values, widths, numeric, strict=True)
-        ).rstrip()
-
-    return "\n".join([line(heads), line(["-" * w for w in widths]), *map(line, cells)])
 
 
 def write_json(path: str | os.PathLike, payload: dict[str, Any]) -> Path:

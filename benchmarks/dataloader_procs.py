@@ -27,7 +27,7 @@ import numpy as np
 from _common import EPOCH_COLUMNS, RESULTS, TreeMemory, peak_pss, table, write_json
 
 import chute
-from chute.torch_compat import dataloader
+from chute.loader.dataloader import dataloader
 
 MB = 1e6
 

@@ -1,4 +1,4 @@
-"""Shared by tests/test_reliability_*.py: a standard dataset, hostile-file helpers, leak probes.
+"""Shared by the reliability tests: a standard dataset, hostile-file helpers, leak probes.
 
 Every reliability test records what it tried with :func:`record` (pytest ``record_property``),
 so ``scripts/reliability_report.py`` can tabulate fault, input class, number of cases and
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, settings
 
 import chute
 from chute import format as fmt
-from chute.verify import _file_checksum
+from chute.reader.verify import _file_checksum
 
 N = 7  # samples in the standard dataset: small, odd, split unevenly into parts
 
@@ -37,7 +37,7 @@ def fuzz(*suppress: HealthCheck) -> settings:
 
 def leftovers(path: Path) -> list[str]:
     """Everything the writer may have left next to ``path`` (staging and old folders)."""
-    lock = f".{path.name}.lock"  # the writers' lock file stays (chute.atomic.DatasetLock)
+    lock = f".{path.name}.lock"  # the writers' lock file stays (chute.writer.commit.DatasetLock)
     return sorted(
         p.name
         for p in path.parent.iterdir()

@@ -20,7 +20,7 @@ import torch
 import chute
 from chute import format as fmt
 from chute.errors import FormatError, SchemaError, UnsafePathError, VersionError
-from chute.npyio import MAGIC, header_bytes, header_size, read_header
+from chute.npy_header import MAGIC, header_bytes, header_size, read_header
 
 DATA = Path(__file__).parent / "data"
 

@@ -6,11 +6,13 @@ overlapped. See https://github.com/chute-dev/chute#readme.
 """
 
 # -- exports of the other stages (loader, device, sources, ...) are added below --
+from .batch import RaggedBatch
 from .cache import cache
 from .convert import convert, from_iterable, from_torch
 from .device import to_device
 from .errors import (
     ArgumentError,
+    ArgumentValueError,
     ChecksumError,
     ChuteError,
     DatasetChangedError,
@@ -27,20 +29,20 @@ from .errors import (
     VersionError,
     WorkerError,
 )
-from .fetch import RaggedBatch
 from .format import Bytes, Ragged, String, Tensor
-from .loader import Loader, LoaderStats
+from .loader.dataloader import dataloader
+from .loader.loader import Loader, LoaderStats
 from .order import Order
-from .reader import Dataset, open
+from .reader.dataset import Dataset, open
+from .reader.verify import verify
 from .sources.dask import from_dask
-from .torch_compat import dataloader
-from .verify import verify
-from .writer import Writer, write
+from .writer.writer import Writer, write
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentError",
+    "ArgumentValueError",
     "Bytes",
     "ChecksumError",
     "ChuteError",

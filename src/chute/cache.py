@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from . import format as fmt
-from .atomic import DatasetLock
 from .convert import convert
 from .errors import SchemaError, SourceError
-from .reader import Dataset
-from .reader import open as open_dataset
+from .reader.dataset import Dataset
+from .reader.dataset import open as open_dataset
+from .writer.commit import DatasetLock
 
 KEY = "cache_key"  # the metadata entry that holds the key
 

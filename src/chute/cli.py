@@ -7,6 +7,7 @@ library, so everything the CLI does can be done from Python too.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import warnings
@@ -15,7 +16,9 @@ from pathlib import Path
 
 from . import __version__
 from . import format as fmt
-from .errors import ChuteError, DatasetExistsError, DatasetNotFoundError
+from ._args import parse_size
+from .demo import DEFAULT_SIZE
+from .errors import ChuteError, DatasetExistsError, DatasetNotFoundError, NotWritableError
 
 DESCRIPTION = """\
 chute: fast, memory-conscious data loading for PyTorch.
@@ -23,6 +26,41 @@ chute: fast, memory-conscious data loading for PyTorch.
 Convert your arrays (npy, npz, HDF5, Zarr) into a chute dataset once, inspect and check it,
 and measure it against the alternatives on your own data. Run "chute COMMAND --help" for the
 options of each command."""
+
+
+def size(text: str) -> float:
+    """An argparse type: a byte count, ``2e9``, ``500MB``, ``2GB``, ``64MiB``..."""
+    try:
+        return parse_size(text)
+    except ChuteError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer ``>= minimum`` (worker counts, batch sizes)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def check_writable(path: str, option: str) -> None:
+    """Fail now, not after a benchmark of several minutes, if ``path`` cannot be written."""
+    file = Path(path)
+    folder = file.parent
+    if file.is_dir():
+        raise NotWritableError(f"{option} {path}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise NotWritableError(f"{option} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (file.exists() and not os.access(file, os.W_OK)):
+        raise NotWritableError(f"{option} {path}: cannot write there (permission denied)")
 
 
 def _human(n: float) -> str:
@@ -69,10 +107,10 @@ def _dataset_command(func: Callable[[argparse.Namespace], int]) -> Callable[...,
 
 @_dataset_command
 def cmd_info(args: argparse.Namespace) -> int:
-    from .reader import Dataset
+    from .reader.dataset import Dataset
 
     ds = Dataset(args.path)
-    print(f"{ds.path}: {len(ds)} samples, {len(ds._parts)} part(s), {_human(ds.nbytes)} on disk")
+    print(f"{ds.path}: {len(ds)} samples, {len(ds.parts)} part(s), {_human(ds.nbytes)} on disk")
     width = max(len(n) for n in ds.schema)
     for name, f in ds.schema.items():
         print(f"  {name:<{width}}  {_describe(f)}")
@@ -83,7 +121,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 @_dataset_command
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import verify
+    from .reader.verify import verify
 
     nbytes = verify(args.path, progress=not args.quiet)
     print(f"{args.path}: OK ({_human(nbytes)} checked)")
@@ -113,10 +151,102 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import demo
-    from .bench import cli as bench_cli
+def _bench_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", help="a chute dataset, or any source chute convert accepts")
+    p.add_argument(
+        "--max-bytes",
+        type=size,
+        default=2e9,
+        help="copy at most this much of the data into each store (default 2GB)",
+    )
+    p.add_argument("--batch-size", type=count(1), default=256)
+    p.add_argument("--workers", type=count(0), default=None, help="default: min(4, CPU count)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", metavar="OUT.json", help="write the results as JSON")
+    p.add_argument("--plot", metavar="OUT.png", help="write a bar chart (needs matplotlib)")
+    p.add_argument(
+        "--drop-caches",
+        action="store_true",
+        help="empty the page cache before each contender (cold); without root only the "
+        "bench's own files are evicted (posix_fadvise)",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=60.0,
+        help="stop a contender after this many seconds (default 60; 0: read the whole epoch)",
+    )
+    p.add_argument("--work-dir", help="where the copies are written (default: the temp dir)")
 
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench.report import plot, table
+    from .bench.run import run_bench
+    from .errors import require
+
+    if args.json:
+        check_writable(args.json, "--json")
+    if args.plot:
+        require("matplotlib", "bench")
+        check_writable(args.plot, "--plot")
+    try:
+        report = run_bench(
+            args.source,
+            max_bytes=args.max_bytes,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            seed=args.seed,
+            cold=args.drop_caches,
+            time_limit=args.time_limit or None,
+            work_dir=args.work_dir,
+        )
+    except OSError as exc:  # no room for the copies, unreadable source: no traceback needed
+        print(f"chute bench: error: {exc}", file=sys.stderr)
+        return 1
+    print(table(report))
+    if args.json:
+        print(f"JSON: {report.save_json(args.json)}")
+    if args.plot:
+        print(f"plot: {plot(report, args.plot)}")
+    bad = [r.name for r in report.results if r.checksum_ok is False]
+    if bad:
+        print(f"checksum mismatch: {', '.join(bad)} did not read the same samples in order")
+        return 1
+    return 0
+
+
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--size",
+        type=size,
+        default=DEFAULT_SIZE,
+        help="size of the generated dataset (default 600MB)",
+    )
+    p.add_argument("--out", default="chute-demo", help="folder for the files (default chute-demo)")
+    p.add_argument("--train-seconds", type=float, default=20.0)
+    p.add_argument(
+        "--bench-bytes",
+        type=size,
+        default=32e6,
+        help="data copied per contender in step 5 (default 32MB)",
+    )
+    p.add_argument("--workers", type=count(0), default=2, help="loader threads (default 2)")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    run_demo(
+        args.size,
+        args.out,
+        train_seconds=args.train_seconds,
+        bench_bytes=args.bench_bytes,
+        workers=args.workers,
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chute", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -140,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace dst if it exists")
     p.add_argument(
         "--workers",
-        type=bench_cli.count(0),
+        type=count(0),
         default=1,
         help="reader threads running ahead (default 1; 0: read in the writing thread)",
     )
@@ -149,12 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("bench", help="chute vs memmap vs HDF5 vs Zarr on your data: table, plot")
-    bench_cli.add_arguments(p)
-    p.set_defaults(func=bench_cli.main)
+    _bench_arguments(p)
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("demo", help="the whole story in one command, on generated CIFAR-like data")
-    demo.add_arguments(p)
-    p.set_defaults(func=demo.main)
+    _demo_arguments(p)
+    p.set_defaults(func=cmd_demo)
     return parser
 
 

@@ -26,7 +26,7 @@ from .sources.iterable import IterableSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.torch import TorchSource
 from .sources.zarr import ZarrSource, is_zarr
-from .writer import Writer
+from .writer.writer import Writer
 
 PathLike = str | os.PathLike
 PathSource = NpySource | NpzSource | NpyFolderSource | HDF5Source | ZarrSource

@@ -12,7 +12,6 @@ The images are learnable (a noisy class template each), so the loss visibly fall
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -24,7 +23,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from .bench.cli import count, parse_size
 from .bench.contenders.base import files_under
 from .bench.measure import evict
 from .bench.report import plot, table
@@ -32,8 +30,8 @@ from .bench.run import run_bench
 from .convert import convert
 from .device import to_device
 from .errors import SchemaError, require
-from .loader import Loader
-from .reader import open as open_dataset
+from .loader.loader import Loader
+from .reader.dataset import open as open_dataset
 
 IMAGE = (32, 32, 3)
 CLASSES = 10
@@ -243,32 +241,3 @@ def cleanup_line(out: Path, written: list[Path], fresh: bool) -> str:
         f"the demo wrote {nbytes / 1e6:,.0f} MB to {out}/ (mostly {written[0].name} and "
         f"{written[1].name}); delete it with: rm -r {remove}"
     )
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--size",
-        type=parse_size,
-        default=DEFAULT_SIZE,
-        help="size of the generated dataset (default 600MB)",
-    )
-    p.add_argument("--out", default="chute-demo", help="folder for the files (default chute-demo)")
-    p.add_argument("--train-seconds", type=float, default=20.0)
-    p.add_argument(
-        "--bench-bytes",
-        type=parse_size,
-        default=32e6,
-        help="data copied per contender in step 5 (default 32MB)",
-    )
-    p.add_argument("--workers", type=count(0), default=2, help="loader threads (default 2)")
-
-
-def main(args: argparse.Namespace) -> int:
-    run_demo(
-        args.size,
-        args.out,
-        train_seconds=args.train_seconds,
-        bench_bytes=args.bench_bytes,
-        workers=args.workers,
-    )
-    return 0

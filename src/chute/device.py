@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
+from ._args import check_int
 from .errors import ArgumentError
-from .order import check_int
 
 __all__ = ["DeviceLoader", "map_tensors", "to_device"]
 

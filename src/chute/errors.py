@@ -49,6 +49,11 @@ class ArgumentError(ChuteError, TypeError):
     what is expected."""
 
 
+class ArgumentValueError(ChuteError, ValueError):
+    """An argument has the right type but a value that cannot work (``batch_size=0``, a state
+    dict from another order, a call on a closed writer); the message says what would."""
+
+
 class SampleIndexError(ChuteError, IndexError):
     """An index is out of range for the dataset."""
 

@@ -11,17 +11,14 @@ manifest cannot point outside its folder.
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
-import torch
 
-from .errors import ArgumentError, FormatError, SchemaError, UnsafePathError, VersionError
+from .errors import FormatError, SchemaError, UnsafePathError, VersionError
 
 FORMAT_NAME = "chute"
 FORMAT_VERSION = 1
@@ -36,24 +33,25 @@ _NAME_COMPONENT = r"[A-Za-z0-9_][A-Za-z0-9_\-]{0,127}"
 FIELD_NAME = re.compile(rf"{_NAME_COMPONENT}(/{_NAME_COMPONENT}){{0,7}}")
 PART_NAME = re.compile(r"part-[0-9]{5,9}")
 
-# numpy dtype name -> torch dtype. bfloat16 has no numpy dtype: it is stored as its 16 bits ('<u2').
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    "bool": torch.bool,
-    "uint8": torch.uint8,
-    "int8": torch.int8,
-    "int16": torch.int16,
-    "int32": torch.int32,
-    "int64": torch.int64,
-    "uint16": torch.uint16,
-    "uint32": torch.uint32,
-    "uint64": torch.uint64,
-    "float16": torch.float16,
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "complex64": torch.complex64,
-    "complex128": torch.complex128,
-    "bfloat16": torch.bfloat16,
-}
+# The dtypes a field may have: numpy's names, plus bfloat16, which has no numpy dtype and is
+# stored as its 16 bits ('<u2'). torch has a dtype of each name (chute._torch maps them).
+DTYPE_NAMES = (
+    "bool",
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "bfloat16",
+)
 _STORAGE = {"bfloat16": np.dtype("<u2")}
 MAX_NDIM = 32
 MAX_SAMPLES = 2**48
@@ -61,23 +59,21 @@ MAX_SAMPLES = 2**48
 
 def dtype_name(dtype: Any) -> str:
     """Canonical name of a numpy or torch dtype, e.g. ``"float32"`` or ``"bfloat16"``."""
-    if isinstance(dtype, torch.dtype):
-        for name, td in TORCH_DTYPES.items():
-            if td == dtype:
-                return name
-        raise SchemaError(
-            f"torch dtype {dtype} is not supported; supported: {sorted(TORCH_DTYPES)}"
-        )
+    if type(dtype).__module__ == "torch" and str(dtype).startswith("torch."):  # a torch.dtype
+        name = str(dtype).removeprefix("torch.")
+        if name not in DTYPE_NAMES:
+            raise SchemaError(f"torch dtype {dtype} is not supported; supported: {DTYPE_NAMES}")
+        return name
     if isinstance(dtype, str) and dtype == "bfloat16":
         return dtype
     try:
         dt = np.dtype(dtype)
     except (TypeError, ValueError, SyntaxError) as exc:  # all three occur for odd strings
         raise SchemaError(f"{dtype!r} is not a dtype") from exc
-    if dt.name not in TORCH_DTYPES:
+    if dt.name not in DTYPE_NAMES:
         raise SchemaError(
             f"dtype {dt} cannot be stored: chute stores numeric dtypes, bool and bfloat16 "
-            f"({', '.join(sorted(TORCH_DTYPES))}); convert object/str arrays to String() or Bytes()"
+            f"({', '.join(sorted(DTYPE_NAMES))}); convert object/str arrays to String() or Bytes()"
         )
     return dt.name
 
@@ -198,9 +194,9 @@ def field_from_json(name: str, obj: Any) -> Field:
         raise FormatError(f"field {name!r}: expected an object, got {type(obj).__name__}")
     kind = obj.get("kind")
     dtype = obj.get("dtype")
-    if kind in ("tensor", "ragged") and not (isinstance(dtype, str) and dtype in TORCH_DTYPES):
+    if kind in ("tensor", "ragged") and not (isinstance(dtype, str) and dtype in DTYPE_NAMES):
         # only the canonical names chute writes: numpy never parses an untrusted dtype string
-        raise FormatError(f"field {name!r}: unknown dtype {dtype!r}; one of {sorted(TORCH_DTYPES)}")
+        raise FormatError(f"field {name!r}: unknown dtype {dtype!r}; one of {sorted(DTYPE_NAMES)}")
     try:
         if kind == "tensor":
             return Tensor(tuple(_list(obj, "shape")), str(dtype))
@@ -229,22 +225,6 @@ def check_field_name(name: Any) -> str:
             "(nested names as 'group/name'); no '.', '..', or leading '/'"
         )
     return name
-
-
-def check_path(path: Any) -> Path:
-    """A dataset path given by the user (``str``, ``bytes`` or ``os.PathLike``, not empty)."""
-    raw = path
-    if isinstance(path, os.PathLike):
-        path = os.fspath(path)
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    if not isinstance(path, str):
-        raise ArgumentError(
-            f"a dataset path is a str or os.PathLike, got {type(raw).__name__} {raw!r}"
-        )
-    if not path:
-        raise SchemaError("the dataset path is empty; name the folder, e.g. 'train.chute'")
-    return Path(path)
 
 
 @dataclass(frozen=True)

@@ -37,20 +37,13 @@ from typing import Any
 
 import numpy as np
 
-from .errors import SchemaError
+from ._args import check_int
+from .errors import ArgumentValueError
 
 __all__ = ["Order"]
 
-_STATE_KEYS = ("epoch", "consumed", "n", "seed", "shuffle", "block_size", "window")
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """``value`` as an int, or a SchemaError naming the argument."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise SchemaError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise SchemaError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
+STATE_VERSION = 1  # of state_dict(); a state without "version" (chute 0.1) loads as version 1
+_STATE_KEYS = ("epoch", "consumed", "version", "n", "seed", "shuffle", "block_size", "window")
 
 
 class Order:
@@ -80,7 +73,9 @@ class Order:
         self.world_size = check_int("world_size", world_size, 1)
         self.rank = check_int("rank", rank, 0)
         if self.rank >= self.world_size:
-            raise SchemaError(f"rank must be < world_size ({self.world_size}), got {self.rank}")
+            raise ArgumentValueError(
+                f"rank must be < world_size ({self.world_size}), got {self.rank}"
+            )
         self.seed = check_int("seed", seed, 0)
         self.block_size = None if block_size is None else check_int("block_size", block_size, 1)
         self.window = check_int("window", window, 1)
@@ -115,6 +110,14 @@ class Order:
         if self.drop_last:
             return remaining // self.step_samples
         return math.ceil(remaining / self.step_samples)
+
+    def remaining(self) -> int:
+        """Batches per rank that the next pass yields: the rest of the current epoch, or all of
+        the next one when this one is :attr:`finished` and was not chosen by ``set_epoch`` /
+        ``load_state_dict`` (``len()`` is always a whole epoch)."""
+        if self.finished and not self._chosen:
+            return len(self)
+        return self._steps(self.n - self._consumed)
 
     @property
     def finished(self) -> bool:
@@ -196,10 +199,12 @@ class Order:
         self._chosen = False
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"epoch", "consumed"}`` plus what the order depends on, checked at load."""
+        """``{"epoch", "consumed", "version"}`` plus what the order depends on, checked at
+        load."""
         return {
             "epoch": self._epoch,
             "consumed": self._consumed,
+            "version": STATE_VERSION,
             "n": self.n,
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -214,26 +219,34 @@ class Order:
         required; the other keys, checked against this order when present, must match.
         """
         if not isinstance(state, Mapping):
-            raise SchemaError(
+            raise ArgumentValueError(
                 f"an Order state is the dict that state_dict() returns, not {type(state).__name__}"
             )
         problems = [f"no {key!r}" for key in ("epoch", "consumed") if key not in state]
         problems += [f"unknown key {k!r}" for k in sorted(map(str, state)) if k not in _STATE_KEYS]
         if problems:
-            raise SchemaError(
+            raise ArgumentValueError(
                 f"not an Order state ({', '.join(problems)}); pass what state_dict() returned, "
                 f"with the keys {', '.join(_STATE_KEYS)}"
             )
-        for key in _STATE_KEYS[2:]:  # what the order depends on
+        version = state.get("version", 1)
+        if version != STATE_VERSION:
+            raise ArgumentValueError(
+                f"the saved order state has version {version!r}; this chute reads version "
+                f"{STATE_VERSION}: resume with the chute that saved it"
+            )
+        for key in _STATE_KEYS[3:]:  # what the order depends on
             if key in state and state[key] != getattr(self, key):
-                raise SchemaError(
+                raise ArgumentValueError(
                     f"the saved order has {key}={state[key]!r} but this one has "
                     f"{key}={getattr(self, key)!r}; resume with the same dataset and {key}"
                 )
         epoch = check_int("state['epoch']", state["epoch"], 0)
         consumed = check_int("state['consumed']", state["consumed"], 0)
         if consumed > self.n:
-            raise SchemaError(f"state['consumed'] is {consumed} but the dataset has {self.n}")
+            raise ArgumentValueError(
+                f"state['consumed'] is {consumed} but the dataset has {self.n}"
+            )
         self._epoch, self._consumed = epoch, consumed
         self._chosen = True
 

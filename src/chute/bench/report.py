@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,32 @@ class BenchReport:
         path = Path(path)
         path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         return path
+
+
+def aligned(heads: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
+    """The one table printer of chute bench and benchmarks/: a header, a rule, the rows; each
+    column as wide as its widest cell, right-aligned where ``right`` (numbers)."""
+    widths = [max(len(str(x)) for x in col) for col in zip(heads, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            s.rjust(w) if r else s.ljust(w) for s, w, r in zip(cells, widths, right, strict=True)
+        ).rstrip()
+
+    return "\n".join([line(heads), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def columns_table(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str, str]]
+) -> str:
+    """Dict rows as an :func:`aligned` table. ``columns``: (key, header, format spec); a missing
+    or None value prints as ``-``; text columns (spec ``""`` or ``"s"``) are left-aligned."""
+    cells = [
+        ["-" if row.get(key) is None else format(row[key], spec) for key, _, spec in columns]
+        for row in rows
+    ]
+    right = [spec not in ("", "s") for _, _, spec in columns]
+    return aligned([head for _, head, _ in columns], cells, right)
 
 
 def _public(r: Result) -> dict[str, Any]:
@@ -90,23 +117,15 @@ def table(report: BenchReport) -> str:
                 f"{r.checksum[:8]} {ok}",
             ]
         )
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
-    right = [False] + [True] * 5 + [False]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(
-            s.rjust(w) if r else s.ljust(w) for s, w, r in zip(cells, widths, right, strict=True)
-        ).rstrip()
-
     title = (
         f"chute bench: {d['samples']:,} samples x {d['row_bytes']:,} B "
         f"({d['bytes'] / 1e6:,.0f} MB) of {d['source']}; batch {c['batch_size']}, "
         f"{c['workers']} workers, seed {c['seed']}, {c['cache']} cache"
     )
-    load = report.machine.get("load_average_1m")
-    if load is not None:
-        title += f"; load average {load:.1f} on {report.machine.get('cpus')} CPUs"
-    out = [title, line(head), line(["-" * w for w in widths]), *map(line, rows)]
+    load = report.machine.get("load_avg_1_5_15min")
+    if load:
+        title += f"; load average {load[0]:.1f} on {report.machine.get('cpus')} CPUs"
+    out = [title, aligned(head, rows, [False] + [True] * 5 + [False])]
     if any(r.stopped for r in report.results):
         notes.insert(
             0,

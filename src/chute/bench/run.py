@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -15,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
+from .._args import check_int, default_workers
+from .._torch import as_numpy
 from ..errors import DatasetNotFoundError, SchemaError
-from ..fetch import as_numpy
 from ..order import Order
-from ..reader import open as open_dataset
-from ..writer import Writer
+from ..reader.dataset import open as open_dataset
+from ..writer.writer import Writer
 from .contenders import CONTENDERS, Contender, Setup
+from .machine import machine
 from .measure import Result, measure
 from .report import BenchReport
 
@@ -57,23 +58,6 @@ def _open_source(source: str | os.PathLike, work: Path, log: Callable[[str], Non
     return open_dataset(convert(path, work / "source.chute"))
 
 
-def _machine() -> dict[str, Any]:
-    versions: dict[str, str | None] = {}
-    for dist in ("numpy", "torch", "h5py", "zarr"):
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            versions[dist] = None
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        # other work on the machine skews every number: say how busy it was
-        "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "versions": versions,
-    }
-
-
 def _available(c: Contender) -> str | None:
     """None when the contender can run, else why not."""
     missing = [m for m in c.requires if importlib.util.find_spec(m) is None]
@@ -102,9 +86,8 @@ def run_bench(
     still reading after ``time_limit`` seconds is stopped (None: no limit), see
     :mod:`chute.bench.measure`.
     """
-    if batch_size < 1:
-        raise SchemaError(f"batch_size must be >= 1, got {batch_size}")
-    workers = min(4, os.cpu_count() or 1) if workers is None else workers
+    batch_size = check_int("batch_size", batch_size, 1)
+    workers = default_workers() if workers is None else check_int("workers", workers, 0)
     parent = Path(work_dir) if work_dir is not None else None
     if parent is not None:
         parent.mkdir(parents=True, exist_ok=True)
@@ -177,7 +160,7 @@ def _copy_sample(
         "row_bytes": row_bytes,
         "bytes": n * row_bytes,
     }
-    return BenchReport(dataset, {}, _machine()), copy
+    return BenchReport(dataset, {}, machine()), copy
 
 
 def _write_stores(

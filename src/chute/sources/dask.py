@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 
 from .. import format as fmt
 from ..errors import SchemaError, SourceError, require
-from ..writer import commit, new_staging_dir, write_part
+from ..writer.commit import commit, new_staging_dir
+from ..writer.writer import write_part
 from .base import array_field, check_name
 
 _WHERE = "<dask arrays>"

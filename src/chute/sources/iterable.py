@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import format as fmt
 from ..errors import SourceError
+from ..writer.values import flatten
 from .base import Batch, FieldsArg, Source, field_map
 
 
@@ -36,7 +37,7 @@ class Samples:
             if len(names) != len(values):
                 raise SourceError(f"sample {index}: {len(values)} values but names={names}")
             sample = dict(zip(names, values, strict=True))
-        flat = dict(_flatten(sample, ""))
+        flat = flatten(sample)
         if self.fields is None:
             return flat
         if self._map is None:
@@ -46,14 +47,6 @@ class Samples:
         except KeyError as exc:
             missing = exc.args[0]
             raise SourceError(f"sample {index}: no field {missing!r}; has {sorted(flat)}") from None
-
-
-def _flatten(sample: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
-    for key, value in sample.items():
-        if isinstance(value, Mapping):
-            yield from _flatten(value, f"{prefix}{key}/")
-        else:
-            yield prefix + str(key), value
 
 
 def columns(samples: Sequence[dict[str, Any]]) -> Batch:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import FormatError, SourceError
-from ..npyio import read_header
+from ..npy_header import read_header
 from .base import ArraySource, FieldsArg
 
 _LOCAL_HEADER = 30  # bytes of a zip local file header before the name and the extra field

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from ...loader import Loader
-from ...reader import open as open_dataset
-from ...torch_compat import dataloader
+from ...loader.dataloader import dataloader
+from ...loader.loader import Loader
+from ...reader.dataset import open as open_dataset
 from .base import Batch, Contender, Setup
 
 

@@ -1,0 +1,363 @@
+"""``chute.dataloader``: a real ``torch.utils.data.DataLoader`` over a chute Dataset.
+
+For per-sample Python (decoding, augmentation) in worker *processes*; chute's thread
+:class:`~chute.loader.Loader` is the faster choice when batch-level transforms suffice.
+
+NOTE (what crosses the process boundary, memory, state)
+
+    Batches, not samples. The batch sampler yields one int64 index array per batch from
+    :meth:`Order.plan() <chute.order.Order.plan>`; the DataLoader sends it to a worker, whose
+    :meth:`BatchDataset.__getitems__` does one ``ds.gather(idx)`` (or, with a
+    ``sample_transform``, transforms each sample and collates them) and then the
+    ``batch_transform``. One tensor per field (values + offsets for ragged fields) crosses the
+    process boundary per batch, in shared memory; the DataLoader's ``collate_fn`` is the
+    identity.
+
+    Memory. The Dataset pickles as its path, so a spawned worker maps the files itself and a
+    forked one inherits the maps; reads go through the OS page cache, which every process
+    shares. A worker's anonymous memory therefore does not grow with the dataset size or the
+    number of epochs (a torch ``Subset`` adds its indices, 8 bytes a sample of it: see
+    ``chute/subset.py``). ``sample_transform`` receives each sample as fresh tensors (``ds[i]``
+    copies out of the read-only map) and ``batch_transform`` a freshly gathered batch: both
+    may modify what they get in place. An in-RAM dataset
+    (``ds.to_memory()``) is shared copy-on-write by forked workers, but a spawned worker reads
+    its own full copy: prefer the memory-mapped dataset with spawn.
+
+    State. The DataLoader asks the sampler for batches ahead of the consumer (``prefetch_factor``
+    per worker), so the sampler reads the pure ``plan()`` while ``Order.batches()`` is advanced
+    only when the iterator hands a batch to the consumer: ``state_dict()`` counts what was
+    received, exactly as :class:`~chute.loader.Loader` does, and resumes with any world size.
+    As there: an epoch whose last batch was received is over even if its iterator was not run
+    to its end (the next ``iter()`` starts the next epoch, unless ``set_epoch`` /
+    ``load_state_dict`` chose that finished position), and one pass runs at a time: a newer
+    ``iter()`` (or a ``set_epoch`` / ``load_state_dict`` that moves the order) ends the live
+    one, whose iterator then raises :class:`~chute.errors.StaleIteratorError`.
+
+    Errors. An exception in ``sample_transform`` is re-raised as a
+    :class:`~chute.errors.WorkerError` naming the sample, one in the gather, ``collate_fn`` or
+    ``batch_transform`` naming the batch's first samples (chute's own errors pass as they are);
+    from a worker process torch re-raises it in the caller with the worker's traceback. Any
+    exception ends the pass: its workers are stopped before it propagates (the next ``iter()``
+    starts new ones, also with ``persistent_workers``), not when torch's iterator is collected,
+    which the traceback's reference cycle delays to a later gc, possibly inside the next
+    DataLoader's forked workers ("Exception ignored ... can only test a child process").
+
+NOTE (a dead worker, Ctrl-C)
+
+    A worker killed (SIGKILL, the OOM killer) mid-hand-off can fail torch's read of its batch
+    with a bare ``ConnectionResetError`` / ``EOFError`` (its socket closes a moment before the
+    kernel reports it exited, so torch's own dead-worker check finds nothing). The iterator
+    turns that, and torch's ``RuntimeError`` about a dead worker, into a
+    :class:`~chute.errors.WorkerError` naming each exited worker's pid and signal or exit code,
+    and stops the other workers first (the next ``iter()`` starts new ones, also with
+    ``persistent_workers``).
+
+    A SIGINT that lands while ``iter()`` forks the workers (every epoch unless
+    ``persistent_workers``) would raise ``KeyboardInterrupt`` inside a CPython at-fork hook,
+    which prints "Exception ignored" and drops it: the loop runs on. So ``iter()`` records a
+    SIGINT while it starts the workers and replays it to the previous handler once they are
+    up (main thread only: Python runs signal handlers there alone). Workers ignore SIGINT
+    (a wrapper around ``worker_init_fn``; children they start inherit that): a terminal's
+    Ctrl-C reaches the whole process group, and a worker that died of it mid-hand-off made
+    the shutdown wait out torch's 5 s join timeout. The main process stops them instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+
+from .._args import check_int, default_workers, dist_defaults
+from ..errors import (
+    ArgumentError,
+    ArgumentValueError,
+    ChuteError,
+    SchemaError,
+    StaleIteratorError,
+    WorkerError,
+)
+from ..order import Order
+from ..reader.gatherable import Gatherable
+from ..reader.subset import loadable
+from .passes import OnePass
+from .processes import death_message, exited_workers, worker_init
+from .threads import head
+
+__all__ = ["BatchDataset", "ChuteDataLoader", "OrderBatchSampler", "dataloader"]
+
+Sample = dict[str, Any]
+
+
+def _as_is(batch: Any) -> Any:
+    """The DataLoader's collate_fn: ``__getitems__`` already returns the whole batch."""
+    return batch
+
+
+class BatchDataset(torch.utils.data.Dataset):
+    """Map-style view of a chute Dataset whose ``__getitems__`` returns a whole batch.
+
+    Without ``sample_transform`` (and ``collate_fn``) a batch is one ``ds.gather(indices)``.
+    With them, each sample ``ds[i]`` goes through ``sample_transform`` and the list is merged by
+    ``collate_fn`` (default: torch's ``default_collate``). ``batch_transform`` then runs on the
+    batch. All of it runs in the worker process; under spawn the callables must be picklable
+    (defined at module level).
+    """
+
+    def __init__(
+        self,
+        ds: Gatherable,
+        sample_transform: Callable[[Sample], Any] | None = None,
+        batch_transform: Callable[[Any], Any] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+    ) -> None:
+        for name, fn in (
+            ("sample_transform", sample_transform),
+            ("batch_transform", batch_transform),
+            ("collate_fn", collate_fn),
+        ):
+            if fn is not None and not callable(fn):
+                raise ArgumentError(f"{name} must be callable, got {fn!r}")
+        self.dataset = ds
+        self.sample_transform = sample_transform
+        self.batch_transform = batch_transform
+        self.collate_fn = collate_fn
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> Any:
+        sample = self.dataset[i]
+        if self.sample_transform is None:
+            return sample
+        try:
+            return self.sample_transform(sample)
+        except Exception as exc:
+            raise WorkerError(
+                f"sample_transform failed on sample {int(i)}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def __getitems__(self, indices: Sequence[int] | np.ndarray) -> Any:
+        try:
+            if self.sample_transform is None and self.collate_fn is None:
+                batch = self.dataset.gather(indices)
+            else:
+                samples = [self[i] for i in indices]
+                batch = (self.collate_fn or _collate)(samples)
+            return batch if self.batch_transform is None else self.batch_transform(batch)
+        except ChuteError:
+            raise
+        except Exception as exc:
+            raise WorkerError(
+                f"chute.dataloader failed on the batch of samples {head(indices)}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+
+def _collate(samples: list[Any]) -> Any:
+    try:
+        return default_collate(samples)
+    except RuntimeError as exc:
+        raise SchemaError(
+            f"cannot collate the transformed samples into a batch ({exc}); a field of varying "
+            "size needs collate_fn= (e.g. padding), or a sample_transform that makes its "
+            "shapes equal"
+        ) from exc
+
+
+class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
+    """The remaining batches of the order's current epoch (``plan()``: the state does not move).
+
+    ``len()`` is the number of batches of a whole epoch, as for :class:`~chute.loader.Loader`.
+    """
+
+    def __init__(self, order: Order) -> None:
+        self.order = order
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(self.order.plan())
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
+    """A ``torch.utils.data.DataLoader`` driven by an :class:`~chute.order.Order`.
+
+    Adds ``set_epoch``, ``state_dict`` and ``load_state_dict`` with the semantics of
+    :class:`~chute.loader.Loader`: iterating again continues the epoch where the state says, a
+    finished epoch moves on to the next one, one pass runs at a time. Made by
+    :func:`dataloader`.
+    """
+
+    def __init__(self, dataset: BatchDataset, order: Order, **kwargs: Any) -> None:
+        sampler = OrderBatchSampler(order)  # index arrays, not lists: __getitems__ takes both
+        kwargs["worker_init_fn"] = functools.partial(worker_init, kwargs.get("worker_init_fn"))
+        torch.utils.data.DataLoader.__init__(
+            self,
+            dataset,  # type: ignore[arg-type]
+            batch_sampler=sampler,  # type: ignore[arg-type]
+            collate_fn=_as_is,
+            **kwargs,
+        )
+        self.order = order
+
+    _name = "DataLoader"
+
+    def __iter__(self) -> _Consumed:  # type: ignore[override]
+        self._end_active("iter() was called on the DataLoader again")
+        progress = self.order.batches()  # first: it may move on from a finished epoch
+        previous = signal.getsignal(signal.SIGINT)
+        if threading.current_thread() is not threading.main_thread() or previous is None:
+            it = super().__iter__()
+        else:
+            interrupted: list[int] = []  # a SIGINT while the workers start: see the NOTE
+            signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+            try:
+                it = super().__iter__()
+            finally:
+                signal.signal(signal.SIGINT, previous)
+                if interrupted:  # the previous handler (default: KeyboardInterrupt) gets it now
+                    signal.raise_signal(signal.SIGINT)
+        consumed = _Consumed(it, progress, self)
+        self._track(consumed)
+        return consumed
+
+
+class _Consumed:
+    """The DataLoader's iterator, advancing ``Order.batches()`` as batches are handed out."""
+
+    def __init__(
+        self, it: Iterator[Any], progress: Iterator[np.ndarray], loader: ChuteDataLoader
+    ) -> None:
+        self._it: Iterator[Any] | None = it
+        self._progress = progress
+        self._loader = loader
+        self._handed = 0
+        self._stale: str | None = None  # why a newer pass ended this one
+
+    def __iter__(self) -> _Consumed:
+        return self
+
+    def __len__(self) -> int:
+        return 0 if self._it is None else len(self._it)  # type: ignore[arg-type]
+
+    def close(self, why: str | None = None) -> None:
+        """End this pass: a newer pass took the loader over (``why``), or ``close``. Drops
+        torch's iterator (its workers stop, unless persistent, when the newer pass is already
+        reusing it) and refuses further batches."""
+        if self._it is not None:
+            self._stale = why
+            self._it = None
+
+    def _stop_workers(self, it: Iterator[Any]) -> None:
+        """The pass failed: stop its workers now, not when ``it`` is collected (see the NOTE),
+        and let the next ``iter()`` start new ones, also with ``persistent_workers``."""
+        self._it = None
+        self._loader._iterator = None
+        shutdown = getattr(it, "_shutdown_workers", None)  # none without worker processes
+        if shutdown is not None:
+            shutdown()
+
+    def __next__(self) -> Any:
+        it = self._it
+        if it is None:
+            if self._stale is not None:
+                raise StaleIteratorError(
+                    f"this DataLoader iterator was ended after {self._handed} batches: "
+                    f"{self._stale}. chute.dataloader runs one pass at a time (the newest "
+                    "iter() continues the epoch where this one stopped): use one iterator at "
+                    "a time, or a second dataloader"
+                )
+            raise StopIteration
+        try:
+            batch = next(it)
+        except StopIteration:
+            next(self._progress, None)  # the epoch is over: the order moves on to the next
+            self._it = None
+            raise
+        except Exception as exc:  # from a worker (or a dead one: see the NOTE)
+            dead: list[tuple[int, int]] = []
+            if isinstance(exc, (ConnectionError, EOFError, RuntimeError)):  # a dead worker?
+                # A dropped connection comes a moment before the exit: wait for it, boundedly.
+                dead = exited_workers(it, 0.0 if isinstance(exc, RuntimeError) else 2.0)
+            self._stop_workers(it)
+            if not dead:
+                raise
+            raise WorkerError(death_message(dead, exc)) from exc
+        next(self._progress)  # record the batch as consumed
+        self._handed += 1
+        return batch
+
+
+_OWN = ("batch_sampler", "sampler", "dataset")
+
+
+def dataloader(
+    ds: Gatherable,
+    batch_size: int,
+    shuffle: bool = True,
+    seed: int = 0,
+    num_workers: int | None = None,
+    sample_transform: Callable[[Sample], Any] | None = None,
+    batch_transform: Callable[[Any], Any] | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    *,
+    drop_last: bool = False,
+    block_size: int | None = None,
+    **dataloader_kwargs: Any,
+) -> ChuteDataLoader:
+    """A real ``torch.utils.data.DataLoader`` over chute dataset ``ds``, one gather per batch.
+
+    The batch order is chute's :class:`~chute.order.Order` (``shuffle``, ``seed``, ``rank`` /
+    ``world_size`` sharding, defaulting to ``torch.distributed``'s, ``drop_last``,
+    ``block_size``), so ``set_epoch`` / ``state_dict`` behave as in :class:`~chute.loader.Loader`.
+    ``sample_transform(sample_dict)`` runs per sample in the workers (then the samples are
+    collated by ``collate_fn``, default torch's ``default_collate``); ``batch_transform(batch)``
+    per batch. Other keywords (``persistent_workers``, ``pin_memory`` (default: whether CUDA is
+    available, as in ``Loader``), ``prefetch_factor``, ``multiprocessing_context``,
+    ``worker_init_fn``, ...) go to the DataLoader. ``ds`` may also be a
+    ``torch.utils.data.Subset`` of a chute Dataset (nested ones too; ``random_split``'s
+    halves): only its samples are read, in an order over ``len(subset)``, as in ``Loader``.
+    Example::
+
+        dl = chute.dataloader(ds, 256, num_workers=4, sample_transform=augment,
+                              persistent_workers=True, pin_memory=True)
+        for epoch in range(epochs):
+            dl.set_epoch(epoch)
+            for batch in chute.to_device(dl):
+                step(batch)
+    """
+    ds = loadable(ds, "dataloader")
+    clash = sorted(k for k in dataloader_kwargs if k in _OWN)
+    if clash:
+        raise ArgumentValueError(
+            f"chute.dataloader builds its own batch sampler from chute.Order; do not pass "
+            f"{clash}: use batch_size, shuffle, seed, rank, world_size, drop_last, block_size"
+        )
+    if "generator" in dataloader_kwargs:
+        raise ArgumentValueError(
+            "chute.dataloader does not take generator=: the batch order comes from chute.Order, "
+            "a pure function of (seed, epoch), so pass seed= (an int). The workers' random "
+            "seeds come from torch's global RNG, as in torch (torch.manual_seed)"
+        )
+    if dataloader_kwargs.get("in_order", True) is False:
+        raise ArgumentValueError(
+            "in_order=False is not supported: batches must arrive in order for state_dict() "
+            "to count exactly what was consumed"
+        )
+    rank, world_size = dist_defaults(rank, world_size)
+    order = Order(len(ds), batch_size, shuffle, seed, rank, world_size, drop_last, block_size)
+    workers = default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
+    dataloader_kwargs.setdefault("pin_memory", torch.cuda.is_available())
+    dataset = BatchDataset(
+        ds, sample_transform, batch_transform, dataloader_kwargs.pop("collate_fn", None)
+    )
+    return ChuteDataLoader(dataset, order, num_workers=workers, **dataloader_kwargs)

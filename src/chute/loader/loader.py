@@ -1,0 +1,239 @@
+"""Loader: batches of a chute Dataset, gathered by worker threads, handed out in order.
+
+This module holds the configuration: the :class:`Loader` (its arguments, the work-item geometry,
+epochs and ``state_dict``) and :class:`LoaderStats`. A pass (``iter(loader)``) is run by
+``chute/loader/threads.py``, whose NOTE writes down the whole protocol once: threads, scheduling,
+errors, one pass at a time, shutdown. The buffers a batch lives in, and how long, have their own
+NOTE in ``chute/loader/buffers.py``. Epochs, resume and the one-pass rule are
+:class:`~chute.loader.passes.OnePass`'s, shared with :func:`chute.dataloader`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._args import check_int, default_workers, dist_defaults
+from ..errors import ArgumentError
+from ..order import Order
+from ..reader.gatherable import Gatherable
+from ..reader.subset import loadable
+from .buffers import Buffers, Pool, Ring
+from .passes import OnePass
+from .threads import LoaderIter, Run
+
+__all__ = ["Loader", "LoaderStats"]
+
+GROUP_BYTES = 4 << 20  # small batches are gathered in groups of about this many bytes
+MAX_GROUP = 32
+
+
+@dataclass(frozen=True)
+class LoaderStats:
+    """Where the time of the current (or last) pass went: is training input-bound?"""
+
+    batches: int  # handed to the consumer
+    samples: int
+    total_s: float  # from iter() to the end of the pass (or now)
+    wait_s: float  # time the consumer spent blocked in next(), waiting for data
+    busy_s: float  # summed over workers: gathering and transforming
+    workers: int
+
+    @property
+    def wait_fraction(self) -> float:
+        """Share of the pass spent waiting for data (near 1: input-bound)."""
+        return self.wait_s / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def worker_utilization(self) -> float:
+        """Busy time over the time the workers had (near 1: the workers are saturated)."""
+        return self.busy_s / (self.total_s * self.workers) if self.total_s and self.workers else 0.0
+
+    def __str__(self) -> str:
+        rate = self.samples / self.total_s if self.total_s > 0 else 0.0
+        return (
+            f"{self.batches} batches, {self.samples} samples in {self.total_s:.3f} s "
+            f"({rate:,.0f}/s); consumer waited {self.wait_fraction:.0%}; "
+            f"workers busy {self.worker_utilization:.0%} ({self.workers})"
+        )
+
+
+class Loader(OnePass):
+    """Batches of ``ds`` for this rank, in :class:`~chute.order.Order`, from worker threads.
+
+    Yields dicts ``{field: tensor | RaggedBatch | list[str]}`` (or what ``transform`` returns,
+    a batch-level callable run in the workers). By default a batch is yours for as long as
+    you hold it, as with torch's DataLoader (``list(loader)`` works): its memory is reused only
+    once nothing refers to it. ``keep=k`` reuses a ring of slots instead, a few percent faster,
+    but a fixed-shape field is then valid only until ``k`` more batches were asked for (see
+    the NOTE in ``chute/loader/buffers.py``). ``num_workers=0`` gathers in the calling thread.
+    ``rank`` and ``world_size`` default to ``torch.distributed``'s when it is initialized.
+
+    Subsets. ``ds`` may also be a ``torch.utils.data.Subset`` of a chute Dataset (nested ones
+    too), e.g. a held-out split ``train, val = torch.utils.data.random_split(ds, [0.9, 0.1])``:
+    only its samples are read, each batch in one gather, and the order runs over
+    ``len(subset)``, so shuffling, ``rank`` / ``world_size`` and ``state_dict`` work on the
+    subset. ``loader.dataset`` is then a :class:`~chute.reader.subset.SubsetDataset`.
+
+    Epochs. A loader runs one pass at a time, and a new ``iter()`` continues the epoch where
+    the state says: ``next(iter(loader))`` takes the epoch's next batch, and the following
+    ``for`` loop gets the rest. An iterator superseded by a newer pass raises
+    :class:`~chute.errors.StaleIteratorError`. Once the epoch's last batch was handed out, the
+    next pass starts the next epoch (also when the iterator was not run to its end: ``zip``,
+    ``islice``), except right after ``set_epoch(e)`` / ``load_state_dict`` put the loader on
+    a finished epoch ``e`` (a checkpoint saved after the last step): that pass yields nothing
+    and moves on to ``e + 1``. ``state_dict()`` / ``load_state_dict()`` resume exactly, with
+    any world size.
+
+    ``num_workers``: gather threads (default ``min(4, CPUs)``). ``prefetch``: batches prepared
+    ahead of the consumer (default 2 per worker). ``keep``: ``None`` (default) for fresh
+    batches; an int ``k`` >= 1 for the ring, whose batches live until ``k`` more were asked
+    for (``k=1`` suits ``chute.to_device``, which copies a batch before asking for the next).
+    ``pin_memory``: page-locked batches for fast, asynchronous copies to the GPU (default:
+    when CUDA is available; ``True`` without CUDA warns and does not pin, as in torch).
+    ``pad``: ragged and bytes fields come padded, as with :meth:`Dataset.gather(pad=)
+    <chute.Dataset.gather>` (a ``(B, L, ...)`` tensor filled with ``pad`` plus
+    ``FIELD_lengths``), done in the workers. ``shuffle``, ``seed``, ``drop_last``,
+    ``block_size``: see :class:`~chute.order.Order`. Example::
+
+        loader = chute.Loader(chute.open("train.chute"), batch_size=256, num_workers=2)
+        for epoch in range(epochs):
+            loader.set_epoch(epoch)
+            for batch in loader:
+                step(batch["image"], batch["label"])
+            print(loader.stats())
+    """
+
+    _name = "Loader"
+
+    def __init__(
+        self,
+        ds: Gatherable,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_workers: int | None = None,
+        prefetch: int | None = None,
+        drop_last: bool = False,
+        transform: Callable[[dict[str, Any]], Any] | None = None,
+        pin_memory: bool | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        *,
+        block_size: int | None = None,
+        keep: int | None = None,
+        pad: float | int | None = None,
+    ) -> None:
+        ds = loadable(ds, "Loader")
+        if transform is not None and not callable(transform):
+            raise ArgumentError(f"transform must be callable, got {transform!r}")
+        if pad is not None:  # a bad value fails here, with gather's message, not mid-epoch
+            ds.gather(np.zeros(0, np.int64), pad=pad)
+        self.dataset: Gatherable = ds
+        self.num_workers = (
+            default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
+        )
+        if self.num_workers == 0:
+            self.prefetch = 0
+        elif prefetch is None:
+            self.prefetch = 2 * self.num_workers
+        else:
+            self.prefetch = check_int("prefetch", prefetch, 1)
+        self.keep = None if keep is None else check_int("keep", keep, 1)
+        self.transform = transform
+        self.pad = pad
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
+        if self.pin_memory and not torch.cuda.is_available():
+            warnings.warn(
+                "pin_memory=True but torch sees no CUDA device here: batches are not pinned",
+                stacklevel=2,
+            )
+            self.pin_memory = False
+        rank, world_size = dist_defaults(rank, world_size)
+        self.order = Order(
+            len(ds), batch_size, shuffle, seed, rank, world_size, drop_last, block_size
+        )
+        self.group, self._items = self._geometry()
+        self._buffers: Buffers | None = None  # made on the first iter()
+        self._last: Run | None = None
+
+    def _geometry(self) -> tuple[int, int]:
+        """(batches per work item, work items given out at most at once); see the NOTE in
+        ``chute/loader/threads.py``."""
+        keep = self.keep or 1
+        if self.num_workers == 0:
+            return 1, keep
+        probe = self.dataset.empty_batch(1)  # the fixed-shape fields, one row each
+        group = 1
+        if probe.keys() == self.dataset.schema.keys():
+            batch_bytes = self._slot_rows * sum(t.nbytes for t in probe.values())
+            group = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, batch_bytes)))
+        ahead = max(-(-self.prefetch // group), self.num_workers)
+        return group, -(-keep // group) + ahead
+
+    @property
+    def batch_size(self) -> int:
+        return self.order.batch_size
+
+    @property
+    def _slot_rows(self) -> int:
+        """Rows of a slot: no batch is larger than the dataset (batch_size may be)."""
+        return min(self.batch_size, self.order.n)
+
+    @property
+    def ring_size(self) -> int | None:
+        """Batch slots in the ring (``keep=k``): a batch is overwritten ``ring_size`` batches
+        later. ``None`` with fresh batches (the default), which are never overwritten."""
+        return None if self.keep is None else self.group * self._items
+
+    def stats(self) -> LoaderStats:
+        """Timings of the current or last pass (zeros before the first)."""
+        run = self._last
+        if run is None:
+            return LoaderStats(0, 0, 0.0, 0.0, 0.0, self.num_workers)
+        return LoaderStats(
+            run.handed, run.samples, run.elapsed(), run.wait, sum(run.busy), run.workers
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        self._end_active("iter() was called on the Loader again")
+        if self._buffers is None:
+            rows = self.group * self._slot_rows  # of a work item
+            make: type[Pool] | type[Ring] = Pool if self.keep is None else Ring
+            self._buffers = make(self.dataset, rows, self._items, self.pin_memory)
+        order_batches = self.order.batches()  # first: it may move on from a finished epoch
+        run = Run(
+            self.dataset,
+            self._buffers,
+            self.order.plan(),
+            transform=self.transform,
+            pad=self.pad,
+            group=self.group,
+            window=self._items,
+            keep=self.keep or 1,
+            workers=self.num_workers,
+            epoch=self.order.epoch,
+            first_step=self.order.consumed // self.order.step_samples,
+        )
+        it = LoaderIter(run, order_batches)  # made first: its finalizer stops the run
+        run.start()
+        self._track(it)
+        self._last = run
+        return it
+
+    def close(self) -> None:
+        """Stop a live pass and its threads (also done by exhaustion, ``break`` or ``del``);
+        its iterator then ends (``StopIteration``)."""
+        self._end_active(None)
+
+    def __repr__(self) -> str:
+        return (
+            f"chute.Loader({self.dataset!r}, batch_size={self.batch_size}, "
+            f"num_workers={self.num_workers}, prefetch={self.prefetch}, keep={self.keep}, "
+            f"ring_size={self.ring_size}, pin_memory={self.pin_memory}, order={self.order!r})"
+        )

@@ -1,0 +1,299 @@
+"""One pass of the :class:`~chute.Loader`: the run state, the worker threads that gather
+batches, and the iterator that hands them out in order.
+
+NOTE (threads, scheduling, errors, shutdown; the whole protocol, written down once; the
+buffers a batch lives in, and how long, have their own NOTE in ``chute/loader/buffers.py``)
+
+    Who does what. ``iter(loader)`` takes this rank's remaining batches of the epoch from the
+    :class:`~chute.order.Order` (its ``plan()``: index arrays, computed up front) and starts
+    ``num_workers`` daemon threads. A work item is a group of ``group`` consecutive batches
+    (``group`` > 1 only when every field is fixed-shape and a batch is smaller than
+    ``GROUP_BYTES``; the Loader decides it): a worker gathers the whole group with one
+    ``ds.gather(idx, out=...)``, runs ``transform`` on each batch, and posts the group's
+    batches at once. Small batches (CIFAR-like: 0.8 MB) thus share one gather call and one
+    hand-off, whose fixed costs (Python, waking the consumer, passing the GIL: ~40 us) would
+    otherwise add 40% to the gather itself (~100 us on 2 vCPUs). The consumer (the thread
+    calling ``next()``) hands batches out strictly in order; ``Order.batches()`` is advanced
+    only then, so ``state_dict()`` counts what the consumer received, never what the workers
+    prefetched.
+
+    Why threads. The gather is numpy ``take`` into the batch's buffer (no per-sample Python,
+    no torch op) and releases the GIL; a batch never crosses a process boundary. Torch ops in
+    a worker (a transform, ``pad=``) run with ONE intra-op thread: set deliberately in each
+    worker, because OpenMP gives every calling thread its own team and ``workers x torch
+    threads`` on a few cores collapses (``index_select`` went 25x slower on 2 vCPUs). The
+    setting is per thread; the consumer thread keeps its own.
+
+    Buffers. A work item is gathered into buffers from ``chute/loader/buffers.py``, whose NOTE
+    states their lifetimes: fresh by default (a batch is valid for as long as anyone holds it), or
+    with ``keep=k`` a ring of slots (batch ``j`` is valid until the consumer asks for batch
+    ``j + k``). The loader keeps them from one pass to the next; a worker gets the buffers of
+    work item ``q`` with ``take(q)``.
+
+    Scheduling (both modes). The consumer gives work items out itself: asking for batch ``j``
+    releases batch ``j - k`` (``k`` = 1 without a ring) and gives out every work item up to
+    ``items`` past the oldest unreleased one, so ``prefetch`` batches (rounded up to whole
+    items, at least one item per worker) are prepared ahead, never more. With the ring,
+    ``items`` is its number of work items: group ``q`` is given out only once every batch of
+    group ``q - items`` (the one whose slots it reuses) was released, so no worker can get
+    ahead of the lifetime rule.
+
+    Errors. A worker catches everything its group raises and posts it in place of the batches;
+    the consumer raises :class:`~chute.errors.WorkerError` from it (the original exception,
+    with its traceback, is the ``__cause__``) when it reaches that batch, and stops the others.
+
+    One pass at a time. The buffers, the run state and the epoch position are the loader's, so
+    a new ``iter()``, or ``set_epoch`` / ``load_state_dict`` moving the position, ends the live
+    pass; its iterator then raises :class:`~chute.errors.StaleIteratorError` on its next
+    ``next()`` rather than ending quietly (``zip(loader, loader)`` would otherwise yield a
+    truncated epoch without a word).
+
+    Shutdown. Exhaustion, ``close()``, ``break`` or ``del`` (the iterator's finalizer),
+    garbage collection, interpreter exit, an exception or Ctrl-C while waiting for a batch,
+    and a newer pass all stop the pass: a flag is set, each worker is woken with a sentinel,
+    finishes at most the work item it holds, and is joined. Workers reference the run state
+    only, never the iterator, so dropping the iterator is enough to stop them.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import StaleIteratorError, WorkerError
+from ..reader.gatherable import Gatherable
+from .buffers import Buffers
+
+__all__ = ["LoaderIter", "Run", "head"]
+
+_Outcome = tuple[Any, "BaseException | None", str]  # a batch, or the error and where it arose
+
+
+def head(indices: Any) -> str:
+    """The first sample indices of a batch, for error messages: "[459, 206, 3, 81]..."."""
+    idx = np.asarray(indices)
+    return f"{idx[:4].tolist()}{'...' if len(idx) > 4 else ''}"
+
+
+class Run:
+    """The state of one pass shared by the consumer and the workers (never the iterator)."""
+
+    def __init__(
+        self,
+        ds: Gatherable,
+        buffers: Buffers,
+        plan: list[np.ndarray],
+        *,
+        transform: Callable[[dict[str, Any]], Any] | None,
+        pad: float | int | None,
+        group: int,
+        window: int,
+        keep: int,
+        workers: int,
+        epoch: int,
+        first_step: int,
+    ) -> None:
+        self.ds = ds
+        self.transform = transform
+        self.pad = pad
+        self.buffers = buffers
+        self.group = group
+        self.window = window  # work items given out at most at once
+        self.epoch = epoch
+        self.first_step = first_step  # the epoch's step of this pass's first batch
+        self.plan = plan
+        self.keep = keep
+        self.workers = workers
+        self.items = -(-len(plan) // self.group)  # work items in this pass
+        self.tasks: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self.results: queue.SimpleQueue[list[tuple[int, _Outcome]]] = queue.SimpleQueue()
+        self.stopped = False
+        self.busy = [0.0] * max(1, self.workers)
+        self.started = time.perf_counter()
+        self.ended: float | None = None
+        self.wait = 0.0
+        self.handed = 0
+        self.samples = 0
+        self.scheduled = 0
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Start the workers (none with ``num_workers=0``) and give them the first items."""
+        if not self.workers:
+            return
+        self.schedule(self.window)
+        torch_threads = torch.get_num_threads()  # also pins this thread's own setting
+        ready = threading.Barrier(self.workers + 1)
+        try:
+            for w in range(self.workers):
+                t = threading.Thread(
+                    target=_work, args=(self, w, ready), name=f"chute-loader-{w}", daemon=True
+                )
+                self.threads.append(t)
+                t.start()
+            ready.wait()
+        except BaseException:  # Ctrl-C while they start: any not joined exits at the barrier
+            ready.abort()
+            self.stop()
+            raise
+        # torch.set_num_threads(1) in a worker also changed the default that new threads
+        # start with; put it back (this thread's own count is unchanged by doing so).
+        torch.set_num_threads(torch_threads)
+
+    def produce(self, q: int, catch: type[BaseException]) -> list[tuple[int, _Outcome]]:
+        """The batches of work item ``q``, gathered and transformed; an exception of type
+        ``catch`` is returned in place of the batches it spoiled."""
+        plan = self.plan
+        first = q * self.group
+        js = range(first, min(first + self.group, len(plan)))
+        where = threading.current_thread().name
+        try:
+            if len(js) == 1:
+                batches = [self.ds.gather(plan[first], out=self.buffers.take(q), pad=self.pad)]
+            else:  # fixed-shape fields only: one gather, cut into the group's batches
+                idx = np.concatenate(plan[js.start : js.stop])
+                got = self.ds.gather(idx, out=self.buffers.take(q))
+                ends = np.cumsum([len(plan[j]) for j in js]).tolist()
+                batches = [
+                    {k: t[a:b] for k, t in got.items()}
+                    for a, b in zip([0, *ends[:-1]], ends, strict=True)
+                ]
+        except catch as exc:
+            return [(j, (None, exc, where)) for j in js]
+        out: list[tuple[int, _Outcome]] = []
+        for j, batch in zip(js, batches, strict=True):
+            try:
+                out.append(
+                    (j, (batch if self.transform is None else self.transform(batch), None, ""))
+                )
+            except catch as exc:
+                out.append((j, (None, exc, where)))
+        return out
+
+    def schedule(self, upto: int) -> None:
+        """Give the workers every work item below ``upto`` (bounded by the pass)."""
+        upto = min(upto, self.items)
+        while self.scheduled < upto:
+            self.tasks.put(self.scheduled)
+            self.scheduled += 1
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        self.ended = self.ended or time.perf_counter()
+        for _ in self.threads:
+            self.tasks.put(None)
+        me = threading.current_thread()
+        for t in self.threads:
+            if t is not me and t.ident is not None:  # started
+                t.join()
+        while not self.results.empty():  # drop batches and exceptions (and their frames)
+            self.results.get()
+
+    def elapsed(self) -> float:
+        """Seconds from ``iter()`` to the end of the pass (or now)."""
+        end = self.ended if self.ended is not None else time.perf_counter()
+        return end - self.started
+
+
+def _work(run: Run, w: int, ready: threading.Barrier) -> None:
+    """A worker thread: gather the work items it is given until told to stop."""
+    # See the NOTE: one intra-op thread per worker. torch initializes a thread's count lazily,
+    # from the process default, on its first query: do that first, or it would undo ours.
+    torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ready.wait()
+    except threading.BrokenBarrierError:
+        return
+    while True:
+        q = run.tasks.get()
+        if q is None or run.stopped:
+            return
+        t0 = time.perf_counter()
+        outcomes = run.produce(q, BaseException)  # every failure goes to the consumer
+        run.busy[w] += time.perf_counter() - t0
+        run.results.put(outcomes)
+
+
+class LoaderIter:
+    """One pass over the plan. Not a generator: its finalizer stops the workers when it is
+    garbage collected, even if ``next()`` was never called, and at interpreter exit (before
+    daemon threads are frozen mid-call, which aborts the process)."""
+
+    def __init__(self, run: Run, order_batches: Iterator[np.ndarray]) -> None:
+        self._run = run
+        self._order = order_batches
+        self._ready: dict[int, _Outcome] = {}
+        self._stale: str | None = None  # why a newer pass ended this one
+        self._stop = weakref.finalize(self, run.stop)  # must not refer to self
+
+    def __iter__(self) -> LoaderIter:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._run.plan) - self._run.handed
+
+    def __next__(self) -> Any:
+        run = self._run
+        k = run.handed
+        if not self._stop.alive:
+            if self._stale is not None:
+                raise StaleIteratorError(
+                    f"this Loader iterator was ended after {k} batches: {self._stale}. A Loader "
+                    "runs one pass at a time (the newest iter() continues the epoch where this "
+                    "one stopped): use one iterator at a time, or a second Loader"
+                )
+            raise StopIteration
+        if k == len(run.plan):
+            next(self._order, None)  # the order moves on to the next epoch
+            self.close()
+            raise StopIteration
+        t0 = time.perf_counter()
+        try:
+            batch, exc, where = self._take(k)
+        except BaseException:  # Ctrl-C while waiting: stop the workers, then propagate
+            self.close()
+            raise
+        run.wait += time.perf_counter() - t0
+        if exc is not None:
+            self.close()
+            raise WorkerError(
+                f"loader thread {where!r} failed on batch {run.first_step + k} of epoch "
+                f"{run.epoch} (samples {head(run.plan[k])}): {type(exc).__name__}: {exc}; "
+                "its traceback is above"
+            ) from exc
+        next(self._order)  # record the batch as consumed (state_dict counts it from now)
+        run.handed += 1
+        run.samples += len(run.plan[k])
+        return batch
+
+    def _take(self, k: int) -> _Outcome:
+        run = self._run
+        if not run.workers:  # group 1: gather in this thread (Ctrl-C is not caught)
+            t0 = time.perf_counter()
+            ((_, outcome),) = run.produce(k, Exception)
+            run.busy[0] += time.perf_counter() - t0
+            return outcome
+        # Asking for batch k releases batch k - keep: give out every work item up to
+        # `window` past the oldest unreleased one (see the NOTE).
+        run.schedule((k - run.keep + 1) // run.group + run.window)
+        while k not in self._ready:
+            self._ready.update(run.results.get())
+        return self._ready.pop(k)
+
+    def close(self, why: str | None = None) -> None:
+        """Stop the workers; later ``next()`` calls raise ``StopIteration``, or, when a newer
+        pass ended this one (``why``), :class:`~chute.errors.StaleIteratorError`."""
+        if why is not None and self._stop.alive:
+            self._stale = why
+        self._ready.clear()
+        self._stop()

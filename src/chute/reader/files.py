@@ -1,0 +1,244 @@
+"""A dataset's files, for the reader: the checked snapshot that ``open()`` builds, and
+read-only maps.
+
+:func:`snapshot` reads the manifest (:mod:`chute.manifest`) and checks the files, again if a
+writer replaced the dataset meanwhile, and returns a :class:`Snapshot`: the manifest, the
+selected fields, the parts, and the :class:`Files` that map them. :class:`Files` checks each
+data file as the dataset is opened: inside the dataset folder, a regular file, as big as the
+manifest says and as its sample count and shape need, so a truncated file fails at open and
+not mid-epoch; and it keeps the file's identity (device, inode, size, mtime). A file is
+memory-mapped on first use, after checking that it is still the file ``open()`` saw: a dataset
+replaced since ``open()`` (``overwrite=True``) is thus a :class:`DatasetChangedError`, never a
+mix of the old and the new data.
+
+Maps are read-only (``ACCESS_READ``): reads share the OS page cache across processes, and
+nothing in the process can change what later reads see (a write into a map raises).
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import mmap
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import format as fmt
+from ..errors import DatasetChangedError, FormatError, SchemaError
+from ..manifest import Identity, file_identity, load_manifest, manifest_changed, stat_file
+from ..npy_header import MAX_HEADER_BYTES, check_size, read_header
+
+OPEN_TRIES = 3  # open() reads the manifest again when the dataset was replaced meanwhile
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of an open dataset: ``num_samples`` consecutive samples from ``start``, in the
+    files of ``folder`` (``files``: file name -> size and checksum, from the manifest)."""
+
+    name: str
+    folder: Path
+    start: int
+    num_samples: int
+    files: Mapping[str, fmt.FileInfo]
+
+    def file(self, name: str, f: fmt.Field, role: str) -> Path:
+        """The file of field ``name`` (kind ``f``) for ``role`` (``data``, ``values``, ...)."""
+        return self.folder / fmt.field_files(name, f)[role]
+
+
+class Snapshot(NamedTuple):
+    """What ``open()`` checked: the manifest, the selected fields, the parts, their files."""
+
+    manifest: fmt.Manifest
+    schema: dict[str, fmt.Field]
+    parts: tuple[Part, ...]
+    files: Files
+
+
+def check(
+    path: Path,
+    manifest: fmt.Manifest,
+    fields: Sequence[str] | None,
+    in_memory: bool,
+    opened: Mapping[str, Identity] | None,
+) -> Snapshot:
+    """The dataset of ``manifest`` at ``path``, its fields ``fields`` (None: all) selected and
+    every file of them stat'ed. ``opened``: the file identities seen by the ``open()`` this
+    copy comes from (unpickling, to_memory). A file that is not the one ``open()`` saw is not
+    an error here but makes every read raise: in a spawned worker an error while unpickling
+    kills the process without a message, while an error in a read reaches the main process."""
+    if isinstance(fields, str):
+        raise SchemaError("fields= takes a list of field names, not a string")
+    unknown = [f for f in fields or () if f not in manifest.fields]
+    if unknown:
+        raise SchemaError(
+            f"{path}: no field(s) {unknown}; the dataset has {sorted(manifest.fields)}"
+        )
+    schema = {k: v for k, v in manifest.fields.items() if fields is None or k in fields}
+    files = Files(path, in_memory, opened)
+    parts = []
+    start = 0
+    for info in manifest.parts:
+        part = Part(info.name, path / info.name, start, info.num_samples, info.files)
+        files.check_part(part, schema)
+        parts.append(part)
+        start += info.num_samples
+    return Snapshot(manifest, schema, tuple(parts), files)
+
+
+def snapshot(path: Path, fields: Sequence[str] | None, in_memory: bool) -> Snapshot:
+    """Read the manifest and :func:`check` the files; again if the manifest changed meanwhile.
+    A writer may replace the dataset (``overwrite=True``, ``chute.cache``) between the two:
+    then what failed or passed the checks may be the other version's (a file "missing" or of
+    the wrong size that is not). Up to :data:`OPEN_TRIES` times."""
+    for _ in range(OPEN_TRIES):
+        try:
+            manifest, identity = load_manifest(path)
+            try:
+                snap = check(path, manifest, fields, in_memory, None)
+            except FormatError:  # a file missing or resized: corrupt, or replaced?
+                if not manifest_changed(path, identity):
+                    raise
+            else:
+                if not manifest_changed(path, identity):
+                    return snap
+        except DatasetChangedError:
+            pass
+        time.sleep(0.001)  # the other half of a two-rename replace (no atomic swap)
+    raise DatasetChangedError(
+        f"{path} was replaced {OPEN_TRIES} times while opening it (writers with "
+        "overwrite=True or chute.cache rebuilding it): open it again"
+    )
+
+
+def _data_nbytes(f: fmt.Field, role: str, n: int) -> int | None:
+    """Bytes after the header of file ``role`` of a part of ``n`` samples (None: values)."""
+    shape = fmt.expected_shape(f, role, n)
+    if shape is None or role == "values":
+        return None
+    itemsize = fmt.storage_dtype(f.dtype).itemsize if role == "data" else 8
+    return math.prod(shape) * itemsize
+
+
+class Files:
+    """The data files of the dataset at ``path``: checked part by part as it is opened
+    (:meth:`check_part`), mapped, or read when ``in_memory``, field by field on use
+    (:meth:`column`).
+
+    ``opened``: the file identities seen by the ``open()`` this copy comes from (unpickling,
+    to_memory), None in that ``open()`` itself. A file that is not the one ``open()`` saw is
+    not an error while checking: it sets :attr:`stale`, and every :meth:`column` raises
+    (see :func:`check`). :attr:`identity` holds each checked file's identity.
+    """
+
+    def __init__(self, path: Path, in_memory: bool, opened: Mapping[str, Identity] | None):
+        self.path = path
+        self.in_memory = in_memory
+        self._opened = opened
+        self._root = os.path.realpath(path)
+        self.identity: dict[str, Identity] = dict(opened or {})
+        self.stale: Path | None = None  # a file replaced since open()
+
+    def check_part(self, part: Part, schema: Mapping[str, fmt.Field]) -> None:
+        """Check the files of the fields ``schema`` in ``part``."""
+        for name, f in schema.items():
+            for role, fn in fmt.field_files(name, f).items():
+                data = _data_nbytes(f, role, part.num_samples)
+                self._check_file(part.folder / fn, part.files[fn].nbytes, data)
+
+    def _check_file(self, file: Path, nbytes: int, data: int | None) -> None:
+        """The file is as big as the manifest says, and that is what the manifest's sample
+        count and shape need (``data`` bytes, None when only the offsets tell) plus a header:
+        so nothing is ever sized from a count or shape that the files do not back. Its
+        identity is recorded (and must be ``opened``'s when given)."""
+        opened = self._opened
+        try:
+            st = stat_file(file, self._root)
+        except FileNotFoundError:
+            if opened is None:
+                raise FormatError(f"{file} is missing; the dataset is incomplete") from None
+            self.stale = self.stale or file
+            return
+        identity = file_identity(st)
+        if opened is not None and opened.get(str(file)) != identity:
+            self.stale = self.stale or file
+            return
+        self.identity[str(file)] = identity
+        if st.st_size != nbytes:
+            raise FormatError(
+                f"{file} is {st.st_size} bytes but the manifest says {nbytes}: the file was "
+                "truncated or modified after writing"
+            )
+        if data is not None and not 0 < nbytes - data <= MAX_HEADER_BYTES:
+            raise FormatError(
+                f"{file} is {nbytes} bytes but the manifest's sample count and shape need "
+                f"{data} bytes of data plus a header; the manifest does not describe this file"
+            )
+
+    def changed(self, file: Path) -> DatasetChangedError:
+        """The error for ``file`` not being the file ``open()`` saw."""
+        return DatasetChangedError(
+            f"{self.path} was replaced or modified since chute.open(): {file} is not the file "
+            "that was opened; open the dataset again"
+        )
+
+    def _load(self, file: Path, dtype: str, shape: tuple[int, ...] | None) -> np.ndarray:
+        """Map (or read, when in memory) one .npy file after checking that it is the file
+        ``open()`` saw and its header; the array is read-only."""
+        want = fmt.storage_dtype(dtype)
+        try:
+            with builtins.open(file, "rb") as f:
+                st = os.fstat(f.fileno())
+                if file_identity(st) != self.identity[str(file)]:
+                    raise self.changed(file)
+                got, got_shape, offset = read_header(f, str(file))
+                if got != want or (shape is not None and got_shape != shape):
+                    raise FormatError(
+                        f"{file}: holds {got_shape} {got} but the manifest says {shape} {want}"
+                    )
+                check_size(str(file), got, got_shape, offset, st.st_size)
+                nbytes = st.st_size - offset
+                if nbytes == 0:
+                    arr = np.zeros(got_shape, got)
+                elif self.in_memory:
+                    arr = np.empty(got_shape, got)
+                    f.readinto(arr.reshape(-1).view(np.uint8).data)
+                else:
+                    buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    arr = np.frombuffer(buf, got, nbytes // got.itemsize, offset)
+                    arr = arr.reshape(got_shape)
+        except FileNotFoundError:  # gone since open(): the dataset was replaced or removed
+            raise self.changed(file) from None
+        arr.flags.writeable = False
+        return arr
+
+    def column(self, part: Part, name: str, f: fmt.Field) -> dict[str, np.ndarray]:
+        """The arrays of field ``name`` in ``part``: ``data``, or ``values`` and ``offsets``
+        (and ``shapes``), checked against the manifest."""
+        if self.stale is not None:
+            raise self.changed(self.stale)
+        folder, n = part.folder, part.num_samples
+        files = fmt.field_files(name, f)
+        if isinstance(f, fmt.Tensor):
+            return {"data": self._load(folder / files["data"], f.dtype, (n, *f.shape))}
+        offsets = self._load(folder / files["offsets"], "int64", (n + 1,))
+        values = self._load(folder / files["values"], f.dtype, None)
+        inner = () if f.variable_dims else f.inner_shape
+        if values.shape[1:] != inner or offsets[0] != 0 or offsets[-1] != len(values):
+            raise FormatError(
+                f"{folder / files['values']}: values {values.shape} do not match the "
+                f"offsets (0..{int(offsets[-1])}) and inner shape {inner}"
+            )
+        col = {"values": values, "offsets": offsets}
+        if f.variable_dims:
+            col["shapes"] = self._load(
+                folder / files["shapes"], "int64", (n, 1 + len(f.inner_shape))
+            )
+        return col

@@ -1,0 +1,40 @@
+"""The contract between reading and loading: what :class:`~chute.Loader` and
+:func:`chute.dataloader` read from. A :class:`~chute.Dataset`, a Subset of one
+(:class:`~chute.reader.subset.SubsetDataset`), and any other source of batches that keeps it (a
+mix of datasets) can be loaded, shuffled, sharded and resumed the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from .. import format as fmt
+
+
+@runtime_checkable
+class Gatherable(Protocol):
+    """``len()`` samples with fields ``schema``, read a batch at a time by :meth:`gather`.
+
+    ``gather(indices, out=, pad=)`` returns ``{field: tensor | RaggedBatch | list[str]}`` for
+    positions ``indices`` in that order, fixed-shape fields written into ``out`` when given
+    (buffers from ``empty_batch``); ``ds[i]`` is one sample. It must pickle cheaply: worker
+    processes receive it.
+    """
+
+    @property
+    def schema(self) -> Mapping[str, fmt.Field]: ...
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    def gather(
+        self,
+        indices: Any,
+        out: Mapping[str, torch.Tensor] | None = None,
+        pad: float | int | None = None,
+    ) -> dict[str, Any]: ...
+
+    def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]: ...

@@ -1,0 +1,99 @@
+"""Subsets: a ``torch.utils.data.Subset`` of a chute Dataset, read by chute's loaders.
+
+A held-out split is made the torch way, ``train, val = random_split(ds, [0.9, 0.1])`` or
+``Subset(ds, indices)`` (nested Subsets too), and passed to :class:`~chute.loader.Loader` or
+:func:`chute.dataloader`. :func:`loadable` flattens it into a :class:`SubsetDataset`: the chute
+Dataset underneath and one int64 array ``indices`` of its samples (nested Subsets composed,
+negative indices counted from the end, every index checked once, here). Position ``i`` of the
+subset is sample ``indices[i]`` of the dataset, so the loaders' :class:`~chute.order.Order`
+runs over ``range(len(subset))`` (shuffling, sharding across ranks, ``state_dict`` / resume
+all count positions of the subset) and a batch of positions is read as one
+``ds.gather(indices[batch])``: one vectorized lookup, no per-sample Python. A
+``SubsetDataset`` pickles as the dataset (its path and manifest: O(1) in the dataset's size)
+plus the indices, 8 bytes a sample of the subset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import format as fmt
+from ..errors import ArgumentError
+from .gather import check_indices
+from .gatherable import Gatherable
+
+__all__ = ["SubsetDataset", "loadable"]
+
+
+class SubsetDataset:
+    """Samples ``indices`` of chute dataset ``dataset``, in that order, as a dataset of their
+    own: ``len()``, ``gather(positions)``, ``sub[i]``, ``schema``, ``empty_batch``.
+
+    Made by :func:`loadable` from a ``torch.utils.data.Subset``; ``indices`` are checked there.
+    """
+
+    def __init__(self, dataset: Gatherable, indices: np.ndarray) -> None:
+        self.dataset = dataset
+        self.indices = indices
+        self.indices.setflags(write=False)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @property
+    def schema(self) -> Mapping[str, fmt.Field]:
+        return self.dataset.schema
+
+    def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
+        return self.dataset.empty_batch(batch_size, pin_memory=pin_memory)
+
+    def gather(
+        self,
+        indices: Any,
+        out: Mapping[str, torch.Tensor] | None = None,
+        pad: float | int | None = None,
+    ) -> dict[str, Any]:
+        """Positions ``indices`` of the subset as one batch: one gather from the dataset."""
+        pos = check_indices(indices, len(self.indices), self, positions=True)
+        return self.dataset.gather(self.indices[pos], out=out, pad=pad)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """Sample at position ``i`` of the subset (an int)."""
+        (j,) = self.indices[check_indices([i], len(self.indices), self)]
+        return self.dataset[int(j)]
+
+    def __repr__(self) -> str:
+        return f"chute.SubsetDataset({self.dataset!r}, {len(self)} samples)"
+
+
+def loadable(ds: Any, who: str) -> Gatherable:
+    """What loader ``who`` reads for ``ds``: a chute Dataset as it is, a (nested) torch
+    ``Subset`` of one as a :class:`SubsetDataset`; anything else is refused."""
+    chain: list[Any] = []  # the Subsets' indices, outermost first
+    base = ds
+    while isinstance(base, torch.utils.data.Subset):
+        chain.append(base.indices)
+        base = base.dataset
+    if not isinstance(base, Gatherable):
+        got = type(base).__name__ + (" inside a torch Subset" if chain else "")
+        raise ArgumentError(
+            f"{who} needs a chute Dataset (chute.open(path)) or a torch.utils.data.Subset of "
+            f"one, not {got}; for a torch Dataset use torch.utils.data.DataLoader"
+        )
+    if not chain:
+        return base
+    idx = None  # the composed indices so far, innermost Subset first
+    for indices in reversed(chain):
+        if idx is None:
+            idx = check_indices(indices, len(base), f"a Subset of {base!r}", positions=True)
+        else:
+            idx = idx[
+                check_indices(
+                    indices, len(idx), f"a Subset of a Subset of {base!r}", positions=True
+                )
+            ]
+    return SubsetDataset(base, np.array(idx, dtype=np.int64))  # a copy: the user's may change

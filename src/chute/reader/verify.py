@@ -1,0 +1,57 @@
+"""``chute verify``: recompute every data file's checksum and compare with the manifest."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import xxhash
+from tqdm.auto import tqdm
+
+from .. import format as fmt
+from ..errors import ChecksumError
+from ..npy_header import read_header
+from .dataset import Dataset
+
+_CHUNK = 16 << 20
+
+
+def _file_checksum(path: Path) -> str:
+    """xxh3_64 of the bytes after the .npy header (the header is checked by ``open``)."""
+    h = xxhash.xxh3_64()
+    with open(path, "rb") as f:
+        read_header(f, str(path))
+        buf = bytearray(_CHUNK)
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def verify(path: str | os.PathLike, progress: bool = False) -> int:
+    """Check sizes, headers and checksums of every file; returns the bytes checked.
+
+    Raises :class:`chute.ChecksumError` naming every file whose content changed.
+    """
+    with Dataset(path) as ds:  # checks the manifest, paths and sizes
+        bad = []
+        total = ds.nbytes
+        bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc="verify")
+        with bar:
+            for part in ds.parts:
+                for name, f in ds.schema.items():
+                    for fn in fmt.field_files(name, f).values():
+                        file = part.folder / fn
+                        if _file_checksum(file) != part.files[fn].checksum:
+                            bad.append(str(file))
+                        bar.update(part.files[fn].nbytes)
+        # Checksums first: a changed offsets file is named as such, not by the values file
+        # whose offsets no longer fit.
+        if bad:
+            raise ChecksumError(
+                f"{path}: checksum mismatch in {len(bad)} file(s): {', '.join(bad)}. Their bytes "
+                "changed since they were written (disk or copy error, or an edit): restore the "
+                "dataset from a good copy or convert it again"
+            )
+        ds.check_files()  # headers and offsets agree with the manifest
+    return total

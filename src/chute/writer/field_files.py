@@ -1,0 +1,164 @@
+"""The writer's files: the appended ``.npy`` files of each field in a part folder.
+
+:class:`FieldWriter` owns the files of one field in one part folder (``data``, or ``values`` +
+``offsets`` (+ ``shapes``)); each :class:`_ArrayFile` appends rows, hashes them as they pass
+(xxh3, recorded in the manifest) and starts their writeback early. :func:`promote` rewrites a
+field whose later samples turned out ragged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from .. import format as fmt
+from ..npy_header import header_bytes
+from .commit import libc
+from .values import VarBatch
+
+_COPY_CHUNK = 64 << 20
+WRITEBACK_BYTES = 32 << 20  # a file starts writing its pages to disk every this many bytes
+
+
+_SYNC_FILE_RANGE_WRITE = 2  # start writeback of dirty pages, do not wait for it
+
+
+def start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Ask the kernel to start writing ``nbytes`` at ``offset`` of ``fd`` to disk, now.
+
+    Without it the pages of a conversion wait in the page cache until the commit's ``fsync``,
+    which then writes them all while nothing else happens. Started early, the disk writes while
+    the source is read, and at most ~``WRITEBACK_BYTES`` per file are left for the ``fsync``.
+    Best effort: a no-op where the call is missing, and errors surface at that ``fsync``.
+    """
+    fn = libc("sync_file_range", ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    if fn is not None:
+        fn(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
+
+
+class _ArrayFile:
+    """Rows appended to one .npy file; the header is rewritten with the final shape at close."""
+
+    def __init__(self, path: Path, dtype: np.dtype, inner: tuple[int, ...]):
+        self.path, self.dtype, self.inner = path, dtype, inner
+        self.rows = 0
+        self.hash = xxhash.xxh3_64()
+        self.file = open(path, "wb")  # noqa: SIM115 - closed in close()/abort()
+        self.file.write(header_bytes(dtype, (0, *inner)))
+        self.synced = 0  # bytes before this offset have had their writeback started
+
+    def write(self, arr: np.ndarray) -> None:
+        data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data
+        self.file.write(data)
+        self.hash.update(data)
+        self.rows += len(arr)
+        end = self.file.tell()
+        if end - self.synced >= WRITEBACK_BYTES:
+            self.file.flush()
+            start_writeback(self.file.fileno(), self.synced, end - self.synced)
+            self.synced = end
+
+    def close(self) -> fmt.FileInfo:
+        self.file.seek(0)
+        self.file.write(header_bytes(self.dtype, (self.rows, *self.inner)))
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        size = self.file.seek(0, os.SEEK_END)
+        self.file.close()
+        return fmt.FileInfo(size, self.hash.hexdigest())
+
+    def abort(self) -> None:
+        self.file.close()
+
+
+class FieldWriter:
+    """The open files of field ``name`` in one part folder."""
+
+    def __init__(self, folder: Path, name: str, f: fmt.Field):
+        self.name, self.field = name, f
+        names = fmt.field_files(name, f)
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        sd = fmt.storage_dtype(f.dtype)
+        if isinstance(f, fmt.Tensor):
+            self.files = {"data": _ArrayFile(folder / names["data"], sd, f.shape)}
+            return
+        inner = () if f.variable_dims else f.inner_shape
+        self.files = {
+            "values": _ArrayFile(folder / names["values"], sd, inner),  # type: ignore[arg-type]
+            "offsets": _ArrayFile(folder / names["offsets"], fmt.OFFSETS_DTYPE, ()),
+        }
+        if f.variable_dims:
+            ndim = 1 + len(f.inner_shape)
+            self.files["shapes"] = _ArrayFile(folder / names["shapes"], fmt.SHAPES_DTYPE, (ndim,))
+        self.total = 0
+        self.files["offsets"].write(np.zeros(1, np.int64))
+
+    def write(self, batch: np.ndarray | VarBatch) -> None:
+        if isinstance(batch, np.ndarray):
+            self.files["data"].write(batch)
+            return
+        self.files["values"].write(batch.values)
+        self.files["offsets"].write(self.total + np.cumsum(batch.lengths))
+        self.total += int(batch.lengths.sum())
+        if batch.shapes is not None:
+            self.files["shapes"].write(batch.shapes)
+
+    def close(self) -> dict[str, fmt.FileInfo]:
+        names = fmt.field_files(self.name, self.field)
+        return {names[role]: af.close() for role, af in self.files.items()}
+
+    def abort(self) -> None:
+        for af in self.files.values():
+            af.abort()
+
+
+def promote(
+    folder: Path, name: str, old: fmt.Field, new: fmt.Field, col: FieldWriter | None, n: int
+) -> FieldWriter:
+    """Rewrite field ``name`` of a part from layout ``old`` to ``new`` (a Ragged field).
+
+    ``col`` is the field's open writer (None for a part already closed). Returns an open
+    writer for the new layout, holding the ``n`` samples already written.
+    """
+    if col is not None:
+        col.close()
+    old_files = {r: folder / fn for r, fn in fmt.field_files(name, old).items()}
+    arrays = {r: np.load(p, mmap_mode="r", allow_pickle=False) for r, p in old_files.items()}
+    for p in old_files.values():  # the maps keep the data alive; free the names for the new files
+        os.replace(p, p.with_name(p.name + ".old"))
+    out = FieldWriter(folder, name, new)
+    if isinstance(old, fmt.Tensor):  # a promoted Tensor has ndim >= 1 (see _widen)
+        rows = arrays["data"].reshape(n * old.shape[0], *old.shape[1:])
+        row_len = np.full(n, old.shape[0], np.int64)
+        shapes = np.tile(np.array(old.shape, np.int64), (n, 1))
+    else:
+        rows = arrays["values"]
+        row_len = np.diff(arrays["offsets"])
+        if "shapes" in arrays:
+            shapes = arrays["shapes"]
+        else:
+            shapes = np.column_stack(
+                [row_len, np.tile(np.array(old.inner_shape, np.int64), (n, 1))]
+            ).astype(np.int64)
+    assert isinstance(new, fmt.Ragged)
+    lengths = row_len * math.prod(rows.shape[1:]) if new.variable_dims else row_len
+    starts = np.concatenate([[0], np.cumsum(row_len)])
+    step = max(
+        1,
+        _COPY_CHUNK
+        // max(1, rows.itemsize * math.prod(rows.shape[1:]) * int(row_len.max(initial=1))),
+    )
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        chunk = rows[starts[a] : starts[b]]
+        values = chunk.reshape(-1) if new.variable_dims else chunk
+        out.write(VarBatch(values, lengths[a:b], shapes[a:b] if new.variable_dims else None))
+    del arrays
+    for p in old_files.values():
+        p.with_name(p.name + ".old").unlink()
+    return out

@@ -1,0 +1,209 @@
+"""The writer's checks and conversions: user values -> arrays of the field's dtype and shape.
+
+A batch is checked and converted whole (:func:`prepare`) before anything is appended, so a bad
+sample never leaves the field's files out of step with the others. Python ints and floats
+follow the field's dtype when they fit; arrays are cast only when no value changes.
+A sample that does not fit an *inferred* field raises :class:`Promote` (the field becomes
+ragged); one that does not fit a declared field is a :class:`~chute.SchemaError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from .. import format as fmt
+from .._torch import as_numpy
+from ..errors import SchemaError
+
+
+def flatten(values: Any) -> Any:
+    """Nested dicts as ``group/name`` fields (``{"a": {"b": x}}`` -> ``{"a/b": x}``); anything
+    else as it is."""
+    if not isinstance(values, Mapping) or not any(isinstance(v, Mapping) for v in values.values()):
+        return values
+    return dict(_flat_items(values, ""))
+
+
+def _flat_items(sample: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    for key, value in sample.items():
+        if isinstance(value, Mapping):
+            yield from _flat_items(value, f"{prefix}{key}/")
+        else:
+            yield prefix + str(key), value
+
+
+def to_array(value: Any, name: str, index: int) -> tuple[np.ndarray, str, bool]:
+    """Convert a user value to ``(array, dtype name, came from native Python)``."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().resolve_conj().resolve_neg()
+        if t.dtype == torch.bfloat16:
+            return as_numpy(t.contiguous()), "bfloat16", False
+        arr, native = t.numpy(), False
+    elif isinstance(value, np.ndarray):
+        arr, native = value, False
+    elif isinstance(value, (str, bytes, bytearray, memoryview)):
+        raise SchemaError(
+            f"field {name!r}, sample {index}: got {type(value).__name__}, expected an array"
+        )
+    else:
+        native = not isinstance(value, np.generic) and not hasattr(value, "__array_interface__")
+        try:
+            arr = np.asarray(value)
+        except ValueError as exc:  # e.g. a list of lists of different lengths
+            raise SchemaError(
+                f"field {name!r}, sample {index}: cannot make an array ({exc})"
+            ) from None
+    if arr.dtype.kind in "OUSVMm" or arr.dtype.name not in fmt.DTYPE_NAMES:
+        raise SchemaError(
+            f"field {name!r}, sample {index}: dtype {arr.dtype} cannot be stored (object, str, "
+            "structured, datetime and long double arrays are refused); use String()/Bytes() "
+            "for text and encoded data, or convert to a numeric dtype"
+        )
+    return arr, arr.dtype.name, native
+
+
+def _var_bytes(value: Any, f: fmt.Field, name: str, index: int) -> np.ndarray:
+    if isinstance(f, fmt.String):
+        if not isinstance(value, str):
+            raise SchemaError(
+                f"field {name!r}, sample {index}: expected str, got {type(value).__name__}"
+            )
+        try:
+            return np.frombuffer(value.encode("utf-8"), np.uint8)
+        except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from a bad decode
+            raise SchemaError(
+                f"field {name!r}, sample {index}: the str has no UTF-8 form ({exc.reason} at "
+                f"character {exc.start}: {value[exc.start : exc.end]!r}); clean it first"
+            ) from None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return np.frombuffer(bytes(value), np.uint8)
+    arr, dt, _ = to_array(value, name, index)
+    if dt != "uint8" or arr.ndim != 1:
+        raise SchemaError(f"field {name!r}, sample {index}: Bytes takes bytes or a 1-D uint8 array")
+    return arr
+
+
+def infer_field(name: str, value: Any, batch: bool = False) -> fmt.Field:
+    """The field kind of one sample (or, with ``batch``, of an array of samples)."""
+    if isinstance(value, str):
+        return fmt.String()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return fmt.Bytes()
+    arr, dt, _ = to_array(value, name, 0)
+    return fmt.Tensor(arr.shape[1:] if batch else arr.shape, dt)
+
+
+def sample_count(batch: Mapping[str, Any], schema: Mapping[str, fmt.Field], start: int = 0) -> int:
+    """Number of samples in ``batch``; every schema field present, all of the same length."""
+    if not isinstance(batch, Mapping):
+        raise SchemaError(f"expected a dict of field -> values, got {type(batch).__name__}")
+    missing, extra = set(schema) - set(batch), set(batch) - set(schema)
+    if missing or extra:
+        raise SchemaError(
+            f"sample {start}: fields {sorted(batch)} do not match the schema {sorted(schema)} "
+            f"(missing {sorted(missing)}, unexpected {sorted(extra)})"
+        )
+    lengths = {}
+    for k, v in batch.items():
+        if isinstance(v, (str, bytes, bytearray, memoryview)):  # len() would count characters
+            raise SchemaError(
+                f"field {k!r}: a batch needs a list or array of samples, got one "
+                f"{type(v).__name__} ({v[:32]!r}); wrap it in a list for one sample"
+            )
+        try:
+            lengths[k] = len(v)
+        except TypeError:
+            raise SchemaError(
+                f"field {k!r}: a batch needs a sequence or array, got {v!r}"
+            ) from None
+    if len(set(lengths.values())) > 1:
+        raise SchemaError(f"samples {start}+: fields have different lengths {lengths}")
+    return next(iter(lengths.values()))
+
+
+def _cast(
+    arr: np.ndarray, src: str, native: bool, f: fmt.Field, name: str, index: int
+) -> np.ndarray:
+    """``arr`` in the field's storage dtype, refusing lossy conversions of arrays."""
+    target = fmt.storage_dtype(f.dtype)
+    if src == f.dtype:
+        return np.ascontiguousarray(arr, dtype=target)
+    lossless = "bfloat16" not in (src, f.dtype) and np.can_cast(src, target, "safe")
+    if native and f.dtype != "bfloat16":
+        with np.errstate(over="ignore", invalid="ignore"):  # a lossy cast is refused below
+            out = arr.astype(target)
+        if np.array_equal(out.astype(arr.dtype), arr, equal_nan=arr.dtype.kind in "fc"):
+            return out
+    elif lossless:
+        return np.ascontiguousarray(arr, dtype=target)
+    raise SchemaError(
+        f"field {name!r}, sample {index}: dtype {src} does not fit the schema dtype {f.dtype}; "
+        "cast it first (or declare the field with that dtype)"
+    )
+
+
+class Promote(Exception):
+    """Internal: the field must change kind/shape to take this sample (schema was inferred)."""
+
+    def __init__(self, field: fmt.Field):
+        self.field = field
+
+
+class VarBatch(NamedTuple):
+    """A batch of a values+offsets field: flat values, per-sample lengths, optional shapes."""
+
+    values: np.ndarray
+    lengths: np.ndarray
+    shapes: np.ndarray | None
+
+
+def _widen(old: fmt.Field, shape: tuple[int, ...], dtype: str, auto: bool, name: str, i: int):
+    """Raise Promote (inferred schema) or SchemaError for a sample that does not fit ``old``."""
+    fixed = old.shape if isinstance(old, fmt.Tensor) else (None, *old.inner_shape)
+    if auto and dtype == old.dtype and len(shape) == len(fixed) and len(shape) > 0:
+        inner = tuple(None if a != b else a for a, b in zip(fixed[1:], shape[1:], strict=True))
+        raise Promote(fmt.Ragged(old.dtype, inner))
+    want = "(n, " + ", ".join(map(str, fixed[1:])) + ")" if fixed[:1] == (None,) else str(fixed)
+    hint = "" if auto else "; declare it as chute.Ragged(...) for variable shapes"
+    raise SchemaError(f"field {name!r}, sample {i}: shape {shape} does not match {want}{hint}")
+
+
+def prepare(values: Any, f: fmt.Field, name: str, start: int, auto: bool) -> np.ndarray | VarBatch:
+    """Check and convert a batch of ``values`` for field ``f`` (raises Promote / SchemaError)."""
+    if isinstance(f, fmt.Tensor):
+        if isinstance(values, (list, tuple)):
+            rows = []
+            for i, v in enumerate(values):
+                arr, dt, native = to_array(v, name, start + i)
+                if arr.shape != f.shape:
+                    _widen(f, arr.shape, dt, auto, name, start + i)
+                rows.append(_cast(arr, dt, native, f, name, start + i))
+            return np.stack(rows) if rows else np.empty((0, *f.shape), fmt.storage_dtype(f.dtype))
+        arr, dt, native = to_array(values, name, start)
+        if arr.shape[1:] != f.shape:
+            _widen(f, arr.shape[1:], dt, auto, name, start)
+        return _cast(arr, dt, native, f, name, start)
+    pieces, lengths, shapes = [], [], []
+    for i, v in enumerate(values):
+        if isinstance(f, (fmt.Bytes, fmt.String)):
+            arr = _var_bytes(v, f, name, start + i)
+        else:
+            arr, dt, native = to_array(v, name, start + i)
+            fixed = (None, *f.inner_shape)
+            if arr.ndim != len(fixed) or any(
+                b is not None and a != b for a, b in zip(arr.shape, fixed, strict=True)
+            ):
+                _widen(f, arr.shape, dt, auto, name, start + i)
+            arr = _cast(arr, dt, native, f, name, start + i)
+        pieces.append(arr.reshape(-1) if f.variable_dims else arr)
+        lengths.append(len(pieces[-1]))
+        shapes.append(arr.shape)
+    sd = fmt.storage_dtype(f.dtype)
+    inner: tuple[int, ...] = () if f.variable_dims else f.inner_shape  # type: ignore[assignment]
+    flat = np.concatenate(pieces) if pieces else np.empty((0, *inner), sd)
+    shape_arr = np.array(shapes, np.int64).reshape(len(shapes), -1) if f.variable_dims else None
+    return VarBatch(flat, np.array(lengths, np.int64), shape_arr)
