@@ -138,12 +138,11 @@ def decode_planned(
             if "not a JPEG" in str(exc):  # PNG & co: PIL's slow path, full size
                 _decode_other(buf, h[i], w[i], p.boxes[i], flips[i], out[i], indices, i)
                 continue
+            if "too small" in str(exc):  # larger than its stored size says
+                raise FormatError(_where(indices, i) + _mismatch(h[i], w[i])) from None
             raise FormatError(_where(indices, i) + f"corrupt or truncated JPEG: {exc}") from None
         if rgbx.shape[0] != ih or rgbx.shape[1] != iw:
-            raise FormatError(
-                _where(indices, i) + f"decoded to {rgbx.shape[:2]} at 1/{d[i]} scale, expected "
-                f"{(ih, iw)}: its stored height/width ({h[i]}, {w[i]}) do not match the image"
-            )
+            raise FormatError(_where(indices, i) + _mismatch(h[i], w[i]))
         im = frombuffer("RGBX", (iw, ih), rgbx, "raw", "RGBX", 0, 1)
         small = np.asarray(im.resize(size, bilinear, box=dbox[i]))
         out[i] = (small[:, ::-1, :3] if flips[i] else small[:, :, :3]).transpose(2, 0, 1)
@@ -167,6 +166,10 @@ def _decode_other(
     im = Image.fromarray(np.ascontiguousarray(chw.transpose(1, 2, 0)))
     small = np.asarray(im.resize(dst.shape[:0:-1], Image.Resampling.BILINEAR, box=box.tolist()))
     dst[...] = (small[:, ::-1] if flip else small).transpose(2, 0, 1)
+
+
+def _mismatch(h: int, w: int) -> str:
+    return f"its stored height/width ({h}, {w}) do not match the JPEG's own"
 
 
 def _where(indices: Any, i: int) -> str:
