@@ -42,7 +42,7 @@ def test_every_kind_comes_out_as_pil_convert_rgb(kind: str) -> None:
 
 
 def test_exif_rotation_is_applied() -> None:
-    stored, h, w = encode_image(kinds()["exif_rotated_jpeg"])
+    _, h, w = encode_image(kinds()["exif_rotated_jpeg"])
     assert (h, w) == (130, 90)  # a 90x130 image tagged "rotate 90": stored upright
 
 

@@ -30,16 +30,16 @@ def torchvision_rrc(h: int, w: int, u: np.ndarray, scale=(0.08, 1.0), ratio=(3 /
         ua, ur, ut, ul = u[4 * t : 4 * t + 4]
         target = area * (scale[0] + (scale[1] - scale[0]) * ua)
         aspect = math.exp(lr[0] + (lr[1] - lr[0]) * ur)
-        cw = int(round(math.sqrt(target * aspect)))
-        ch = int(round(math.sqrt(target / aspect)))
+        cw = round(math.sqrt(target * aspect))
+        ch = round(math.sqrt(target / aspect))
         if 0 < cw <= w and 0 < ch <= h:
             top, left = int(ut * (h - ch + 1)), int(ul * (w - cw + 1))
             return (left, top, left + cw, top + ch)
     in_ratio = w / h
     if in_ratio < min(ratio):
-        cw, ch = w, int(round(w / min(ratio)))
+        cw, ch = w, round(w / min(ratio))
     elif in_ratio > max(ratio):
-        ch, cw = h, int(round(h * max(ratio)))
+        ch, cw = h, round(h * max(ratio))
     else:
         cw, ch = w, h
     top, left = (h - ch) // 2, (w - cw) // 2
