@@ -1,0 +1,278 @@
+"""Encoded images, one shuffled epoch of RandomResizedCrop(160) + horizontal flip, batch 256,
+side by side in one run over the same ImageFolder of real photos (``_photos.py``):
+
+- plain torch ``DataLoader`` over the folder, PIL decode + the same crop/flip written in PIL
+  (torchvision is not installable next to torch 2.13 here), 0 and 2 worker processes;
+- the bare decode + crop + resize loop (simplejpeg DCT-scaled decode, PIL ``resize(box=)``,
+  no batch, no output copy), 1 and 2 threads: the ceiling;
+- ``chute.image.decode_batch`` over ``chute.image.from_image_folder``'s dataset (gathered
+  with ``ds.gather``, so read from the page cache), 1 and 2 threads (each batch split in two).
+
+FFCV is not run (it needs numpy<2, numba and system libraries in a separate venv).
+
+    python benchmarks/images.py [--images 2000] [--batch-size 256] [--size 160]
+        [--json benchmarks/results/images.json]
+
+Columns: images/s over the epoch, first batch s (from the start of the epoch), disk MB (what
+the row reads: the JPEG folder or the chute dataset), peak PSS MB of the process tree above
+the baseline. Needs ``pip install 'chute[image]' scikit-image``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import random
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from _common import RESULTS, peak_pss, table, write_json
+from _photos import photo_folder
+from PIL import Image
+
+import chute
+from chute.image import (
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    dct_scales,
+    decode_planned,
+    from_image_folder,
+    plan,
+    plan_slice,
+)
+
+COLUMNS = [
+    ("name", "", "s"),
+    ("images_per_s", "images/s", ",.0f"),
+    ("first_batch_s", "first batch s", ".3f"),
+    ("disk_mb", "disk MB", ".1f"),
+    ("peak_pss_mb", "peak PSS MB", ".1f"),
+]
+
+
+# ------------------------------------------------------------ plain DataLoader + PIL
+
+
+class PILFolder(torch.utils.data.Dataset):
+    """What a user writes without torchvision: PIL decode, RandomResizedCrop + flip in PIL."""
+
+    def __init__(self, files: list[tuple[Path, int]], size: int):
+        self.files, self.size = files, size
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        path, label = self.files[i]
+        im = Image.open(path).convert("RGB")
+        box = rrc_params(im.height, im.width)
+        im = im.resize((self.size, self.size), Image.Resampling.BILINEAR, box=box)
+        if random.random() < 0.5:
+            im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        return torch.from_numpy(np.asarray(im).transpose(2, 0, 1).copy()), label
+
+
+def rrc_params(h: int, w: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> tuple[int, ...]:
+    """torchvision's RandomResizedCrop.get_params (python's random), as a PIL box."""
+    lr = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target = h * w * random.uniform(*scale)
+        aspect = math.exp(random.uniform(*lr))
+        cw, ch = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+        if 0 < cw <= w and 0 < ch <= h:
+            top, left = random.randint(0, h - ch), random.randint(0, w - cw)
+            return (left, top, left + cw, top + ch)
+    side = min(h, w)
+    return ((w - side) // 2, (h - side) // 2, (w + side) // 2, (h + side) // 2)
+
+
+def run_dataloader(files, size, batch_size, workers) -> Iterator[int]:
+    dl = torch.utils.data.DataLoader(
+        PILFolder(files, size), batch_size, shuffle=True, num_workers=workers
+    )
+    for x, _ in dl:
+        yield len(x)
+
+
+# ------------------------------------------------------------ bare loop and chute
+
+
+def run_bare(data: list[bytes], hw: np.ndarray, size: int, threads: int) -> Iterator[int]:
+    """The ceiling: decode (DCT-scaled) + crop + resize per image, nothing else."""
+    import simplejpeg
+
+    ops = [RandomResizedCrop(size), RandomHorizontalFlip()]
+    p = plan(ops, hw[:, 0], hw[:, 1], np.arange(len(data)))
+    d = dct_scales(p)
+    dh, dw = -(-hw[:, 0] // d), -(-hw[:, 1] // d)
+    boxes = (p.boxes * np.stack([dw / hw[:, 1], dh / hw[:, 0]] * 2, axis=1)).tolist()
+
+    def work(a: int, b: int) -> int:
+        for i in range(a, b):
+            x = simplejpeg.decode_jpeg(data[i], "RGBX", min_height=dh[i], min_width=dw[i])
+            im = Image.frombuffer("RGBX", (x.shape[1], x.shape[0]), x, "raw", "RGBX", 0, 1)
+            im.resize((size, size), Image.Resampling.BILINEAR, box=boxes[i])
+        return b - a
+
+    chunk = 256
+    with ThreadPoolExecutor(threads) as ex:
+        for a in range(0, len(data), chunk * threads):
+            cuts = [(s, min(s + chunk, len(data))) for s in range(a, a + chunk * threads, chunk)]
+            yield sum(ex.map(lambda c: work(*c), [c for c in cuts if c[0] < c[1]]))
+
+
+def run_chute(path: Path, size: int, batch_size: int, threads: int, epoch: int) -> Iterator[int]:
+    ds = chute.open(path)
+    order = np.random.default_rng(epoch).permutation(len(ds))
+    ops = [RandomResizedCrop(size), RandomHorizontalFlip()]
+    out = np.empty((batch_size, 3, size, size), np.uint8)
+    with ThreadPoolExecutor(threads) as ex:
+        for a in range(0, len(ds), batch_size):
+            idx = order[a : a + batch_size]
+            b = ds.gather(idx)
+            h, w = b["image_height"].numpy(), b["image_width"].numpy()
+            p = plan(ops, h, w, idx, seed=0, epoch=epoch)
+            bufs = chute.image.as_buffers(b["image"])
+            n = len(idx)
+            cuts = np.linspace(0, n, threads + 1).astype(int)
+            jobs = [
+                ex.submit(
+                    decode_planned,
+                    bufs[s:e],
+                    h[s:e],
+                    w[s:e],
+                    plan_slice(p, s, e),
+                    out[s:e],
+                    idx[s:e],
+                )
+                for s, e in itertools.pairwise(cuts)
+            ]
+            for j in jobs:
+                j.result()
+            batch = torch.from_numpy(out[:n])
+            yield len(batch)
+
+
+def measure(name: str, make: Callable[[], Iterator[int]], disk_mb: float, n: int) -> dict[str, Any]:
+    with peak_pss() as mem:
+        t0 = time.perf_counter()
+        first = None
+        count = 0
+        for k in make():
+            count += k
+            if first is None:
+                first = time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+    assert count == n, (name, count, n)
+    return {
+        "name": name,
+        "images_per_s": n / dt,
+        "first_batch_s": first,
+        "disk_mb": disk_mb,
+        "peak_pss_mb": (mem.peak - mem.baseline) / 1e6,
+        "seconds": dt,
+    }
+
+
+def du(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--images", type=int, default=2000)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--size", type=int, default=160)
+    p.add_argument("--work-dir", default=None)
+    p.add_argument("--json", default=str(RESULTS / "images.json"))
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
+        root = photo_folder(Path(tmp) / "folder", args.images)
+        t = time.perf_counter()
+        ds_path = from_image_folder(root, Path(tmp) / "ds.chute", progress=False)
+        convert_s = time.perf_counter() - t
+        files = [(root / rel, label) for rel, label in chute.image.ImageFolder(root).files]
+        ds = chute.open(ds_path)
+        everything = ds.gather(np.arange(len(ds)))
+        data = [bytes(memoryview(x.numpy())) for x in everything["image"].tolist()]
+        hw = np.stack([everything["image_height"].numpy(), everything["image_width"].numpy()], 1)
+        folder_mb, ds_mb = du(root), du(ds_path)
+        n, bs, size = args.images, args.batch_size, args.size
+        for f, _ in files:  # page cache warm for every row
+            f.read_bytes()
+        rows = []
+        for workers in (0, 2):
+            rows.append(
+                measure(
+                    f"torch DataLoader + PIL, {workers} workers",
+                    lambda w=workers: run_dataloader(files, size, bs, w),
+                    folder_mb,
+                    n,
+                )
+            )
+        for threads in (1, 2):
+            rows.append(
+                measure(
+                    f"bare decode+crop+resize, {threads} thread(s)",
+                    lambda t=threads: run_bare(data, hw, size, t),
+                    ds_mb,
+                    n,
+                )
+            )
+        for threads in (1, 2):
+            rows.append(
+                measure(
+                    f"chute decode_batch, {threads} thread(s)",
+                    lambda t=threads: run_chute(ds_path, size, bs, t, epoch=1),
+                    ds_mb,
+                    n,
+                )
+            )
+    by = {r["name"]: r["images_per_s"] for r in rows}
+    ratios = {
+        "bare 2 threads / 1 thread": by["bare decode+crop+resize, 2 thread(s)"]
+        / by["bare decode+crop+resize, 1 thread(s)"],
+        "chute 2 threads / 1 thread": by["chute decode_batch, 2 thread(s)"]
+        / by["chute decode_batch, 1 thread(s)"],
+        "chute / bare, 1 thread": by["chute decode_batch, 1 thread(s)"]
+        / by["bare decode+crop+resize, 1 thread(s)"],
+        "chute / bare, 2 threads": by["chute decode_batch, 2 thread(s)"]
+        / by["bare decode+crop+resize, 2 thread(s)"],
+        "chute 2 threads / DataLoader 2 workers": by["chute decode_batch, 2 thread(s)"]
+        / by["torch DataLoader + PIL, 2 workers"],
+        "chute 2 threads / DataLoader 0 workers": by["chute decode_batch, 2 thread(s)"]
+        / by["torch DataLoader + PIL, 0 workers"],
+    }
+    print(table(rows, COLUMNS))
+    print(
+        f"{n} photos, folder {folder_mb:.1f} MB, chute dataset {ds_mb:.1f} MB "
+        f"({ds_mb / folder_mb:.3f}x), from_image_folder {convert_s:.1f} s; FFCV: not run"
+    )
+    for k, v in ratios.items():
+        print(f"  {k}: {v:.2f}x")
+    path = write_json(
+        args.json,
+        {
+            "images": n,
+            "batch_size": bs,
+            "size": size,
+            "convert_s": convert_s,
+            "folder_mb": folder_mb,
+            "dataset_mb": ds_mb,
+            "rows": rows,
+            "ratios": ratios,
+            "ffcv": "not run: needs numpy<2, numba, libturbojpeg/opencv in a separate venv",
+        },
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

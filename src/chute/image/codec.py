@@ -1,0 +1,199 @@
+"""Encode images for storage and decode them back: what an image field holds per sample is the
+encoded bytes (JPEG) plus its height and width, so crops can be planned without decoding.
+
+- :func:`encode_image` takes a PIL image, encoded bytes (any format PIL reads) or a uint8
+  array, and returns ``(jpeg_bytes, height, width)``. A JPEG that is already RGB/grayscale,
+  has no EXIF rotation and fits in ``max_side`` is kept byte for byte (no re-encode, no quality
+  loss); anything else is converted to RGB, shrunk so its longer side is ``max_side``, and
+  encoded at ``quality``.
+- :func:`jpeg_size` reads ``(height, width)`` from a JPEG header without decoding.
+- :func:`decode_image` decodes to uint8 ``(3, H, W)``, pixel for pixel what PIL gives.
+
+Colour: everything comes out RGB exactly as PIL's ``convert("RGB")`` makes it: grayscale is
+replicated, CMYK goes through PIL's conversion, palette images take their palette colours, and
+**alpha is dropped, not composited** (a transparent pixel keeps whatever colour it stores).
+Orientation: the EXIF orientation tag is applied (``ImageOps.exif_transpose``) before
+anything else, so the stored image is upright and its stored height/width are those of the
+upright image; the tag itself is not kept (the stored JPEG has no EXIF).
+
+JPEG decoding uses simplejpeg (libjpeg-turbo; releases the GIL, 1.7x Pillow's decode on
+photos: ``benchmarks/image_decoders.py``); both are in ``pip install 'chute[image]'``.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError, FormatError, require
+
+__all__ = ["decode_image", "encode_image", "is_jpeg", "jpeg_size"]
+
+_SOI = b"\xff\xd8\xff"
+# JPEG colour spaces (as simplejpeg names them) that decode to RGB exactly as PIL's
+# convert("RGB") does; CMYK/YCCK JPEGs are re-encoded through PIL's own conversion.
+_KEEP_COLORSPACES = ("YCbCr", "Gray")
+
+
+def _simplejpeg() -> Any:
+    return require("simplejpeg", "image")
+
+
+def _pil() -> Any:
+    return require("PIL.Image", "image")
+
+
+def is_jpeg(data: Any) -> bool:
+    """Whether ``data`` (a bytes-like object) starts like a JPEG file."""
+    return bytes(memoryview(data)[:3]) == _SOI
+
+
+def jpeg_size(data: Any) -> tuple[int, int]:
+    """``(height, width)`` of a JPEG, read from its header (no pixel is decoded)."""
+    try:
+        h, w, _, _ = _simplejpeg().decode_jpeg_header(data)
+    except ValueError as exc:
+        raise FormatError(f"not a readable JPEG header: {exc}") from None
+    return int(h), int(w)
+
+
+def decode_image(data: Any) -> np.ndarray:
+    """Decode an encoded image to uint8 ``(3, H, W)`` RGB, equal to PIL's
+    ``np.asarray(Image.open(...).convert("RGB"))`` moved channels first. JPEGs go through
+    simplejpeg (GIL released), other formats through PIL. A corrupt or truncated image raises
+    :class:`chute.FormatError`."""
+    if is_jpeg(data):
+        try:
+            hw3 = _simplejpeg().decode_jpeg(data, "RGB")
+        except ValueError as exc:
+            raise FormatError(f"corrupt or truncated JPEG: {exc}") from None
+    else:
+        hw3 = np.asarray(_open(data).convert("RGB"))
+    return np.ascontiguousarray(hw3.transpose(2, 0, 1))
+
+
+def _open(data: Any) -> Any:
+    """A fully loaded PIL image from encoded bytes (errors -> FormatError)."""
+    Image = _pil()
+    try:
+        im = Image.open(io.BytesIO(data))
+        im.load()
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise FormatError(f"not a decodable image: {exc}") from None
+    return im
+
+
+def encode_image(x: Any, max_side: int | None = None, quality: int = 90) -> tuple[bytes, int, int]:
+    """Encode one image for storage; returns ``(jpeg_bytes, height, width)``.
+
+    ``x``: a PIL image, encoded bytes of any format PIL reads, or a uint8 array ``(H, W, 3)``,
+    ``(3, H, W)`` or ``(H, W)``. See the module docstring for what is kept as is and what is
+    converted. Raises :class:`chute.FormatError` for bytes that are not a decodable image and
+    :class:`chute.ArgumentError` for other types.
+    """
+    if max_side is not None and (type(max_side) is not int or max_side < 1):
+        raise ArgumentError(f"max_side must be a positive int or None, got {max_side!r}")
+    if type(quality) is not int or not 1 <= quality <= 100:
+        raise ArgumentError(f"quality must be an int in 1..100, got {quality!r}")
+    Image = _pil()
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        data = bytes(x)
+        if is_jpeg(data):
+            kept = _keep_as_is(data, max_side)
+            if kept is not None:
+                return data, kept[0], kept[1]
+        im = _open_for_encode(data, max_side)
+    elif isinstance(x, Image.Image):
+        im = x
+    elif isinstance(x, np.ndarray) or hasattr(x, "__array__"):
+        im = Image.fromarray(_hwc(np.asarray(x)))
+    else:
+        raise ArgumentError(
+            f"an image must be a PIL image, encoded bytes or a uint8 array, not {type(x).__name__}"
+        )
+    return _encode(_upright_rgb(im), max_side, quality)
+
+
+def _keep_as_is(data: bytes, max_side: int | None) -> tuple[int, int] | None:
+    """``(h, w)`` when the JPEG ``data`` can be stored unchanged, else None. It must decode
+    fully (a truncated file is caught here, decoded at 1/8 scale to be quick: the entropy
+    decoding still reads every byte), be YCbCr or gray, fit ``max_side`` and carry no EXIF
+    rotation."""
+    sj = _simplejpeg()
+    try:
+        h, w, colorspace, _ = sj.decode_jpeg_header(data)
+        sj.decode_jpeg(data, "RGB", min_factor=8)
+    except ValueError as exc:
+        raise FormatError(f"corrupt or truncated JPEG: {exc}") from None
+    if colorspace not in _KEEP_COLORSPACES or (max_side is not None and max(h, w) > max_side):
+        return None
+    if _orientation(data) not in (None, 1):
+        return None
+    return int(h), int(w)
+
+
+def _orientation(data: bytes) -> int | None:
+    """The EXIF orientation tag of a JPEG, None without one (reads the header only)."""
+    im = _open_header(data)
+    return im.getexif().get(0x0112)
+
+
+def _open_header(data: bytes) -> Any:
+    try:
+        return _pil().open(io.BytesIO(data))
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise FormatError(f"not a decodable image: {exc}") from None
+
+
+def _open_for_encode(data: bytes, max_side: int | None) -> Any:
+    """Open and load encoded bytes; a JPEG larger than needed is decoded DCT-scaled
+    (``draft``), never below ``max_side`` on either side."""
+    im = _open_header(data)
+    if max_side is not None and im.format == "JPEG":
+        im.draft(im.mode, (max_side, max_side))
+    try:
+        im.load()
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise FormatError(f"corrupt or truncated image: {exc}") from None
+    return im
+
+
+def _hwc(a: np.ndarray) -> np.ndarray:
+    if a.dtype != np.uint8:
+        raise ArgumentError(f"an image array must be uint8, not {a.dtype}")
+    if a.ndim == 3 and a.shape[0] in (1, 3) and a.shape[-1] not in (1, 3):
+        a = a.transpose(1, 2, 0)  # (C, H, W) -> (H, W, C)
+    if a.ndim == 3 and a.shape[-1] == 1:
+        a = a[..., 0]
+    if not (a.ndim == 2 or (a.ndim == 3 and a.shape[-1] == 3)):
+        raise ArgumentError(
+            f"an image array must be (H, W, 3), (3, H, W) or (H, W), got shape {a.shape}"
+        )
+    return np.ascontiguousarray(a)
+
+
+def _upright_rgb(im: Any) -> Any:
+    from PIL import ImageOps
+
+    im = ImageOps.exif_transpose(im)
+    if im.mode != "RGB":
+        with warnings.catch_warnings():  # "Palette images with Transparency ...": alpha is
+            warnings.simplefilter("ignore", UserWarning)  # dropped on purpose (see above)
+            im = im.convert("RGB")
+    return im
+
+
+def _encode(im: Any, max_side: int | None, quality: int) -> tuple[bytes, int, int]:
+    Image = _pil()
+    w, h = im.size
+    if max_side is not None and max(h, w) > max_side:
+        scale = max_side / max(h, w)
+        size = (max(1, round(w * scale)), max(1, round(h * scale)))
+        im = im.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
+        w, h = im.size
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=quality)
+    return buf.getvalue(), h, w

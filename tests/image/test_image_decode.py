@@ -1,0 +1,150 @@
+"""chute.image.decode: DCT-scaled decode + crop + resize + flip into a preallocated batch."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+pytest.importorskip("simplejpeg")
+import torch
+from _image_files import jpeg, kinds, pil_rgb
+from PIL import Image
+
+import chute
+from chute import ArgumentError, FormatError
+from chute.image import (
+    CenterCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    dct_scales,
+    decode_batch,
+    decode_planned,
+    jpeg_size,
+    plan,
+    plan_slice,
+)
+
+OPS = [RandomResizedCrop(48, scale=(0.05, 1.0)), RandomHorizontalFlip()]
+
+
+@pytest.fixture(scope="module")
+def batch() -> tuple[list[bytes], np.ndarray, np.ndarray]:
+    sizes = [(120, 160), (300, 400), (480, 360), (64, 64), (500, 700), (33, 250)] * 3
+    data = [jpeg(h, w, seed=i, progressive=i % 4 == 0) for i, (h, w) in enumerate(sizes)]
+    h, w = np.array([jpeg_size(d) for d in data]).T
+    return data, h, w
+
+
+def reference(data: bytes, box: np.ndarray, size: tuple[int, int], flip: bool) -> np.ndarray:
+    """PIL: full decode, then crop + resize of the same box (bilinear, antialiased)."""
+    im = Image.fromarray(pil_rgb(data))
+    out = np.asarray(im.resize(size[::-1], Image.Resampling.BILINEAR, box=tuple(box)))
+    return (out[:, ::-1] if flip else out).transpose(2, 0, 1)
+
+
+def test_close_to_pil_crop_and_resize_of_the_same_box(batch) -> None:
+    """Full-scale decodes are exact. DCT-scaled ones (1/2..1/8) are not: libjpeg's reduced
+    IDCT low-passes each 8x8 block instead of PIL's bilinear antialias filter, so pixels move
+    by a few levels (mean abs diff < 3 of 255, 99th percentile < 16: measured ~1-2.5 on
+    photos), never by a misplaced box (that would give tens)."""
+    data, h, w = batch
+    idx = np.arange(len(data)) + 100
+    out = np.empty((len(data), 3, 48, 48), np.uint8)
+    assert decode_batch(data, h, w, OPS, idx, 7, 1, out) is out
+    p = plan(OPS, h, w, idx, 7, 1)
+    scales = dct_scales(p)
+    assert {1, 2} <= set(scales.tolist())  # both paths are exercised
+    for i, d in enumerate(data):
+        diff = np.abs(out[i].astype(int) - reference(d, p.boxes[i], p.size, p.flips[i]))
+        if scales[i] == 1:
+            assert diff.max() == 0, i
+        else:
+            assert diff.mean() < 3 and np.percentile(diff, 99) < 16, (i, scales[i], diff.mean())
+
+
+def test_center_crop_close_to_torchvision_two_steps() -> None:
+    """Resize(int(size/ratio)) then CenterCrop(size) with PIL, as torchvision does it."""
+    data = jpeg(300, 400, seed=3)
+    out = np.empty((1, 3, 224, 224), np.uint8)
+    decode_batch([data], [300], [400], CenterCrop(224), [0], 0, 0, out)
+    im = Image.fromarray(pil_rgb(data)).resize((341, 256), Image.Resampling.BILINEAR)
+    ref = np.asarray(im)[16:240, 58:282].transpose(2, 0, 1)
+    assert np.abs(out[0].astype(int) - ref).max() <= 1  # PIL's coefficients, rounded
+
+
+def test_flip_mirrors(batch) -> None:
+    data, h, w = batch
+    a = np.empty((len(data), 3, 40, 30), np.uint8)
+    b = np.empty_like(a)
+    decode_batch(data, h, w, [Resize((40, 30))], np.arange(len(data)), 0, 0, a)
+    decode_batch(
+        data, h, w, [Resize((40, 30)), RandomHorizontalFlip(1.0)], range(len(data)), 0, 0, b
+    )
+    assert np.array_equal(a[..., ::-1], b)
+
+
+def test_two_threads_on_slices_give_the_pixels_of_one_call(batch) -> None:
+    data, h, w = batch
+    idx = np.arange(len(data))
+    one = np.empty((len(data), 3, 48, 48), np.uint8)
+    decode_batch(data, h, w, OPS, idx, 0, 5, one)
+    p = plan(OPS, h, w, idx, 0, 5)
+    two = np.zeros_like(one)
+    cuts = [(0, 7), (7, len(data))]
+    threads = [
+        threading.Thread(
+            target=decode_planned,
+            args=(data[a:b], h[a:b], w[a:b], plan_slice(p, a, b), two[a:b], idx[a:b]),
+        )
+        for a, b in cuts
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert np.array_equal(one, two)
+
+
+def test_ragged_batch_input(batch) -> None:
+    data, h, w = batch
+    offsets = np.cumsum([0, *map(len, data)])
+    values = torch.from_numpy(np.frombuffer(b"".join(data), np.uint8).copy())
+    rb = chute.RaggedBatch(values, torch.from_numpy(offsets))
+    a = np.empty((len(data), 3, 48, 48), np.uint8)
+    b = np.empty_like(a)
+    decode_batch(data, h, w, OPS[0], range(len(data)), 0, 0, a)
+    decode_batch(rb, h, w, OPS[0], range(len(data)), 0, 0, b)
+    assert np.array_equal(a, b)
+    decode_batch((values.numpy(), offsets), h, w, OPS[0], range(len(data)), 0, 0, b)
+    assert np.array_equal(a, b)
+
+
+def test_non_jpeg_bytes_take_the_pil_path() -> None:
+    data = kinds()["png"]
+    out = np.empty((1, 3, 20, 20), np.uint8)
+    decode_batch([data], [90], [130], Resize(20), [0], 0, 0, out)
+    ref = reference(data, np.array([0, 0, 130, 90]), (20, 20), False)
+    assert np.array_equal(out[0], ref)
+
+
+def test_corrupt_image_names_the_sample(batch) -> None:
+    data, h, w = batch
+    bad = [*data[:3], data[3][: len(data[3]) // 2]]
+    out = np.empty((4, 3, 16, 16), np.uint8)
+    with pytest.raises(FormatError, match=r"sample 13 \(image 3 of the batch\).*truncated"):
+        decode_batch(bad, h[:4], w[:4], Resize(16), [10, 11, 12, 13], 0, 0, out)
+    with pytest.raises(FormatError, match="do not match"):
+        decode_batch(data[:1], [h[0] * 2], [w[0]], Resize(16), [0], 0, 0, out[:1])
+    with pytest.raises(FormatError, match="sample 4"):
+        decode_batch([b"garbage!"], [5], [5], Resize(16), [4], 0, 0, out[:1])
+
+
+def test_out_must_fit(batch) -> None:
+    data, h, w = batch
+    with pytest.raises(ArgumentError, match="out must be"):
+        decode_batch(data[:2], h[:2], w[:2], Resize(16), [0, 1], 0, 0, np.empty((2, 3, 16, 15)))
+    out = np.empty((0, 3, 16, 16), np.uint8)
+    assert decode_batch([], [], [], Resize(16), [], 0, 0, out) is out
