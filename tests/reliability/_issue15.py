@@ -60,33 +60,50 @@ def _vm_bytes():
             return int(line.split()[1]) * 1024
     raise RuntimeError("no VmSize")
 
-def cap(extra):
-    '''Address space limited to what the process maps now plus ``extra`` bytes: a call that
-    tries to allocate what the data cannot justify fails with MemoryError instead of eating
-    the machine.'''
-    limit = _vm_bytes() + int(extra)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+_HARD = resource.getrlimit(resource.RLIMIT_AS)[1]
 
-def outcome(fn):
-    '''Run fn(); print one JSON line: {"ok": repr} or {"error": class names, "message"}.'''
+def cap(extra):
+    # Address space (soft limit) capped at what the process maps now plus `extra` bytes: a
+    # call that tries to allocate what the data cannot justify fails with MemoryError
+    # instead of eating the machine.
+    resource.setrlimit(resource.RLIMIT_AS, (_vm_bytes() + int(extra), _HARD))
+
+def uncap():
+    resource.setrlimit(resource.RLIMIT_AS, (_HARD, _HARD))
+
+def outcome(fn, case=None):
+    # Run fn(); print one JSON line: {"ok": repr} or {"error": class names, "message"}.
     t0 = time.perf_counter()
     try:
         got = fn()
     except BaseException as exc:
         names = [c.__name__ for c in type(exc).__mro__]
-        print(json.dumps({"error": names, "chute": isinstance(exc, chute.ChuteError),
-                          "message": str(exc)[:500], "s": time.perf_counter() - t0}))
-        return
-    print(json.dumps({"ok": repr(got)[:200], "s": time.perf_counter() - t0}))
+        res = {"error": names, "chute": isinstance(exc, chute.ChuteError),
+               "message": str(exc)[:500], "s": time.perf_counter() - t0}
+    else:
+        res = {"ok": repr(got)[:200], "s": time.perf_counter() - t0}
+    uncap()
+    res["case"] = case
+    print(json.dumps(res), flush=True)
 """
 
 
 def capped(code: str, *, timeout: float = 60) -> dict[str, Any]:
     """Run ``MEMORY_CAP + code`` (which must call ``outcome``) and return its JSON line."""
+    return capped_cases(code, timeout=timeout)[None]
+
+
+def capped_cases(code: str, *, timeout: float = 60) -> dict[Any, dict[str, Any]]:
+    """Run ``MEMORY_CAP + code``, which calls ``outcome(fn, case)`` once per case, in one
+    interpreter (one start of torch for all): case -> its JSON line. A case the process never
+    reported (it crashed) is missing, and its test fails on that; ``"_run"`` holds the exit
+    code and the end of stderr."""
     proc = run_python(MEMORY_CAP + textwrap.dedent(code), timeout=timeout)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    lines = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"no outcome (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
-    return json.loads(lines[-1])
+    out: dict[Any, dict[str, Any]] = {res.pop("case"): res for res in lines}
+    out["_run"] = {"rc": proc.returncode, "stderr": proc.stderr[-3000:]}
+    return out
 
 
 def edit_manifest(path: Path, fn: Callable[[dict[str, Any]], None]) -> None:
