@@ -120,8 +120,12 @@ def npy_header(dtype: Any, shape: tuple[int, ...]) -> bytes:
 
     buf = io.BytesIO()
     np.lib.format.write_array_header_1_0(
-        buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
-              "shape": shape}
+        buf,
+        {
+            "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+            "fortran_order": False,
+            "shape": shape,
+        },
     )
     return buf.getvalue()
 

@@ -33,7 +33,9 @@ def _changed(exc: BaseException) -> bool:
     )
 
 
-def _run_epoch(loader: chute.Loader, change, at: int = 20) -> tuple[list[float], BaseException | None]:
+def _run_epoch(
+    loader: chute.Loader, change, at: int = 20
+) -> tuple[list[float], BaseException | None]:
     """Iterate one epoch, calling ``change()`` after batch ``at``; the versions seen per batch
     and the error that ended the epoch, if any."""
     seen: list[float] = []
@@ -94,7 +96,7 @@ def test_i03_inplace_rewrite_single_part_detected_by_next_epoch(tmp_path: Path) 
     d = _version(tmp_path / "d.chute", 1, part_size=None)
     new = _version(tmp_path / "new.chute", 2, part_size=None)
     loader = chute.Loader(chute.open(d), BATCH, shuffle=False, num_workers=0)
-    seen, exc = _run_epoch(loader, lambda: shutil.copytree(new, d, dirs_exist_ok=True))
+    _, exc = _run_epoch(loader, lambda: shutil.copytree(new, d, dirs_exist_ok=True))
     if exc is None:
         with pytest.raises(chute.ChuteError) as info:
             next(iter(loader))

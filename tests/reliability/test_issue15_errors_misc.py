@@ -94,10 +94,9 @@ def test_i13_python_numbers_that_do_not_fit_are_refused(
 def test_i14_length_and_dtype_change_names_the_dtype(tmp_path: Path) -> None:
     """(2,) float32 then (3,) float64: today "shape (3,) does not match (2,)"; a length change
     alone becomes ragged, so the real cause is the dtype."""
-    with pytest.raises(chute.SchemaError) as info:
-        with chute.Writer(tmp_path / "s.chute") as w:
-            w.append({"x": np.zeros(2, np.float32)})
-            w.append({"x": np.zeros(3, np.float64)})
+    with pytest.raises(chute.SchemaError) as info, chute.Writer(tmp_path / "s.chute") as w:
+        w.append({"x": np.zeros(2, np.float32)})
+        w.append({"x": np.zeros(3, np.float64)})
     msg = str(info.value)
     assert "float64" in msg and "float32" in msg, msg
     assert "'x'" in msg and "sample 1" in msg, msg

@@ -18,7 +18,9 @@ import chute
 @pytest.fixture
 def ds(tmp_path: Path) -> chute.Dataset:
     path = tmp_path / "d.chute"
-    chute.write(path, {"x": np.arange(40, dtype=np.float32), "t": [np.arange(i % 5) for i in range(40)]})
+    chute.write(
+        path, {"x": np.arange(40, dtype=np.float32), "t": [np.arange(i % 5) for i in range(40)]}
+    )
     return chute.open(path)
 
 

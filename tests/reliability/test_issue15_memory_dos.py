@@ -71,8 +71,12 @@ def _cases(tmp: Path) -> list[tuple[str, str, int, str]]:
     cases.append(("getitem-10GiB", setup, 10 * GiB + MARGIN, "ds[0]['b'].shape"))
     cases.append(("gather-10GiB", setup, 10 * GiB + MARGIN, "ds.gather([0])['b'].values.shape"))
     cases.append(
-        ("manifest-100MB", "import pickle", 512 << 20,
-         f"len(pickle.dumps(chute.open({str(manifest)!r})))")
+        (
+            "manifest-100MB",
+            "import pickle",
+            512 << 20,
+            f"len(pickle.dumps(chute.open({str(manifest)!r})))",
+        )
     )
     return cases
 
