@@ -180,55 +180,61 @@ def test_dataloader_worker_killed(ds_path: Path, busy: bool, record_property) ->
     assert not any("NOT naming" in k for k in outcomes), outcomes
 
 
+TYPE, VALUE, SCHEMA = chute.ArgumentError, chute.ArgumentValueError, chute.SchemaError
 BAD_LOADER_ARGS = [
-    ({"batch_size": 0}, "batch_size"),
-    ({"batch_size": -3}, "batch_size"),
-    ({"batch_size": 2.5}, "batch_size"),
-    ({"batch_size": "8"}, "batch_size"),
-    ({"batch_size": True}, "batch_size"),
-    ({"num_workers": -1}, "num_workers"),
-    ({"num_workers": 1.0}, "num_workers"),
-    ({"prefetch": 0, "num_workers": 2}, "prefetch"),
-    ({"keep": 0}, "keep"),
-    ({"rank": 2, "world_size": 2}, "rank"),
-    ({"rank": -1, "world_size": 2}, "rank"),
-    ({"rank": 0, "world_size": 0}, "world_size"),
-    ({"seed": -1}, "seed"),
-    ({"seed": 1.5}, "seed"),
-    ({"block_size": 0}, "block_size"),
-    ({"transform": "not callable"}, "transform"),
-    ({"pad": "x"}, "pad"),
-    ({"pad": 1.5}, "pad"),  # the ragged field is int64: a fractional fill would be truncated
+    ({"batch_size": 0}, "batch_size", VALUE),
+    ({"batch_size": -3}, "batch_size", VALUE),
+    ({"batch_size": 2.5}, "batch_size", TYPE),
+    ({"batch_size": "8"}, "batch_size", TYPE),
+    ({"batch_size": True}, "batch_size", TYPE),
+    ({"num_workers": -1}, "num_workers", VALUE),
+    ({"num_workers": 1.0}, "num_workers", TYPE),
+    ({"prefetch": 0, "num_workers": 2}, "prefetch", VALUE),
+    ({"keep": 0}, "keep", VALUE),
+    ({"rank": 2, "world_size": 2}, "rank", VALUE),
+    ({"rank": -1, "world_size": 2}, "rank", VALUE),
+    ({"rank": 0, "world_size": 0}, "world_size", VALUE),
+    ({"seed": -1}, "seed", VALUE),
+    ({"seed": 1.5}, "seed", TYPE),
+    ({"block_size": 0}, "block_size", VALUE),
+    ({"transform": "not callable"}, "transform", TYPE),
+    ({"pad": "x"}, "pad", SCHEMA),
+    (
+        {"pad": 1.5},
+        "pad",
+        SCHEMA,
+    ),  # the ragged field is int64: a fractional fill would be truncated
 ]
 BAD_DATALOADER_ARGS = [
-    ({"batch_size": 0}, "batch_size"),
-    ({"num_workers": -2}, "num_workers"),
-    ({"rank": 3, "world_size": 2}, "rank"),
-    ({"world_size": 0, "rank": 0}, "world_size"),
-    ({"sample_transform": 3}, "sample_transform"),
-    ({"batch_sampler": object()}, "batch_sampler"),
-    ({"generator": torch.Generator()}, "generator"),
+    ({"batch_size": 0}, "batch_size", VALUE),
+    ({"num_workers": -2}, "num_workers", VALUE),
+    ({"rank": 3, "world_size": 2}, "rank", VALUE),
+    ({"world_size": 0, "rank": 0}, "world_size", VALUE),
+    ({"sample_transform": 3}, "sample_transform", TYPE),
+    ({"batch_sampler": object()}, "batch_sampler", VALUE),
+    ({"generator": torch.Generator()}, "generator", VALUE),
 ]
 
 
 def test_argument_validation(ds_path: Path, record_property) -> None:
-    """Out-of-range arguments: a SchemaError naming the argument when the loader is built,
-    before any thread or process starts."""
+    """Bad arguments: an ArgumentError (wrong type) or ArgumentValueError (wrong value) naming
+    the argument when the loader is built, before any thread or process starts; a pad= that
+    does not fit the field is a SchemaError."""
     ds = chute.open(ds_path)
     threads = set(threading.enumerate())  # (earlier tests' threads may still be ending)
     cases = 0
-    for kwargs, name in BAD_LOADER_ARGS:
+    for kwargs, name, error in BAD_LOADER_ARGS:
         args = {"batch_size": 8, **kwargs}
-        with pytest.raises(chute.SchemaError, match=name):
+        with pytest.raises(error, match=name):
             chute.Loader(ds, **args)
         cases += 1
-    for kwargs, name in BAD_DATALOADER_ARGS:
+    for kwargs, name, error in BAD_DATALOADER_ARGS:
         args = {"batch_size": 8, **kwargs}
-        with pytest.raises(chute.SchemaError, match=name):
+        with pytest.raises(error, match=name):
             chute.dataloader(ds, **args)
         cases += 1
     for make in (chute.Loader, chute.dataloader):
-        with pytest.raises(chute.SchemaError, match="chute Dataset"):
+        with pytest.raises(chute.ArgumentError, match="chute Dataset"):
             make([1, 2, 3], batch_size=2)
         cases += 1
     with pytest.raises(chute.SchemaError, match="nope"):
