@@ -94,10 +94,9 @@ class Permutation:
         return f"chute.Permutation(n={self.n}, seed={self.seed!r})"
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, Permutation)
-            and (self.n, _seed_words(self.seed)) == (other.n, _seed_words(other.seed))
-        )
+        if not isinstance(other, Permutation):
+            return NotImplemented
+        return (self.n, _seed_words(self.seed)) == (other.n, _seed_words(other.seed))
 
     def __hash__(self) -> int:
         return hash((self.n, tuple(_seed_words(self.seed))))
