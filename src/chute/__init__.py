@@ -30,6 +30,7 @@ from .errors import (
 from .fetch import RaggedBatch
 from .format import Bytes, Ragged, String, Tensor
 from .loader import Loader, LoaderStats
+from .mix import Mix, mix
 from .order import Order
 from .reader import Dataset, open
 from .sources.dask import from_dask
@@ -52,6 +53,7 @@ __all__ = [
     "Loader",
     "LoaderStats",
     "MissingDependencyError",
+    "Mix",
     "NotWritableError",
     "Order",
     "Ragged",
@@ -72,6 +74,7 @@ __all__ = [
     "from_dask",
     "from_iterable",
     "from_torch",
+    "mix",
     "open",
     "to_device",
     "verify",

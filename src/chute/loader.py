@@ -244,8 +244,11 @@ class Loader:
             make = Pool if self.keep is None else Ring
             self._buffers = make(self.dataset, rows, self._items, self.pin_memory)
         order_batches = self.order.batches()  # first: it may move on from a finished epoch
+        ds = self.dataset
+        if hasattr(ds, "at_epoch"):  # a chute.Mix: which samples its positions hold is per epoch
+            ds = ds.at_epoch(self.order.epoch)
         run = Run(
-            self.dataset,
+            ds,
             self._buffers,
             self.order.plan(),
             transform=self.transform,

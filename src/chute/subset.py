@@ -85,6 +85,12 @@ def loadable(ds: Any, who: str) -> Any:
         )
     if not chain:
         return base
+    if hasattr(base, "at_epoch"):
+        raise SchemaError(
+            f"{who} got a torch Subset of a chute.mix: a mix's positions hold other samples "
+            "every epoch, so a split of it is not held out; split each source (random_split), "
+            "then mix the training splits"
+        )
     idx = None  # the composed indices so far, innermost Subset first
     for indices in reversed(chain):
         if idx is None:
