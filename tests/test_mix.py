@@ -414,3 +414,16 @@ def test_a_subset_of_a_source_is_a_source(pool):
     train_ids = {5 * BASE + i for i in train.indices}
     assert {i for i in ids if i >= 5 * BASE} == train_ids
     assert not {5 * BASE + i for i in held.indices} & set(ids)
+
+
+def test_a_mix_pickles_small_and_reads_the_same(pool):
+    import pickle
+
+    m = chute.mix({"a": pool["s5"], "b": pool["s4"]}, weights={"a": 1, "b": 3}, seed=2)
+    blob = pickle.dumps(m.at_epoch(3))
+    assert len(blob) < 20_000  # paths and manifests, never per-sample state
+    back = pickle.loads(blob)
+    assert back.epoch == 3 and back.counts == m.counts
+    pos = np.arange(len(m))
+    assert back.gather(pos)["id"].tolist() == m.gather(pos, epoch=3)["id"].tolist()
+    assert "of 97" in repr(m)
