@@ -34,6 +34,7 @@ from .loader.dataloader import dataloader
 from .loader.loader import Loader, LoaderStats
 from .order import Order
 from .reader.dataset import Dataset, open
+from .reader.mix import Mix, mix
 from .reader.verify import verify
 from .sources.dask import from_dask
 from .writer.writer import Writer, write
@@ -54,6 +55,7 @@ __all__ = [
     "Loader",
     "LoaderStats",
     "MissingDependencyError",
+    "Mix",
     "NotWritableError",
     "Order",
     "Ragged",
@@ -74,6 +76,7 @@ __all__ = [
     "from_dask",
     "from_iterable",
     "from_torch",
+    "mix",
     "open",
     "to_device",
     "verify",

@@ -84,7 +84,7 @@ from ..errors import (
     WorkerError,
 )
 from ..order import Order
-from ..reader.gatherable import Gatherable
+from ..reader.gatherable import Gatherable, PerEpoch
 from ..reader.subset import loadable
 from .passes import OnePass
 from .processes import death_message, exited_workers, worker_init
@@ -133,7 +133,10 @@ class BatchDataset(torch.utils.data.Dataset):
         return len(self.dataset)
 
     def __getitem__(self, i: int) -> Any:
-        sample = self.dataset[i]
+        return self._sample(self.dataset, i)
+
+    def _sample(self, ds: Any, i: int) -> Any:
+        sample = ds[i]
         if self.sample_transform is None:
             return sample
         try:
@@ -143,12 +146,17 @@ class BatchDataset(torch.utils.data.Dataset):
                 f"sample_transform failed on sample {int(i)}: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def __getitems__(self, indices: Sequence[int] | np.ndarray) -> Any:
+    def __getitems__(self, indices: Sequence[int] | np.ndarray | tuple[int, np.ndarray]) -> Any:
+        ds = self.dataset
+        if isinstance(indices, tuple):  # (epoch, indices): a chute.Mix (OrderBatchSampler)
+            epoch, indices = indices
+            assert isinstance(ds, PerEpoch)
+            ds = ds.at_epoch(epoch)
         try:
             if self.sample_transform is None and self.collate_fn is None:
-                batch = self.dataset.gather(indices)
+                batch = ds.gather(indices)
             else:
-                samples = [self[i] for i in indices]
+                samples = [self._sample(ds, int(i)) for i in indices]
                 batch = (self.collate_fn or _collate)(samples)
             return batch if self.batch_transform is None else self.batch_transform(batch)
         except ChuteError:
@@ -171,17 +179,24 @@ def _collate(samples: list[Any]) -> Any:
         ) from exc
 
 
-class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
+class OrderBatchSampler(torch.utils.data.Sampler[Any]):
     """The remaining batches of the order's current epoch (``plan()``: the state does not move).
 
     ``len()`` is the number of batches of a whole epoch, as for :class:`~chute.loader.Loader`.
+    ``with_epoch``: yield ``(epoch, indices)``, for a dataset whose samples depend on the epoch
+    (a ``chute.Mix``); the epoch then travels with each batch to the worker processes.
     """
 
-    def __init__(self, order: Order) -> None:
+    def __init__(self, order: Order, with_epoch: bool = False) -> None:
         self.order = order
+        self.with_epoch = with_epoch
 
-    def __iter__(self) -> Iterator[np.ndarray]:
-        return iter(self.order.plan())
+    def __iter__(self) -> Iterator[Any]:
+        plan = self.order.plan()
+        if not self.with_epoch:
+            return iter(plan)
+        epoch = self.order.epoch  # now, as the plan: not when the generator first runs
+        return ((epoch, idx) for idx in plan)
 
     def __len__(self) -> int:
         return len(self.order)
@@ -197,7 +212,8 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
     """
 
     def __init__(self, dataset: BatchDataset, order: Order, **kwargs: Any) -> None:
-        sampler = OrderBatchSampler(order)  # index arrays, not lists: __getitems__ takes both
+        # index arrays, not lists (__getitems__ takes both); with the epoch for a chute.Mix
+        sampler = OrderBatchSampler(order, isinstance(dataset.dataset, PerEpoch))
         kwargs["worker_init_fn"] = functools.partial(worker_init, kwargs.get("worker_init_fn"))
         torch.utils.data.DataLoader.__init__(
             self,

@@ -21,7 +21,7 @@ import torch
 from .._args import check_int, default_workers, dist_defaults
 from ..errors import ArgumentError
 from ..order import Order
-from ..reader.gatherable import Gatherable
+from ..reader.gatherable import Gatherable, PerEpoch
 from ..reader.subset import loadable
 from .buffers import Buffers, Pool, Ring
 from .passes import OnePass
@@ -207,8 +207,11 @@ class Loader(OnePass):
             make: type[Pool] | type[Ring] = Pool if self.keep is None else Ring
             self._buffers = make(self.dataset, rows, self._items, self.pin_memory)
         order_batches = self.order.batches()  # first: it may move on from a finished epoch
+        ds = self.dataset
+        if isinstance(ds, PerEpoch):  # a chute.Mix: which samples its positions hold is per epoch
+            ds = ds.at_epoch(self.order.epoch)
         run = Run(
-            self.dataset,
+            ds,
             self._buffers,
             self.order.plan(),
             transform=self.transform,

@@ -5,7 +5,7 @@ NOTE (threads, scheduling, errors, shutdown; the whole protocol, written down on
 buffers a batch lives in, and how long, have their own NOTE in ``chute/loader/buffers.py``)
 
     Who does what. ``iter(loader)`` takes this rank's remaining batches of the epoch from the
-    :class:`~chute.order.Order` (its ``plan()``: index arrays, computed up front) and starts
+    :class:`~chute.order.Order` (its ``plan()``: index arrays, each computed when asked) and starts
     ``num_workers`` daemon threads. A work item is a group of ``group`` consecutive batches
     (``group`` > 1 only when every field is fixed-shape and a batch is smaller than
     ``GROUP_BYTES``; the Loader decides it): a worker gathers the whole group with one
@@ -61,7 +61,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -89,7 +89,7 @@ class Run:
         self,
         ds: Gatherable,
         buffers: Buffers,
-        plan: list[np.ndarray],
+        plan: Sequence[np.ndarray],
         *,
         transform: Callable[[dict[str, Any]], Any] | None,
         pad: float | int | None,

@@ -38,3 +38,12 @@ class Gatherable(Protocol):
     ) -> dict[str, Any]: ...
 
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]: ...
+
+
+@runtime_checkable
+class PerEpoch(Protocol):
+    """A :class:`Gatherable` whose samples depend on the epoch (a :func:`chute.mix`): the
+    loaders gather each pass from ``at_epoch(epoch)``, bound to the epoch being loaded, so
+    that no shared epoch can race between passes or worker processes."""
+
+    def at_epoch(self, epoch: int) -> Gatherable: ...

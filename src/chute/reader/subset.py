@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from .. import format as fmt
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentValueError
 from .gather import check_indices
-from .gatherable import Gatherable
+from .gatherable import Gatherable, PerEpoch
 
 __all__ = ["SubsetDataset", "loadable"]
 
@@ -86,6 +86,12 @@ def loadable(ds: Any, who: str) -> Gatherable:
         )
     if not chain:
         return base
+    if isinstance(base, PerEpoch):
+        raise ArgumentValueError(
+            f"{who} got a torch Subset of a chute.mix: a mix's positions hold other samples "
+            "every epoch, so a split of it is not held out; split each source (random_split), "
+            "then mix the training splits"
+        )
     idx = None  # the composed indices so far, innermost Subset first
     for indices in reversed(chain):
         if idx is None:

@@ -1,11 +1,17 @@
 """Order: which samples each rank reads at each step, as a pure function of ``(seed, epoch)``.
 
 The epoch's *global order* is a permutation of ``range(n)`` that depends only on the seed, the
-epoch and ``block_size``. Global step ``j`` takes the next ``batch_size * world_size`` positions of
-it and rank ``r`` takes the ``r``-th contiguous ``batch_size`` of them, so after ``k`` steps on
-every rank exactly the first ``k * batch_size * world_size`` positions are consumed, whatever
-the rank count. That number (and the epoch) is the whole state: resuming with a different world
-size re-splits the rest of the epoch, none repeated, none lost.
+epoch and ``block_size``. With ``shuffle=True`` and no ``block_size`` it is a
+:class:`~chute.permute.Permutation` (a Feistel network, never materialised): each batch's indices
+are computed from it alone, O(batch) memory and time, so an order over billions of samples costs
+nothing up front. (Since this changed from ``rng.permutation(n)``, a seed gives another order
+than chute 0.1's; the properties below are the same.)
+
+Global step ``j`` takes the next ``batch_size * world_size`` positions of it and rank ``r``
+takes the ``r``-th contiguous ``batch_size`` of them, so after ``k`` steps on every rank exactly
+the first ``k * batch_size * world_size`` positions are consumed, whatever the rank count. That
+number (and the epoch) is the whole state: resuming with a different world size re-splits the
+rest of the epoch, none repeated, none lost.
 
 The last step of an epoch may be short. Without ``drop_last`` its positions are split evenly
 (``ceil(rest / world_size)`` each) and padded by wrapping around to the start of the epoch's
@@ -32,15 +38,23 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
-from typing import Any
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import numpy as np
 
-from ._args import check_int
-from .errors import ArgumentValueError
+from .._args import check_int
+from ..errors import ArgumentValueError, SampleIndexError
+from .permute import Permutation, check_materialise
 
-__all__ = ["Order"]
+__all__ = ["Order", "Plan"]
+
+_CHUNK = 1 << 20  # positions computed at once by global_order()
+_BLOCK_BYTES = 48  # peak bytes a sample of the block shuffle's arrays and sort
+_PLAN_CACHE = 1 << 22  # index values a Plan keeps of the batches it computed (32 MB)
+_INSTEAD = "iterate over Order.plan() / Order.batches(), which compute one batch at a time"
 
 STATE_VERSION = 1  # of state_dict(); a state without "version" (chute 0.1) loads as version 1
 _STATE_KEYS = ("epoch", "consumed", "version", "n", "seed", "shuffle", "block_size", "window")
@@ -134,42 +148,66 @@ class Order:
         self._chosen = True
 
     def global_order(self, epoch: int | None = None) -> np.ndarray:
-        """The (read-only, int64) global order of ``epoch`` (default: the current one)."""
+        """The (read-only, int64) global order of ``epoch`` (default: the current one).
+
+        Materialised: O(n) memory (8 bytes a sample; a :class:`~chute.errors.ChuteError` if
+        that exceeds half the machine's RAM). The loaders never call it for ``shuffle=True``
+        without ``block_size`` or for ``shuffle=False``: :meth:`plan` computes each batch alone.
+        """
         epoch = self._epoch if epoch is None else check_int("epoch", epoch, 0)
         if self._cache is not None and self._cache[0] == epoch:
             return self._cache[1]
         if not self.shuffle:
+            check_materialise(self.n, 8, "Order.global_order()", _INSTEAD)
             perm = np.arange(self.n, dtype=np.int64)
+        elif self.block_size is None:
+            check_materialise(self.n, 8, "Order.global_order()", _INSTEAD)
+            lazy = self._permutation(epoch)
+            perm = np.empty(self.n, np.int64)
+            for a in range(0, self.n, _CHUNK):  # in chunks: no temporaries of size n
+                b = min(self.n, a + _CHUNK)
+                perm[a:b] = lazy[np.arange(a, b, dtype=np.int64)]
         else:
+            check_materialise(
+                self.n,
+                _BLOCK_BYTES,
+                f"the block shuffle (block_size={self.block_size}) of {self.n:,} samples",
+                "use shuffle=True without block_size, whose order is computed a batch at a time",
+            )
             rng = np.random.default_rng([self.seed, epoch])
-            if self.block_size is None:
-                perm = rng.permutation(self.n).astype(np.int64, copy=False)
-            else:
-                perm = _block_shuffle(self.n, self.block_size, self.window, rng)
+            perm = _block_shuffle(self.n, self.block_size, self.window, rng)
         perm.setflags(write=False)
         self._cache = (epoch, perm)
         return perm
 
-    def plan(self) -> list[np.ndarray]:
+    def _permutation(self, epoch: int) -> Permutation:
+        """The lazy global order of ``epoch`` for ``shuffle=True`` without ``block_size``."""
+        return Permutation(self.n, (self.seed, epoch))
+
+    def plan(self) -> Plan:
         """This rank's remaining batches of the current epoch; pure, the state does not move.
 
-        Used by loaders that prefetch: they gather ahead from the plan and let ``batches()``
-        track what the consumer actually received.
+        A :class:`Plan`: a sequence of int64 index arrays, each computed when indexed (O(batch)
+        memory for ``shuffle=False`` and for ``shuffle=True`` without ``block_size``). Used by
+        loaders that prefetch: they gather ahead from the plan and let ``batches()`` track what
+        the consumer actually received.
         """
-        perm = self.global_order()
-        start, step, bs = self._consumed, self.step_samples, self.batch_size
-        full = (self.n - start) // step
-        out = [
-            perm[start + j * step + self.rank * bs : start + j * step + (self.rank + 1) * bs]
-            for j in range(full)
-        ]
-        rest = self.n - start - full * step
-        if rest and not self.drop_last:
-            share = math.ceil(rest / self.world_size)
-            first = start + full * step + self.rank * share
-            # Positions past the end wrap to the start of the epoch's order: the padding.
-            out.append(np.take(perm, np.arange(first, first + share), mode="wrap"))
-        return out
+        lookup: Callable[[np.ndarray], np.ndarray]
+        if not self.shuffle:
+            lookup = _identity
+        elif self.block_size is None:
+            lookup = self._permutation(self._epoch).__getitem__
+        else:
+            lookup = self.global_order().__getitem__
+        return Plan(
+            lookup,
+            self.n,
+            self._consumed,
+            self.batch_size,
+            self.rank,
+            self.world_size,
+            self.drop_last,
+        )
 
     def batches(self) -> Iterator[np.ndarray]:
         """Yield this rank's remaining batches of the epoch (int64 index arrays), recording
@@ -269,3 +307,74 @@ def _block_shuffle(n: int, block_size: int, window: int, rng: np.random.Generato
     order = np.arange(n, dtype=np.int64) + np.repeat(starts - first_pos, lengths)
     window_of = np.repeat(np.arange(nblocks, dtype=np.int64) // window, lengths)
     return order[np.lexsort((rng.random(n), window_of))]
+
+
+def _identity(positions: np.ndarray) -> np.ndarray:
+    return positions
+
+
+class Plan(Sequence[np.ndarray]):
+    """One rank's remaining batches of one epoch (what :meth:`Order.plan` returns): a sequence
+    of read-only int64 index arrays, batch ``j`` computed when ``plan[j]`` is asked for, from
+    ``lookup(positions)`` (the epoch's global order at those positions). Recently computed
+    batches are kept (up to :data:`_PLAN_CACHE` indices), as a loader asks for a batch more
+    than once (to gather it, then to count it). Thread-safe."""
+
+    def __init__(
+        self,
+        lookup: Callable[[np.ndarray], np.ndarray],
+        n: int,
+        start: int,
+        batch_size: int,
+        rank: int,
+        world_size: int,
+        drop_last: bool,
+    ) -> None:
+        self._lookup = lookup
+        self._n, self._start, self._bs, self._rank = n, start, batch_size, rank
+        self._step = batch_size * world_size
+        self._full = (n - start) // self._step
+        rest = n - start - self._full * self._step
+        self._share = math.ceil(rest / world_size) if rest and not drop_last else 0
+        self._len = self._full + (1 if self._share else 0)
+        self._kept: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._kept_size = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, j: int) -> np.ndarray: ...
+
+    @overload
+    def __getitem__(self, j: slice) -> list[np.ndarray]: ...
+
+    def __getitem__(self, j: int | slice) -> np.ndarray | list[np.ndarray]:
+        if isinstance(j, slice):
+            return [self[k] for k in range(*j.indices(self._len))]
+        k = int(j) + (self._len if j < 0 else 0)
+        if not 0 <= k < self._len:
+            raise SampleIndexError(f"batch {j} is out of range for a plan of {self._len}")
+        with self._lock:
+            idx = self._kept.get(k)
+        if idx is not None:
+            return idx
+        if k < self._full:
+            first = self._start + k * self._step + self._rank * self._bs
+            pos = np.arange(first, first + self._bs, dtype=np.int64)
+        else:  # the short last step; positions past the end wrap to the start: the padding
+            first = self._start + self._full * self._step + self._rank * self._share
+            pos = np.arange(first, first + self._share, dtype=np.int64) % self._n
+        idx = np.asarray(self._lookup(pos), dtype=np.int64)  # fresh: each lookup makes one
+        idx.setflags(write=False)
+        with self._lock:
+            self._kept[k] = idx
+            self._kept_size += len(idx)
+            while self._kept_size > _PLAN_CACHE and len(self._kept) > 1:
+                self._kept_size -= len(self._kept.popitem(last=False)[1])
+        return idx
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for k in range(self._len):
+            yield self[k]

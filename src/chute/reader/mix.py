@@ -1,0 +1,388 @@
+"""``chute.mix``: several datasets read as one, in exact proportions per epoch.
+
+Training mixes sources: 70% web text and 30% code, or a small curated set seen 3 times per
+epoch next to a large one seen once. :func:`mix` returns a :class:`Mix`, which the loaders read
+like a Dataset (``Loader``, ``chute.dataloader``), with a ``source`` field saying where each
+sample came from. Unlike LitData (its RNG replayed on resume, a varying epoch length), Grain
+(proportions rounded to small integers) or Streaming (proportion or repeat, not both), the counts
+are exact, the mapping is a pure function of ``(seed, epoch)`` and resume is O(1).
+
+Semantics, per epoch ``e`` (``N = len(mix)``, the epoch size; ``L_s`` = ``len`` of source ``s``):
+
+* Counts. Source ``s`` contributes exactly ``count_s`` of the epoch's ``N`` positions, the same
+  every epoch (``mix.counts``). With ``weights``: ``count_s = N * w_s / sum(w)`` computed exactly
+  (fractions of the given floats), the floors first, then the leftover positions one each to
+  the largest remainders, ties to the source given first. ``epoch_size`` defaults to the
+  largest ``N`` at which no source is read more than once per epoch: ``floor(min_s L_s *
+  sum(w) / w_s)`` over the sources of positive weight, i.e. the scarcest source relative to its
+  weight is read (about) once. With ``repeat`` (``{"a": 3, "b": 0.5}``) instead:
+  ``count_s = round(L_s * repeat_s)``, halves rounded up, and ``N = sum(count_s)``. With
+  neither, ``repeat=1`` for every source (a shuffled concatenation).
+* Which samples. Each source is read as an endless stream: its ``k``-th sample overall is
+  ``P_{s,c}[k mod L_s]`` with ``c = k // L_s``, ``P_{s,c}`` a fresh
+  :class:`~chute.permute.Permutation` of ``range(L_s)`` per cycle ``c``. Epoch ``e`` takes
+  stream samples ``e * count_s ... (e + 1) * count_s - 1``. So every sample of a source is used
+  once before any is used again, across epoch boundaries (``repeat=0.5``: epochs 0 and 1 see
+  the two halves of a cycle); a source read ``r`` (integer) times per epoch sees each sample
+  exactly ``r`` times. Where a cycle ends inside an epoch, the next cycle's order may bring back
+  a sample that appeared earlier in that epoch (never more often than the cycle rule allows).
+* Where. Position ``p`` of epoch ``e`` is slot ``q = Permutation(N, (seed, 0, e))[p]``; slots
+  ``[start_s, start_s + count_s)`` belong to source ``s`` in the order given. The sources are
+  thus interleaved at random even with ``shuffle=False``, and every lookup is O(batch), nothing
+  materialised per epoch.
+
+The epoch. A mix's samples depend on the epoch, so its readers pass it: ``mix.gather(indices,
+epoch=e)``, or ``mix.at_epoch(e)`` (a copy bound to ``e``, what ``Loader`` gathers from), or
+``mix.set_epoch(e)`` for ``mix[i]`` / ``gather`` without ``epoch=``. ``Loader`` and
+``chute.dataloader`` do this themselves from their order's epoch, so sharding across ranks with
+equal steps and exact resume (``state_dict``, any world size) come from their
+:class:`~chute.order.Order` over ``range(len(mix))``, unchanged. A torch ``Subset`` of a mix is
+refused (its positions hold other samples each epoch): split the sources, then mix.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import format as fmt
+from .._args import check_int
+from .._torch import TORCH_DTYPES, as_numpy, to_torch
+from ..batch import RaggedBatch, pad_batch
+from ..errors import ArgumentError, SchemaError
+from ..order.counts import source_counts
+from ..order.permute import Permutation
+from .dataset import Dataset
+from .gather import check_indices, out_rows, var_take
+from .subset import SubsetDataset, loadable
+
+__all__ = ["Mix", "mix"]
+
+SOURCE = "source"
+_SOURCE_FIELD = fmt.Tensor((), "int64")
+
+
+def mix(
+    sources: Mapping[str, Any],
+    weights: Mapping[str, float] | None = None,
+    epoch_size: int | None = None,
+    repeat: Mapping[str, float] | None = None,
+    seed: int = 0,
+    fields: Sequence[str] | None = None,
+) -> Mix:
+    """Datasets ``sources`` (``{name: chute Dataset or torch Subset of one}``) read as one
+    :class:`Mix` of ``epoch_size`` samples per epoch, by ``weights`` or by ``repeat`` per source
+    (see the module docstring for the exact counts). ``fields``: the fields to read, which
+    every source must have (default: all, and all sources must have the same ones). Example::
+
+        train = chute.mix({"web": chute.open("web.chute"), "code": chute.open("code.chute")},
+                          weights={"web": 0.7, "code": 0.3})
+        loader = chute.Loader(train, batch_size=256)   # batch["source"]: 0 web, 1 code
+    """
+    return Mix(sources, weights, epoch_size, repeat, seed, fields)
+
+
+class Mix:
+    """Several chute datasets as one, exact counts per source per epoch (see the module doc).
+
+    ``len(mix)`` is the epoch size; ``mix.sources`` the names (``batch["source"]`` indexes it);
+    ``mix.counts`` the samples of each source per epoch; ``schema``, ``gather``, ``mix[i]`` and
+    ``empty_batch`` as for a Dataset, plus the int64 ``source`` field. Made by :func:`mix`.
+    """
+
+    def __init__(
+        self,
+        sources: Mapping[str, Any],
+        weights: Mapping[str, float] | None = None,
+        epoch_size: int | None = None,
+        repeat: Mapping[str, float] | None = None,
+        seed: int = 0,
+        fields: Sequence[str] | None = None,
+    ) -> None:
+        if not isinstance(sources, Mapping) or not sources:
+            raise ArgumentError(
+                f"chute.mix takes a non-empty dict {{name: dataset}}, got {sources!r}"[:200]
+            )
+        for name in sources:
+            if not isinstance(name, str):
+                raise ArgumentError(f"source names are strings, got {name!r}")
+        self.sources: tuple[str, ...] = tuple(sources)
+        datasets = []
+        for name, ds in sources.items():
+            if hasattr(ds, "at_epoch"):
+                raise ArgumentError(
+                    f"source {name!r} is itself a mix; mix all the datasets in one chute.mix"
+                )
+            datasets.append(loadable(ds, f"chute.mix (source {name!r})"))
+        self.seed = check_int("seed", seed, 0)
+        self.schema: dict[str, fmt.Field] = _common_schema(self.sources, datasets, fields)
+        self.datasets: dict[str, Any] = {
+            name: _select(ds, list(self.schema))
+            for name, ds in zip(self.sources, datasets, strict=True)
+        }
+        self.schema[SOURCE] = _SOURCE_FIELD
+        sizes = [len(ds) for ds in datasets]
+        self.counts: dict[str, int] = dict(
+            zip(
+                self.sources,
+                source_counts(self.sources, sizes, weights, epoch_size, repeat),
+                strict=True,
+            )
+        )
+        self._sizes = np.array(sizes, np.int64)
+        counts = np.array(list(self.counts.values()), np.int64)
+        self._ends = np.cumsum(counts)
+        self._starts = self._ends - counts
+        self._counts = counts
+        self._len = int(self._ends[-1])
+        self._epoch = 0
+
+    # ------------------------------------------------------------------ the epoch
+
+    @property
+    def epoch(self) -> int:
+        """The epoch that ``mix[i]`` and ``gather`` without ``epoch=`` read."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Read ``epoch`` from now on where no ``epoch=`` is given (the loaders pass theirs)."""
+        self._epoch = check_int("epoch", epoch, 0)
+
+    def at_epoch(self, epoch: int) -> Mix:
+        """A copy of this mix bound to ``epoch`` (sharing the datasets): what loaders gather
+        from, so that concurrent passes never race on :meth:`set_epoch`."""
+        bound = copy.copy(self)
+        bound.set_epoch(epoch)
+        return bound
+
+    # ------------------------------------------------------------------ where positions are
+
+    def __len__(self) -> int:
+        return self._len
+
+    def locate(self, positions: Any, epoch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(source ids, sample indices in those sources)`` of ``positions`` in ``epoch``
+        (default: :attr:`epoch`): int64 arrays, O(len(positions)), a pure function of
+        ``(seed, epoch, positions)``."""
+        pos = check_indices(positions, self._len, self, positions=True)
+        e = self._epoch if epoch is None else check_int("epoch", epoch, 0)
+        slot = Permutation(self._len, (self.seed, 0, e))[pos]
+        src = np.searchsorted(self._ends, slot, side="right").astype(np.int64)
+        stream = e * self._counts[src] + (slot - self._starts[src])  # k-th of its source
+        size = self._sizes[src]
+        cycle, within = np.divmod(stream, size)
+        idx = np.empty_like(pos)
+        for s in np.unique(src).tolist():
+            mine = src == s
+            cycles = cycle[mine]
+            got = np.empty(len(cycles), np.int64)
+            for c in np.unique(cycles).tolist():
+                at = cycles == c
+                got[at] = Permutation(int(self._sizes[s]), (self.seed, 1, s, c))[within[mine][at]]
+            idx[mine] = got
+        return src, idx
+
+    # ------------------------------------------------------------------ reading
+
+    def gather(
+        self,
+        indices: Any,
+        out: Mapping[str, torch.Tensor] | None = None,
+        pad: float | int | None = None,
+        *,
+        epoch: int | None = None,
+    ) -> dict[str, Any]:
+        """Positions ``indices`` of ``epoch`` (default :attr:`epoch`) as one batch, in the order
+        given, as :meth:`chute.Dataset.gather` returns it (``out=``, ``pad=`` likewise), plus
+        ``source`` (int64, an index into :attr:`sources`). One gather per source hit."""
+        fixed = [k for k, f in self.schema.items() if isinstance(f, fmt.Tensor)]
+        if out is not None and (not isinstance(out, Mapping) or not set(out) <= set(fixed)):
+            raise SchemaError(
+                f"out= takes a dict of buffers for fixed-shape fields {sorted(fixed)} (see "
+                f"empty_batch()); got {sorted(out) if isinstance(out, Mapping) else type(out)}"
+            )
+        if pad is not None:
+            for name, f in self.schema.items():
+                if isinstance(f, (fmt.Ragged, fmt.Bytes)) and f"{name}_lengths" in self.schema:
+                    raise SchemaError(
+                        f"pad= would add {name + '_lengths'!r} (the lengths of field {name!r}), "
+                        "but the mix has a field of that name; mix with fields= without one of "
+                        "them, or pad yourself from the RaggedBatch"
+                    )
+        src, idx = self.locate(indices, epoch)
+        b = len(idx)
+        parts = []  # (positions in the batch, the source's sub-batch)
+        for s in np.unique(src).tolist():
+            where = np.flatnonzero(src == s)
+            parts.append((where, self.datasets[self.sources[s]].gather(idx[where])))
+        batch: dict[str, Any] = {}
+        for name, f in self.schema.items():
+            if name == SOURCE:
+                batch[name] = _fixed(name, _SOURCE_FIELD, b, out, [(np.arange(b), {name: src})])
+            elif isinstance(f, fmt.Tensor):
+                batch[name] = _fixed(name, f, b, out, parts)
+            elif isinstance(f, fmt.String):
+                strings: list[Any] = [None] * b
+                for where, sub in parts:
+                    for w, text in zip(where.tolist(), sub[name], strict=True):
+                        strings[w] = text
+                batch[name] = strings
+            else:
+                rb = _merge_ragged(f, b, [(where, sub[name]) for where, sub in parts], name)
+                if pad is None:
+                    batch[name] = rb
+                else:
+                    batch[name], batch[f"{name}_lengths"] = pad_batch(rb, pad, name)
+        return batch
+
+    def __getitem__(self, i: Any) -> dict[str, Any]:
+        """Position ``i`` of the current :attr:`epoch` as one sample, with its ``source``."""
+        if isinstance(i, torch.Tensor) and i.ndim == 0:
+            i = i.item()
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise ArgumentError(f"a Mix is indexed by an int position, not {type(i).__name__}")
+        src, idx = self.locate([i])
+        sample = dict(self.datasets[self.sources[int(src[0])]][int(idx[0])])
+        sample[SOURCE] = torch.tensor(int(src[0]), dtype=torch.int64)
+        return sample
+
+    def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
+        """Pre-allocated ``out=`` buffers for :meth:`gather`, one per fixed-shape field."""
+        return {
+            name: torch.empty(
+                (batch_size, *f.shape), dtype=TORCH_DTYPES[f.dtype], pin_memory=pin_memory
+            )
+            for name, f in self.schema.items()
+            if isinstance(f, fmt.Tensor)
+        }
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{n!r}: {self.counts[n]} of {s}"
+            for n, s in zip(self.sources, self._sizes.tolist(), strict=True)
+        )
+        return f"chute.Mix({{{parts}}}, {self._len} per epoch, seed={self.seed})"
+
+
+# ---------------------------------------------------------------------- building a mix
+
+
+def _common_schema(
+    names: tuple[str, ...], datasets: list[Any], fields: Sequence[str] | None
+) -> dict[str, fmt.Field]:
+    """The fields the mix reads: ``fields``, or all (then every source must have the same);
+    every field the same kind, dtype and shape in every source. Else a SchemaError."""
+    schemas = [dict(ds.schema) for ds in datasets]
+    if isinstance(fields, str):
+        raise ArgumentError("fields= takes a list of field names, not a string")
+    common = [k for k in schemas[0] if all(k in sc for sc in schemas)]
+    if fields is None:
+        odd = {
+            n: sorted(set(sc) - set(common))
+            for n, sc in zip(names, schemas, strict=True)
+            if set(sc) != set(common)
+        }
+        if odd:
+            extra = "; ".join(f"{n!r} also has {f}" for n, f in odd.items())
+            raise SchemaError(
+                f"the sources have different fields ({extra}); pass fields= with common ones, "
+                f"e.g. fields={common}"
+            )
+        wanted = common
+    else:
+        wanted = list(fields)
+        for n, sc in zip(names, schemas, strict=True):
+            missing = [k for k in wanted if k not in sc]
+            if missing:
+                raise SchemaError(
+                    f"source {n!r} has no field(s) {missing}; its fields are {sorted(sc)}, the "
+                    f"fields all sources have are {common}"
+                )
+    if SOURCE in wanted:
+        raise SchemaError(
+            f"the sources have a field {SOURCE!r}, which would clash with the mix's own "
+            f"{SOURCE!r} field; pass fields= without it"
+        )
+    for k in wanted:
+        specs = {n: sc[k] for n, sc in zip(names, schemas, strict=True)}
+        if len(set(specs.values())) > 1:
+            got = ", ".join(f"{n!r}: {_describe(f)}" for n, f in specs.items())
+            raise SchemaError(
+                f"field {k!r} differs between the sources ({got}); convert one, or leave the "
+                "field out with fields="
+            )
+    return {k: schemas[0][k] for k in wanted}
+
+
+def _describe(f: fmt.Field) -> str:
+    if isinstance(f, fmt.Tensor):
+        return f"{f.dtype} {tuple(f.shape)}"
+    if isinstance(f, fmt.Ragged):
+        return f"ragged {f.dtype} (n, {', '.join(str(d) for d in f.inner_shape)})"
+    return f.kind
+
+
+def _select(ds: Any, wanted: list[str]) -> Any:
+    """``ds`` reading only the fields ``wanted`` (a chute Dataset, also under a Subset, is
+    narrowed, O(1); another chute dataset is gathered whole and the rest dropped)."""
+    if list(ds.schema) == wanted:
+        return ds
+    if isinstance(ds, SubsetDataset):
+        return SubsetDataset(_select(ds.dataset, wanted), np.array(ds.indices))
+    if isinstance(ds, Dataset):  # as to_memory() does: the files open() saw, fewer fields
+        narrowed = Dataset.__new__(Dataset)
+        narrowed.__setstate__({**ds.__getstate__(), "fields": wanted})
+        return narrowed
+    return ds
+
+
+# ---------------------------------------------------------------------- merging sub-batches
+
+
+def _fixed(
+    name: str, f: fmt.Tensor, b: int, out: Mapping[str, Any] | None, parts: list
+) -> torch.Tensor:
+    """Fixed-shape field ``name`` of the batch: each source's rows put at their positions."""
+    t = out[name] if out is not None and name in out else None
+    if t is None:
+        rows = np.empty((b, *f.shape), fmt.storage_dtype(f.dtype))
+    else:
+        rows = out_rows(t, name, f, b)
+    for where, sub in parts:
+        got = sub[name]
+        rows[where] = as_numpy(got) if isinstance(got, torch.Tensor) else got
+    if t is None:
+        return to_torch(rows, f.dtype)
+    return t if len(t) == b else t[:b]
+
+
+def _merge_ragged(
+    f: fmt.Ragged | fmt.Bytes, b: int, parts: list[tuple[np.ndarray, RaggedBatch]], name: str
+) -> RaggedBatch:
+    """One RaggedBatch of the sources' ones, samples at their positions: the values
+    concatenated in source order, then one gather in the batch's order."""
+    order = np.concatenate([w for w, _ in parts]) if parts else np.zeros(0, np.int64)
+    inverse = np.empty(b, np.int64)
+    inverse[order] = np.arange(b)
+    ends, values, shapes = [0], [], []
+    for _, rb in parts:
+        offs = rb.offsets.numpy()
+        ends.extend((offs[1:] + ends[-1]).tolist())
+        values.append(as_numpy(rb.values))
+        if rb.shapes is not None:
+            shapes.append(rb.shapes.numpy())
+    if values:
+        cat = np.concatenate(values)
+    else:
+        inner: tuple[Any, ...] = () if f.variable_dims else f.inner_shape
+        cat = np.empty((0, *inner), fmt.storage_dtype(f.dtype))
+    merged, offsets = var_take(cat, np.array(ends, np.int64), inverse, f"mix field {name!r}")
+    shape = None
+    if f.variable_dims:
+        ndim = 1 + len(f.inner_shape)
+        shape = torch.from_numpy(np.concatenate([np.zeros((0, ndim), np.int64), *shapes])[inverse])
+    return RaggedBatch(to_torch(merged, f.dtype), torch.from_numpy(offsets), shape)
