@@ -44,6 +44,10 @@ from .reader import Dataset
 from .writer import commit, new_staging_dir, write_part
 
 _BLOCK_BYTES = 128 << 20  # rows per block when Ray's context gives no target size
+# A part is split into read tasks of no less than this: a Ray task costs milliseconds to
+# schedule and each one checks the dataset's files (benchmarks/ray_read.py: splitting 8 parts
+# of 8 MB into Ray's 56 requested tasks halved the rows/s).
+MIN_TASK_BYTES = 32 << 20
 _TASK_ROW_LIMIT = "per_task_row_limit" in inspect.signature(ReadTask.__init__).parameters
 
 
@@ -95,7 +99,9 @@ class Source(Datasource):  # type: ignore[misc]  # Ray's classes are untyped for
         block_rows = max(1, int((target or _BLOCK_BYTES) // max(row_bytes, 1)))
         extra = {"per_task_row_limit": per_task_row_limit} if _TASK_ROW_LIMIT else {}
         tasks = []
-        for a, b in _plan(ds.part_sizes, max(1, parallelism), self._rows_per_task):
+        min_rows = max(1, int(MIN_TASK_BYTES // max(row_bytes, 1)))
+        plan = _plan(ds.part_sizes, max(1, parallelism), self._rows_per_task, min_rows)
+        for a, b in plan:
             meta = BlockMetadata(
                 num_rows=b - a,
                 size_bytes=int(row_bytes * (b - a)),
@@ -108,16 +114,18 @@ class Source(Datasource):  # type: ignore[misc]  # Ray's classes are untyped for
 
 
 def _plan(
-    sizes: Sequence[int], parallelism: int, rows_per_task: int | None
+    sizes: Sequence[int], parallelism: int, rows_per_task: int | None, min_rows: int = 1
 ) -> list[tuple[int, int]]:
     """Row ranges ``[a, b)`` of the read tasks, none across a part boundary: ``rows_per_task``
-    rows each, else each part split in proportion to its size to make ~``parallelism``."""
+    rows each, else each part split in proportion to its size to make ~``parallelism``, in
+    ranges of at least ``min_rows`` (so one task per part for parts of a few MB)."""
     total = sum(sizes)
     ranges: list[tuple[int, int]] = []
     start = 0
     for n in sizes:
         if n:
-            step = rows_per_task or -(-n // max(1, min(n, round(parallelism * n / total))))
+            k = min(round(parallelism * n / total), n // min_rows)
+            step = rows_per_task or -(-n // max(1, k))
             ranges += [(a, min(a + step, start + n)) for a in range(start, start + n, step)]
         start += n
     return ranges or [(0, 0)]  # an empty dataset: one task, one empty block with the columns
