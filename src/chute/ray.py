@@ -10,7 +10,7 @@ Reads are memory-mapped in the read tasks; writes go to a staging folder and are
 once, by the driver, when every write task has succeeded (the pattern of
 :func:`chute.from_dask`): a failed write leaves nothing that ``chute.open`` accepts, and a
 retried task adds no rows twice. ``import chute.ray`` does not import Ray; the first use does
-(``pip install 'chute[ray]'``). The Ray classes live in :mod:`chute._ray`.
+(``pip install 'chute[ray]'``). The Ray classes live in :mod:`chute.engines`.
 """
 
 from __future__ import annotations
@@ -27,17 +27,26 @@ if TYPE_CHECKING:
     import ray.data
 
     from . import format as fmt
-    from ._ray import Sink, Source
+    from .engines.ray_read import Source
+    from .engines.ray_write import Sink
 
 __all__ = ["Sink", "Source", "read", "write"]
 
 
-def _impl() -> ModuleType:
-    """:mod:`chute._ray`, imported on first use (it imports Ray)."""
+def _read() -> ModuleType:
+    """:mod:`chute.engines.ray_read`, imported on first use (it imports Ray)."""
     require("ray.data", "ray")
-    from . import _ray
+    from .engines import ray_read
 
-    return _ray
+    return ray_read
+
+
+def _write() -> ModuleType:
+    """:mod:`chute.engines.ray_write`, imported on first use (it imports Ray)."""
+    require("ray.data", "ray")
+    from .engines import ray_write
+
+    return ray_write
 
 
 def read(
@@ -61,7 +70,7 @@ def read(
     ``iter_torch_batches`` collates fixed fields by itself; ragged, bytes and string columns
     need a ``collate_fn`` (Ray cannot stack them).
     """
-    return _impl().read(path, fields, rows_per_task=rows_per_task, **read_args)
+    return _read().read(path, fields, rows_per_task=rows_per_task, **read_args)
 
 
 def write(
@@ -78,7 +87,7 @@ def write(
 
     ``ds.write_datasink(chute.ray.Sink(path, ...), **write_args)``: see :class:`Sink`.
     """
-    sink = _impl().Sink(
+    sink = _write().Sink(
         path, overwrite=overwrite, part_size=part_size, schema=schema, metadata=metadata
     )
     ds.write_datasink(sink, **write_args)
@@ -86,6 +95,8 @@ def write(
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Sink", "Source"):
-        return getattr(_impl(), name)
+    if name == "Source":
+        return _read().Source
+    if name == "Sink":
+        return _write().Sink
     raise AttributeError(f"module 'chute.ray' has no attribute {name!r}")

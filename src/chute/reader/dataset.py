@@ -297,12 +297,6 @@ class Dataset(torch.utils.data.Dataset):
         return mem
 
     @property
-    def part_sizes(self) -> tuple[int, ...]:
-        """Samples in each part, in order: the row ranges that parallel readers (one task per
-        part, e.g. :mod:`chute.ray`) split the dataset along."""
-        return tuple(p.info.num_samples for p in self._parts)
-
-    @property
     def nbytes(self) -> int:
         """Bytes on disk of the selected fields."""
         return sum(

@@ -1,47 +1,39 @@
-"""The Ray Data classes behind :mod:`chute.ray` (this module imports Ray; that one does not).
-
-:class:`Source` (a ``ray.data.Datasource``): the dataset is opened on the driver, which plans
-one read task per part or row range; each task gets the :class:`chute.Dataset` (it pickles as
-its path, its manifest and the identities of its files), maps the files and turns slices into
-Arrow blocks.
+"""Ray Data out (behind :mod:`chute.ray`; this module imports Ray, that one does not).
 
 :class:`Sink` (a ``ray.data.Datasink``), the pattern of :func:`chute.from_dask`:
 ``on_write_start`` (driver) creates the staging folder beside the destination; each
 ``write`` call (a task) writes its rows as one or more parts with
-:func:`chute.writer.write_part`, each into a folder it claims under a fresh random name, so a
-retried attempt never writes into the folder of an earlier one; ``on_write_complete``
-(driver) keeps only the parts the successful tasks reported, names them ``part-00000...`` in
-task order, and commits the manifest (:func:`chute.writer.commit`): the one moment the
-dataset appears. ``on_write_failed`` removes the staging folder.
+:func:`chute.writer.writer.write_part`, each into a folder it claims under a fresh random
+name, so a retried attempt never writes into the folder of an earlier one;
+``on_write_complete`` (driver) keeps only the parts the successful tasks reported, names them
+``part-00000...`` in task order, and commits the manifest
+(:func:`chute.writer.commit.commit`): the one moment the dataset appears. ``on_write_failed``
+removes the staging folder.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
-import itertools
 import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import ray.data
-import torch
-from ray.data import Datasink, Datasource, ReadTask
-from ray.data.block import Block, BlockAccessor, BlockMetadata
+from ray.data import Datasink, ReadTask
+from ray.data.block import Block, BlockAccessor
 
-from . import format as fmt
-from .columns import infer_field, promote
-from .errors import ArgumentError, SchemaError
-from .fetch import RaggedBatch
-from .reader import Dataset
-from .writer import commit, new_staging_dir, write_part
+from .. import format as fmt
+from .._args import check_int, check_path
+from ..errors import ArgumentError, SchemaError
+from ..writer.commit import commit, new_staging_dir
+from ..writer.field_files import promote
+from ..writer.values import infer_field
+from ..writer.writer import write_part
 
 _BLOCK_BYTES = 128 << 20  # rows per block when Ray's context gives no target size
 # A part is split into read tasks of no less than this: a Ray task costs milliseconds to
@@ -51,131 +43,14 @@ MIN_TASK_BYTES = 32 << 20
 _TASK_ROW_LIMIT = "per_task_row_limit" in inspect.signature(ReadTask.__init__).parameters
 
 
-def _positive(name: str, value: Any) -> int | None:
-    if value is not None and (type(value) is not int or value < 1):  # not bool
-        raise ArgumentError(f"{name} must be a positive int or None, got {value!r}")
-    return value
-
-
-def _local(path: str | os.PathLike) -> Path:
+def local_path(path: str | os.PathLike) -> Path:
     text = os.fspath(path)
     if isinstance(text, str) and "://" in text:
         raise ArgumentError(
             f"{text}: chute.ray reads and writes local paths (or a filesystem every Ray node "
             "mounts at the same path); object-store URLs are not supported yet"
         )
-    return fmt.check_path(path).absolute()
-
-
-# ---------------------------------------------------------------------------- reading
-
-
-class Source(Datasource):  # type: ignore[misc]  # Ray's classes are untyped for mypy
-    """A chute dataset as a Ray ``Datasource``; use :func:`chute.ray.read`."""
-
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        fields: Sequence[str] | None = None,
-        rows_per_task: int | None = None,
-    ):
-        super().__init__()
-        self._rows_per_task = _positive("rows_per_task", rows_per_task)
-        self.dataset = Dataset(_local(path), fields)
-
-    def get_name(self) -> str:
-        return "Chute"
-
-    def estimate_inmemory_data_size(self) -> int | None:
-        return self.dataset.nbytes
-
-    def get_read_tasks(
-        self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
-    ) -> list[ReadTask]:
-        ds = self.dataset
-        total = len(ds)
-        row_bytes = ds.nbytes / max(total, 1)
-        target = getattr(ray.data.DataContext.get_current(), "target_max_block_size", None)
-        block_rows = max(1, int((target or _BLOCK_BYTES) // max(row_bytes, 1)))
-        extra = {"per_task_row_limit": per_task_row_limit} if _TASK_ROW_LIMIT else {}
-        tasks = []
-        min_rows = max(1, int(MIN_TASK_BYTES // max(row_bytes, 1)))
-        plan = _plan(ds.part_sizes, max(1, parallelism), self._rows_per_task, min_rows)
-        for a, b in plan:
-            meta = BlockMetadata(
-                num_rows=b - a,
-                size_bytes=int(row_bytes * (b - a)),
-                input_files=None,
-                exec_stats=None,
-            )
-            read = functools.partial(_read_rows, ds, a, b, block_rows)
-            tasks.append(ReadTask(read, meta, **extra))
-        return tasks
-
-
-def _plan(
-    sizes: Sequence[int], parallelism: int, rows_per_task: int | None, min_rows: int = 1
-) -> list[tuple[int, int]]:
-    """Row ranges ``[a, b)`` of the read tasks, none across a part boundary: ``rows_per_task``
-    rows each, else each part split in proportion to its size to make ~``parallelism``, in
-    ranges of at least ``min_rows`` (so one task per part for parts of a few MB)."""
-    total = sum(sizes)
-    ranges: list[tuple[int, int]] = []
-    start = 0
-    for n in sizes:
-        if n:
-            k = min(round(parallelism * n / total), n // min_rows)
-            step = rows_per_task or -(-n // max(1, k))
-            ranges += [(a, min(a + step, start + n)) for a in range(start, start + n, step)]
-        start += n
-    return ranges or [(0, 0)]  # an empty dataset: one task, one empty block with the columns
-
-
-def _read_rows(ds: Dataset, a: int, b: int, block_rows: int) -> Iterator[Block]:
-    """The read task: rows ``[a, b)`` (inside one part) as Arrow blocks of ``block_rows``."""
-    for s in range(a, max(b, a + 1), block_rows):
-        yield _block(ds[s : min(b, s + block_rows)], ds.schema)
-
-
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()  # Arrow has no bfloat16
-
-
-def _tensors(name: str, arr: np.ndarray) -> Any:
-    """A numpy batch (or object array of arrays) as a column: Ray's tensor types."""
-    return BlockAccessor.batch_to_block({name: arr}).column(name)
-
-
-def _block(batch: Mapping[str, Any], schema: Mapping[str, fmt.Field]) -> pa.Table:
-    cols: dict[str, Any] = {}
-    for name, f in schema.items():
-        v = batch[name]
-        if isinstance(f, fmt.Tensor):
-            cols[name] = _tensors(name, _numpy(v))
-        elif isinstance(f, fmt.String):
-            cols[name] = pa.array(v, pa.large_string())
-        else:
-            cols[name] = _var_column(name, f, v)
-    return pa.table(cols)
-
-
-def _var_column(name: str, f: fmt.Ragged | fmt.Bytes, v: RaggedBatch) -> Any:
-    """Bytes as binary and ragged fields as list columns, sharing the batch's buffers; ragged
-    fields with inner dimensions as Ray's variable-shaped tensors (one array per sample)."""
-    offsets = v.offsets.numpy()
-    if isinstance(f, fmt.Bytes):
-        bufs = [None, pa.py_buffer(offsets), pa.py_buffer(v.values.numpy())]
-        return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offsets) - 1, bufs)
-    values = _numpy(v.values)
-    if not f.inner_shape:
-        return pa.LargeListArray.from_arrays(offsets, values)
-    rows = np.empty(len(offsets) - 1, object)
-    for i, (p, q) in enumerate(itertools.pairwise(offsets.tolist())):
-        rows[i] = values[p:q] if v.shapes is None else values[p:q].reshape(v.shapes[i].tolist())
-    return _tensors(name, rows)
-
-
-# ---------------------------------------------------------------------------- writing
+    return check_path(path).absolute()
 
 
 class Sink(Datasink):  # type: ignore[misc]  # Ray's classes are untyped for mypy
@@ -202,9 +77,9 @@ class Sink(Datasink):  # type: ignore[misc]  # Ray's classes are untyped for myp
         schema: Mapping[str, fmt.Field] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ):
-        self.path = _local(path)
+        self.path = local_path(path)
         self.overwrite = overwrite
-        self.part_size = _positive("part_size", part_size)
+        self.part_size = None if part_size is None else check_int("part_size", part_size, 1)
         self.schema = None if schema is None else dict(schema)
         self.metadata = dict(metadata or {})
         self._staging: Path | None = None
@@ -428,13 +303,3 @@ def _conform(
             col = promote(staging / info.name, name, have[name], f, None, info.num_samples)
             files.update(col.close())
     return fmt.PartInfo(info.name, info.num_samples, files)
-
-
-def read(
-    path: str | os.PathLike,
-    fields: Sequence[str] | None = None,
-    *,
-    rows_per_task: int | None = None,
-    **read_args: Any,
-) -> ray.data.Dataset:
-    return ray.data.read_datasource(Source(path, fields, rows_per_task), **read_args)
