@@ -63,6 +63,13 @@ _CLIENT_KEYS = frozenset(
 )
 _ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
 
+# obstore runs its requests on a process-wide tokio runtime whose threads a fork() does not
+# copy: in a child forked after its parent made a request, every request (even from a new
+# client) hangs forever (tokio-rs/tokio#4301; obstore is "not fork safe"). Such a child is
+# refused with an error instead (see _check_fork).
+_used_in: int | None = None  # the pid that started obstore's runtime
+_fork_hooked = False
+
 
 class _LocalError(Exception):
     """A local write failed during a download: not retried, re-raised as the original."""
@@ -131,7 +138,10 @@ class Store:
         return self._client
 
     def _make_client(self) -> Any:
+        global _used_in
+        _check_fork(self.url)
         store_mod = require("obstore.store", EXTRA)
+        _used_in = os.getpid()
         options = dict(self.storage_options)
         client = {k: options.pop(k) for k in list(options) if k in _CLIENT_KEYS}
         client.setdefault("connect_timeout", f"{max(1, int(self.timeout // 3))}s")
@@ -322,6 +332,17 @@ class Store:
         return RemoteError(
             f"{where}: could not {what} it after {tries + 1} attempt(s) (the store is "
             f"unreachable or failing): {_short(exc)}"
+        )
+
+
+def _check_fork(url: URL) -> None:
+    """Refuse to use obstore in a process forked after its parent used it (it would hang)."""
+    if _used_in is not None and _used_in != os.getpid():
+        raise RemoteError(
+            f"{url}: this process was forked from one that had already used the object "
+            "store client (obstore), whose runtime does not survive fork(): its requests "
+            "would hang. Start workers with the 'spawn' or 'forkserver' method (e.g. "
+            "DataLoader(multiprocessing_context='forkserver')), or fork before the first read"
         )
 
 
