@@ -5,8 +5,10 @@ Standalone for now: ``chute.open(url, ...)`` is to be wired onto these pieces. N
 ``remote`` extra (``pip install 'chute[remote]'``: obstore, zstandard), imported lazily.
 """
 
-from .cache import Entry, Pin, RemoteCache, default_cache_dir, parse_size
+from .cache import RemoteCache, default_cache_dir, parse_size
 from .client import Store
+from .locks import Pin
+from .manifest import Entry
 from .prefetch import Prefetcher
 from .upload import download, upload
 from .url import URL, is_url, parse_url

@@ -33,19 +33,14 @@ parts that must be in the cache at once.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
-import functools
 import json
 import os
 import re
 import secrets
 import shutil
-import threading
-import weakref
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,19 +56,14 @@ from ..errors import (
     DatasetNotFoundError,
     FormatError,
 )
-from ..files import _unique_keys
 from ..verify import _file_checksum
 from .client import CorruptObjectError, Store
+from .locks import Pin, _lock_fd, _locked, _release_all, _unlock_fd
+from .manifest import Entry, parse_remote_manifest
 
 META = ".chute-cache"
-ZSTD_SUFFIX = ".zst"
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgtp]?)(i?)b?\s*", re.IGNORECASE)
-
-# descriptors of this process's flocks (pins, version locks): a forked child closes its
-# copies, so that it does not keep its parent's locks alive (see _close_after_fork)
-_fds: set[int] = set()
-_fds_lock = threading.Lock()
 
 
 def parse_size(size: int | str | None) -> int | None:
@@ -110,95 +100,6 @@ def folder_name(url: str) -> str:
     """The cache sub-folder of a URL: its last segment (readable) and a hash (unique)."""
     tail = re.sub(r"[^A-Za-z0-9_.\-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:64]
     return f"{tail or 'dataset'}-{xxhash.xxh3_64_hexdigest(url.encode())[:16]}"
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A data file of the manifest: its size and checksum, and how it is stored remotely
-    (``stored``: size and xxh3_64 of the whole zstd object, None when not compressed)."""
-
-    relpath: str
-    nbytes: int
-    checksum: str
-    stored: tuple[int, str] | None = None
-
-    @property
-    def key(self) -> str:
-        return self.relpath + ZSTD_SUFFIX if self.stored is not None else self.relpath
-
-
-@functools.cache
-def _close_after_fork() -> None:
-    def close() -> None:
-        for fd in _fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        _fds.clear()
-
-    os.register_at_fork(after_in_child=close)
-
-
-def _lock_fd(path: Path, flags: int) -> int | None:
-    """Open ``path`` (created) and ``flock`` it; None when ``LOCK_NB`` and it is taken."""
-    _close_after_fork()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        fcntl.flock(fd, flags)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except BaseException:
-        os.close(fd)
-        raise
-    with _fds_lock:
-        _fds.add(fd)
-    return fd
-
-
-def _unlock_fd(fd: int | None) -> None:
-    """Close ``fd`` (dropping its flock) if this process still owns it."""
-    if fd is None:
-        return
-    with _fds_lock:
-        if fd not in _fds:  # closed after a fork, or already
-            return
-        _fds.discard(fd)
-    os.close(fd)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    fd = _lock_fd(path, fcntl.LOCK_EX)
-    try:
-        yield
-    finally:
-        _unlock_fd(fd)
-
-
-class Pin:
-    """Files that this process is using: none of them is evicted until :meth:`release`.
-    ``paths``: their local paths, in the order asked for."""
-
-    def __init__(self, paths: list[Path], fds: list[int]):
-        self.paths = paths
-        self._fds = fds
-        self._finalizer = weakref.finalize(self, _release_all, list(fds))
-
-    def release(self) -> None:
-        """Unpin (idempotent); also done when the Pin is garbage-collected."""
-        self._finalizer()
-
-    def __enter__(self) -> Pin:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
-
-
-def _release_all(fds: list[int]) -> None:
-    for fd in fds:
-        _unlock_fd(fd)
 
 
 class RemoteCache:
@@ -497,37 +398,6 @@ class RemoteCache:
         if self.manifest is None:
             raise CacheError(f"{self.folder}: call open() before using the cache")
         return self.manifest
-
-
-def parse_remote_manifest(raw: bytes, where: str) -> tuple[fmt.Manifest, dict[str, Entry]]:
-    """Parse a remote ``chute.json``: the manifest, and its files as :class:`Entry` (with
-    their stored zstd size and checksum when ``"compression": "zstd"``)."""
-    try:
-        obj = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
-        manifest = fmt.parse_manifest(obj)
-    except FormatError as exc:
-        raise type(exc)(f"{where}: {exc}") from None
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise FormatError(f"{where}: not a chute manifest, not valid JSON ({exc})") from None
-    compression = obj.get("compression")
-    if compression not in (None, "zstd"):
-        raise FormatError(f"{where}: unknown compression {compression!r} (this chute reads zstd)")
-    entries = {}
-    for raw_part, info in zip(obj["parts"], manifest.parts, strict=True):
-        for fn, fi in info.files.items():
-            rel = fn if info.name == fmt.ROOT_PART else f"{info.name}/{fn}"
-            stored = None
-            if compression:
-                s = raw_part["files"][fn].get("stored")
-                if not (
-                    isinstance(s, dict)
-                    and isinstance(s.get("bytes"), int)
-                    and isinstance(s.get(fmt.CHECKSUM), str)
-                ):
-                    raise FormatError(f"{where}: file {rel!r} has no 'stored' size and checksum")
-                stored = (s["bytes"], s[fmt.CHECKSUM])
-            entries[rel] = Entry(rel, fi.nbytes, fi.checksum, stored)
-    return manifest, entries
 
 
 def _present(path: Path, nbytes: int) -> bool:

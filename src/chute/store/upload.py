@@ -35,8 +35,9 @@ from .. import format as fmt
 from ..atomic import commit, new_staging_dir
 from ..errors import ArgumentError, DatasetExistsError, require
 from ..files import read_manifest
-from .cache import META, ZSTD_SUFFIX, RemoteCache
+from .cache import META, RemoteCache
 from .client import CHUNK, EXTRA, Store
+from .manifest import ZSTD_SUFFIX
 from .url import URL
 
 _DATA_SUFFIXES = (".npy", ".npy" + ZSTD_SUFFIX)
