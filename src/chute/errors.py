@@ -62,6 +62,16 @@ class SourceError(ChuteError, ValueError):
     """A source to convert from cannot be read or mapped to chute fields."""
 
 
+class RemoteError(ChuteError, OSError):
+    """Object storage failed: unreachable after bounded retries, a 4xx/5xx answer, or no
+    credentials. The message names the URL and the object."""
+
+
+class CacheError(ChuteError, OSError):
+    """The local cache of a remote dataset cannot be used: disk full, a limit too small for
+    the parts in flight, or a folder that holds another dataset."""
+
+
 class WorkerError(ChuteError, RuntimeError):
     """A loader worker failed; the message carries the worker's traceback."""
 

@@ -1,0 +1,29 @@
+"""Datasets in object storage (S3, GCS, Azure, HTTP, file://): URLs, a per-process client,
+a bounded node-local cache, prefetch in read order, upload and download.
+
+Standalone for now: ``chute.open(url, ...)`` is to be wired onto these pieces. Needs the
+``remote`` extra (``pip install 'chute[remote]'``: obstore, zstandard), imported lazily.
+"""
+
+from .cache import RemoteCache, default_cache_dir, parse_size
+from .client import Store
+from .locks import Pin
+from .manifest import Entry
+from .prefetch import Prefetcher
+from .upload import download, upload
+from .url import URL, is_url, parse_url
+
+__all__ = [
+    "URL",
+    "Entry",
+    "Pin",
+    "Prefetcher",
+    "RemoteCache",
+    "Store",
+    "default_cache_dir",
+    "download",
+    "is_url",
+    "parse_size",
+    "parse_url",
+    "upload",
+]

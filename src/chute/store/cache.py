@@ -1,0 +1,446 @@
+"""A bounded local cache of one remote dataset, shared by every process on a node.
+
+The cache folder (``cache_dir/NAME-HASH``, one per URL) is itself a chute dataset folder:
+``chute.json`` and the part files in the local layout, so the local reader maps them. Its
+hidden ``.chute-cache/`` sub-folder holds the bookkeeping:
+
+- ``identity.json``: the URL and the xxh3 of the remote manifest this folder caches. A folder
+  of another URL is refused (:class:`CacheError`); the same URL with a new manifest (the
+  dataset was rewritten in the bucket) is rebuilt: its files are deleted, unless a process
+  still has the old version open (it holds a shared ``flock`` on ``version.lock``), then it
+  is refused.
+- ``locks/REL.lock``: a file is downloaded under an exclusive ``flock`` of its lock file, so
+  all processes of a node download it once; the others wait, then find it. The kernel drops
+  the lock when its holder dies (SIGKILL, OOM), so a crash never leaves a stale lock.
+- ``inuse/REL.inuse``: a reader pins a file by holding a shared ``flock`` on it while it uses
+  the file (its mtime is the file's last use, for LRU). The evictor deletes a file only
+  while it holds the exclusive lock, taken without waiting: a pinned file is never evicted.
+
+A download goes to a temporary name beside its destination (``.NAME.tmp-PID-RANDOM``), is
+checked against the manifest's size and xxh3 (refetched once on a mismatch, then a
+:class:`ChecksumError`; never used), then put in place with ``os.replace``: a file at its
+final name is always complete and checked. Temporary files of a killed process are removed by
+the next downloader of the same file (it holds the file's lock, so they are stale). Files are
+not fsync'ed: the cache can always be fetched again, and ext4/xfs flush a file replaced by a
+rename before the rename itself.
+
+``cache_limit``: before a download, least-recently-used files that nobody pins are evicted
+until the cache plus the new file fit. If pinned files alone exceed the limit the download
+proceeds anyway (never a wait, so never a deadlock): the cache exceeds its limit by at most
+the pinned files. :meth:`RemoteCache.check_limit` refuses at open a limit smaller than the
+parts that must be in the cache at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from .. import format as fmt
+from ..atomic import _write_manifest
+from ..errors import (
+    ArgumentError,
+    CacheError,
+    ChecksumError,
+    DatasetChangedError,
+    DatasetNotFoundError,
+    FormatError,
+)
+from ..verify import _file_checksum
+from .client import CorruptObjectError, Store
+from .locks import Pin, _lock_fd, _locked, _release_all, _unlock_fd
+from .manifest import Entry, parse_remote_manifest
+
+META = ".chute-cache"
+_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgtp]?)(i?)b?\s*", re.IGNORECASE)
+
+
+def parse_size(size: int | str | None) -> int | None:
+    """Bytes from ``20GB``, ``1.5 GiB``, ``500M`` or an int; None stays None.
+    Decimal units are powers of 1000, ``KiB``/``MiB``/``GiB`` powers of 1024."""
+    if size is None:
+        return None
+    if isinstance(size, bool) or not isinstance(size, (int, float, str)):
+        raise ArgumentError(f"cache_limit must be bytes or a string like '20GB', got {size!r}")
+    n: float
+    if isinstance(size, (int, float)):
+        n = size
+    else:
+        m = _SIZE.fullmatch(size)
+        if m is None:
+            raise ArgumentError(f"cache_limit {size!r} is not a size like '20GB' or '512MiB'")
+        unit = m.group(2).lower()
+        binary = bool(m.group(3)) and bool(unit)
+        n = float(m.group(1)) * (1024 ** ("kmgtp".index(unit) + 1) if binary else _UNITS[unit])
+    if n < 0 or n != n:
+        raise ArgumentError(f"cache_limit must be >= 0, got {size!r}")
+    return int(n)
+
+
+def default_cache_dir() -> Path:
+    """``$CHUTE_CACHE_DIR``, else ``$XDG_CACHE_HOME/chute``, else ``~/.cache/chute``."""
+    if os.environ.get("CHUTE_CACHE_DIR"):
+        return Path(os.environ["CHUTE_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "chute"
+
+
+def folder_name(url: str) -> str:
+    """The cache sub-folder of a URL: its last segment (readable) and a hash (unique)."""
+    tail = re.sub(r"[^A-Za-z0-9_.\-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:64]
+    return f"{tail or 'dataset'}-{xxhash.xxh3_64_hexdigest(url.encode())[:16]}"
+
+
+class RemoteCache:
+    """The local cache of the dataset that ``store`` points to.
+
+    ``cache_dir``: the cache root (default :func:`default_cache_dir`); the dataset's folder
+    is :attr:`folder` inside it. ``cache_limit``: bytes or ``"20GB"``; None never evicts.
+    :meth:`open` fetches the manifest (one GET) and binds the folder to it; then
+    :meth:`pin_part` / :meth:`pin` give local paths of checked files, downloading them once
+    per node. Picklable: a process that unpickles it re-checks the folder on first use.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | str | None = None,
+        *,
+        folder: str | os.PathLike | None = None,
+    ):
+        self.store = store
+        self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.folder = Path(folder) if folder is not None else self.root / folder_name(store.url.url)
+        self.folder = self.folder.absolute()
+        self.limit = parse_size(cache_limit)
+        self.manifest: fmt.Manifest | None = None
+        self.entries: dict[str, Entry] = {}
+        self._identity: dict[str, str] | None = None
+        self._version_fd: int | None = None
+        self._pid = -1
+
+    @property
+    def meta(self) -> Path:
+        return self.folder / META
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_version_fd"], state["_pid"] = None, -1
+        return state
+
+    # -------------------------------------------------------------------- open
+
+    def open(self) -> fmt.Manifest:
+        """Fetch and check the remote manifest, bind the cache folder to it (rebuilding a
+        folder left by an older version of the same URL), write ``chute.json`` there."""
+        url = self.store.url
+        try:
+            raw = self.store.get_bytes(fmt.MANIFEST)
+        except DatasetNotFoundError as exc:
+            raise DatasetNotFoundError(
+                f"{url} is not a chute dataset: {exc} (an unfinished upload has no "
+                f"{fmt.MANIFEST}: its manifest is uploaded last)"
+            ) from None
+        manifest, entries = parse_remote_manifest(raw, url.join(fmt.MANIFEST))
+        identity = {"url": url.url, "manifest_xxh3": xxhash.xxh3_64_hexdigest(raw)}
+        try:
+            self.meta.mkdir(parents=True, exist_ok=True)
+            with _locked(self.meta / "folder.lock"):
+                self._bind(identity, manifest)
+                self._attach(identity)
+        except OSError as exc:
+            raise _disk_error(exc, self.folder, f"preparing the cache of {url}") from None
+        self.manifest, self.entries, self._identity = manifest, entries, identity
+        return manifest
+
+    def _bind(self, identity: dict[str, str], manifest: fmt.Manifest) -> None:
+        file = self.meta / "identity.json"
+        try:
+            old = json.loads(file.read_text())
+        except FileNotFoundError:
+            old = None
+        except ValueError:
+            old = {}
+        if old is None and any(p.name != META for p in self.folder.iterdir()):
+            raise CacheError(
+                f"{self.folder} holds files but no chute cache record: it is not a cache "
+                f"folder; refusing to use it for {identity['url']} (pass another cache_dir)"
+            )
+        if old is not None and old.get("url") != identity["url"]:
+            raise CacheError(
+                f"{self.folder} is the cache of {old.get('url')!r}, not {identity['url']}: "
+                "two datasets cannot share one cache folder; pass another cache_dir"
+            )
+        if old != identity:
+            if old is not None:
+                self._rebuild(old)
+            tmp = file.with_name(f"identity.json.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(identity))
+            os.replace(tmp, file)
+        if not (self.folder / fmt.MANIFEST).is_file() or old != identity:
+            _write_manifest(
+                self.folder, fmt.Manifest(manifest.fields, manifest.parts, manifest.metadata)
+            )
+
+    def _rebuild(self, old: dict[str, Any]) -> None:
+        """Delete the files of the older version that this folder caches (the remote
+        dataset was rewritten); refused while a process still has that version open."""
+        fd = _lock_fd(self.meta / "version.lock", fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if fd is None:
+            raise CacheError(
+                f"{self.folder} caches an older version of {old.get('url')} (the dataset was "
+                "rewritten in the bucket) that another process still reads; finish that job "
+                "or pass another cache_dir"
+            )
+        try:
+            for p in self.folder.iterdir():
+                if p.name == META:
+                    continue
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+            for sub in ("inuse", "locks"):
+                shutil.rmtree(self.meta / sub, ignore_errors=True)
+        finally:
+            _unlock_fd(fd)
+
+    def _attach(self, identity: dict[str, str] | None = None) -> None:
+        """Hold a shared lock on ``version.lock`` in this process (a rebuild by another
+        job waits for nobody and refuses instead), and check the folder still caches the
+        version this cache was opened with."""
+        if self._pid == os.getpid() and self._version_fd is not None:
+            return
+        identity = identity or self._identity
+        if identity is None:
+            raise CacheError(f"{self.folder}: call open() before using the cache")
+        self._version_fd = _lock_fd(self.meta / "version.lock", fcntl.LOCK_SH)
+        self._pid = os.getpid()
+        try:
+            current = json.loads((self.meta / "identity.json").read_text())
+        except (OSError, ValueError):
+            current = None
+        if current != identity:
+            self.close()
+            raise DatasetChangedError(
+                f"{self.folder} now caches another version of {identity['url']} (the "
+                "dataset was rewritten and another job rebuilt the cache): open it again"
+            )
+
+    def close(self) -> None:
+        """Drop this process's hold on the folder (pins are released separately)."""
+        if self._pid == os.getpid():
+            _unlock_fd(self._version_fd)
+        self._version_fd, self._pid = None, -1
+
+    # ------------------------------------------------------------------ files
+
+    def part_files(self, part: int, fields: Sequence[str] | None = None) -> list[str]:
+        """Relative paths of the files of part number ``part`` (of ``fields``, or all)."""
+        m = self._manifest()
+        info = m.parts[part]
+        names = m.fields if fields is None else fields
+        files = [fn for n in names for fn in fmt.field_files(n, m.fields[n]).values()]
+        return [fn if info.name == fmt.ROOT_PART else f"{info.name}/{fn}" for fn in files]
+
+    def pin_part(self, part: int, fields: Sequence[str] | None = None) -> Pin:
+        """Pin and ensure every file of part number ``part``: its local, checked files stay
+        until the returned :class:`Pin` is released."""
+        return self.pin(self.part_files(part, fields))
+
+    def pin(self, relpaths: Sequence[str]) -> Pin:
+        """Pin, then download if absent, each file of ``relpaths`` (manifest paths)."""
+        self._attach()
+        fds: list[int] = []
+        try:
+            paths = []
+            for rel in relpaths:
+                fd = _lock_fd(self._inuse(rel), fcntl.LOCK_SH)
+                assert fd is not None
+                fds.append(fd)
+                os.utime(fd)  # last use, for LRU
+                paths.append(self.ensure(rel))
+        except BaseException:
+            _release_all(fds)
+            raise
+        return Pin(paths, fds)
+
+    def ensure(self, relpath: str) -> Path:
+        """The local path of manifest file ``relpath``, downloaded and checked if absent.
+        Unpinned, it may be evicted by the next download: readers use :meth:`pin`."""
+        entry = self.entries.get(relpath)
+        if entry is None:
+            raise ArgumentError(f"{self.store.url}: the manifest lists no file {relpath!r}")
+        return self.ensure_file(entry)
+
+    def ensure_file(self, entry: Entry) -> Path:
+        """Download ``entry`` once per node into the cache folder, checked (see the module
+        docstring); returns its path."""
+        dst = self.folder / entry.relpath
+        if _present(dst, entry.nbytes):
+            return dst
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            with _locked(self.meta / "locks" / (entry.relpath + ".lock")):
+                if _present(dst, entry.nbytes):  # another process fetched it meanwhile
+                    return dst
+                for stale in dst.parent.glob(f".{dst.name}.tmp-*"):  # a dead downloader's
+                    stale.unlink(missing_ok=True)
+                self.evict(entry.nbytes)
+                self._download(entry, dst)
+        except OSError as exc:
+            where = self.store.url.join(entry.key)
+            raise _disk_error(exc, self.folder, f"downloading {where}") from None
+        return dst
+
+    def _download(self, entry: Entry, dst: Path) -> None:
+        why = ""
+        for _ in range(2):  # a mismatch is refetched once
+            tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+            try:
+                with open(tmp, "wb") as f:
+                    got = self.store.get_to_file(entry.key, f, zstd=entry.stored is not None)
+                why = _mismatch(tmp, entry, got)
+                if not why:
+                    os.replace(tmp, dst)
+                    return
+            except CorruptObjectError as exc:
+                why = str(exc)
+            finally:
+                tmp.unlink(missing_ok=True)
+        raise ChecksumError(
+            f"{self.store.url.join(entry.key)}: {why}, in two downloads: the object differs "
+            "from the manifest (modified or corrupted after upload); it was not used. Upload "
+            "the dataset again"
+        )
+
+    def _inuse(self, relpath: str) -> Path:
+        return self.meta / "inuse" / (relpath + ".inuse")
+
+    # --------------------------------------------------------------- eviction
+
+    def usage(self) -> int:
+        """Bytes of the data files now in the cache folder."""
+        return sum(size for _, size, _ in self._present_files())
+
+    def _present_files(self) -> list[tuple[str, int, float]]:
+        """(relpath, bytes, last use) of each manifest file present in the folder."""
+        out = []
+        for rel in self.entries:
+            try:
+                st = os.stat(self.folder / rel)
+            except FileNotFoundError:
+                continue
+            try:
+                used = os.stat(self._inuse(rel)).st_mtime
+            except FileNotFoundError:
+                used = st.st_mtime
+            out.append((rel, st.st_size, max(used, st.st_mtime)))
+        return out
+
+    def evict(self, need: int = 0) -> int:
+        """Delete least-recently-used unpinned files until ``need`` more bytes fit under the
+        limit (nothing without a limit); returns the bytes freed."""
+        if self.limit is None:
+            return 0
+        with _locked(self.meta / "evict.lock"):
+            files = self._present_files()
+            total = sum(size for _, size, _ in files)
+            freed = 0
+            for rel, size, _ in sorted(files, key=lambda f: f[2]):
+                if total - freed + need <= self.limit:
+                    break
+                fd = _lock_fd(self._inuse(rel), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if fd is None:
+                    continue  # pinned by some process
+                try:
+                    (self.folder / rel).unlink(missing_ok=True)
+                    freed += size
+                finally:
+                    _unlock_fd(fd)
+        return freed
+
+    def check_limit(self, in_flight: int, fields: Sequence[str] | None = None) -> None:
+        """Refuse a ``cache_limit`` that cannot hold the ``in_flight`` largest parts (of
+        ``fields``) at once: with it, the cache would thrash or exceed the limit."""
+        if self.limit is None:
+            return
+        m = self._manifest()
+        sizes = sorted(
+            (
+                sum(self.entries[r].nbytes for r in self.part_files(i, fields))
+                for i in range(len(m.parts))
+            ),
+            reverse=True,
+        )
+        need = sum(sizes[: max(1, in_flight)])
+        if need > self.limit:
+            raise CacheError(
+                f"cache_limit of {self.limit} bytes for {self.store.url} is smaller than the "
+                f"{min(in_flight, len(sizes))} largest parts that must be in the cache at once "
+                f"({need} bytes, in {self.folder}): raise cache_limit to at least {need} "
+                "bytes, or prefetch fewer parts ahead"
+            )
+
+    def _manifest(self) -> fmt.Manifest:
+        if self.manifest is None:
+            raise CacheError(f"{self.folder}: call open() before using the cache")
+        return self.manifest
+
+
+def _present(path: Path, nbytes: int) -> bool:
+    """A file at its final name is complete and was checked; the size guards against an
+    outside edit."""
+    try:
+        return os.stat(path).st_size == nbytes
+    except FileNotFoundError:
+        return False
+
+
+def _mismatch(tmp: Path, entry: Entry, got: tuple[int, str]) -> str:
+    """Why the downloaded ``tmp`` is not ``entry`` ('' when it is)."""
+    if entry.stored is not None and got != entry.stored:
+        return f"stored object is {got[0]} bytes, xxh3 {got[1]}; the manifest says {entry.stored}"
+    size = os.path.getsize(tmp)
+    if size != entry.nbytes:
+        return f"{size} bytes but the manifest says {entry.nbytes}"
+    try:
+        checksum = _file_checksum(tmp)
+    except FormatError as exc:
+        return f"not a valid .npy file ({exc})"
+    if checksum != entry.checksum:
+        return f"xxh3 {checksum} but the manifest says {entry.checksum}"
+    return ""
+
+
+def _disk_error(exc: OSError, folder: Path, doing: str) -> OSError:
+    """A :class:`CacheError` naming the cache folder for a full disk or an unwritable folder;
+    other errors as they are."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError:
+            free = -1
+        return CacheError(
+            f"the disk under the cache folder {folder} is full ({exc.strerror}; {free} bytes "
+            f"free) while {doing}: free space, set cache_limit below the free space, or pass "
+            "another cache_dir"
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return CacheError(
+            f"the cache folder {folder} is not writable ({exc.strerror}) while {doing}: pass "
+            "a writable cache_dir (or set CHUTE_CACHE_DIR)"
+        )
+    return exc

@@ -1,0 +1,388 @@
+"""One dataset's object store: a lazily created, per-process ``obstore`` client with bounded
+retries, and errors that name the URL and the object.
+
+:class:`Store` is picklable and cheap: it holds the URL and the options, and creates the
+``obstore`` client on first use in each process (keyed by ``os.getpid()``), so a DataLoader
+worker, forked or spawned, never uses a client (connection pool, runtime) inherited from its
+parent. Credentials and endpoints come the provider's standard way: its environment variables
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``,
+``GOOGLE_SERVICE_ACCOUNT``, ``AZURE_STORAGE_ACCOUNT_NAME``, ...), read by ``obstore``, or
+``storage_options`` (``obstore``'s config keys, e.g. ``endpoint``, ``region``,
+``skip_signature``; HTTP client keys such as ``allow_http`` or ``proxy_url`` go to its client
+options). An ``http://`` endpoint (a local MinIO or moto server) allows plain HTTP.
+
+Every request is retried on 5xx answers, dropped connections and timeouts, at most
+``retries`` times with exponential backoff and jitter, then raises :class:`RemoteError`; a
+download that fails midway restarts from its first byte. A missing bucket or key is a
+:class:`DatasetNotFoundError`, refused or missing credentials a :class:`RemoteError` that
+says how to provide them: neither is retried. So a training loop never hangs on storage: a
+stalled connection is cut after ``timeout`` seconds without a byte.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+import xxhash
+
+from ..errors import ArgumentError, DatasetNotFoundError, RemoteError, require
+from .url import URL, parse_url
+
+T = TypeVar("T")
+CHUNK = 8 << 20  # streaming and multipart chunk size
+EXTRA = "remote"
+
+# storage_options keys that configure obstore's HTTP client rather than the store
+_CLIENT_KEYS = frozenset(
+    {
+        "allow_http",
+        "allow_invalid_certificates",
+        "connect_timeout",
+        "default_content_type",
+        "default_headers",
+        "http1_only",
+        "http2_only",
+        "pool_idle_timeout",
+        "pool_max_idle_per_host",
+        "proxy_url",
+        "proxy_ca_certificate",
+        "proxy_excludes",
+        "randomize_addresses",
+        "read_timeout",
+        "root_certificate",
+        "timeout",
+        "user_agent",
+    }
+)
+_ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+
+# obstore runs its requests on a process-wide tokio runtime whose threads a fork() does not
+# copy: in a child forked after its parent made a request, every request (even from a new
+# client) hangs forever (tokio-rs/tokio#4301; obstore is "not fork safe"). Such a child is
+# refused with an error instead (see _check_fork).
+_used_in: int | None = None  # the pid that started obstore's runtime
+_fork_hooked = False
+
+
+class _LocalError(Exception):
+    """A local write failed during a download: not retried, re-raised as the original."""
+
+    def __init__(self, exc: OSError):
+        self.exc = exc
+
+
+class CorruptObjectError(Exception):
+    """A stored object could not be decoded (bad zstd data): the cache treats it as a
+    checksum mismatch (refetched once, then a ChecksumError)."""
+
+
+class Store:
+    """The object store holding the dataset at ``url``.
+
+    ``retries``: attempts after the first for a failed request (5xx, connection, timeout);
+    ``backoff``: the first wait in seconds, doubled each retry (with jitter, at most 10 s);
+    ``timeout``: seconds without a byte after which a request is cut (and retried).
+    ``stats`` counts this process's requests and bytes (``get``, ``put``, ``bytes_in``,
+    ``bytes_out``, ``retries``).
+    """
+
+    def __init__(
+        self,
+        url: str | URL,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        retries: int = 5,
+        backoff: float = 0.25,
+        timeout: float = 30.0,
+    ):
+        self.url = parse_url(url)
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise ArgumentError(
+                f"storage_options must be a dict, got {type(storage_options).__name__}"
+            )
+        self.storage_options = dict(storage_options or {})
+        if not isinstance(retries, int) or retries < 0:
+            raise ArgumentError(f"retries must be an int >= 0, got {retries!r}")
+        self.retries, self.backoff, self.timeout = retries, float(backoff), float(timeout)
+        self.stats = {"get": 0, "put": 0, "bytes_in": 0, "bytes_out": 0, "retries": 0}
+        self._client: Any = None
+        self._pid = -1
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------- the client
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client"], state["_pid"], state["_lock"] = None, -1, None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def client(self) -> Any:
+        """This process's ``obstore`` store, created on first use here (never inherited)."""
+        pid = os.getpid()
+        if self._client is None or self._pid != pid:
+            with self._lock:
+                if self._client is None or self._pid != pid:
+                    self._client, self._pid = self._make_client(), pid
+                    self.stats = dict.fromkeys(self.stats, 0)
+        return self._client
+
+    def _make_client(self) -> Any:
+        global _used_in
+        _check_fork(self.url)
+        store_mod = require("obstore.store", EXTRA)
+        _used_in = os.getpid()
+        options = dict(self.storage_options)
+        client = {k: options.pop(k) for k in list(options) if k in _CLIENT_KEYS}
+        client.setdefault("connect_timeout", f"{max(1, int(self.timeout // 3))}s")
+        client.setdefault("read_timeout", f"{int(self.timeout)}s")
+        client.setdefault("timeout", "24h")  # a whole large part; stalls are cut by read_timeout
+        endpoint = str(options.get("endpoint") or _env_endpoint(self.url.scheme) or "")
+        if endpoint.startswith("http://") or self.url.scheme == "http":
+            client.setdefault("allow_http", True)
+        retry = {"max_retries": 0}  # retried here, where a stream cut midway is retried too
+        url = self.url
+        try:
+            if url.scheme == "file":
+                Path("/" + url.prefix).mkdir(parents=True, exist_ok=True)
+                return store_mod.LocalStore("/" + url.prefix)
+            if url.scheme in ("http", "https"):
+                if options:
+                    raise ArgumentError(
+                        f"{url}: storage_options {sorted(options)} do not apply to HTTP "
+                        f"(only client options: {', '.join(sorted(_CLIENT_KEYS))})"
+                    )
+                return store_mod.HTTPStore.from_url(
+                    url.url, client_options=client, retry_config=retry
+                )
+            return store_mod.from_url(
+                url.url, config=options or None, client_options=client, retry_config=retry
+            )
+        except ArgumentError:
+            raise
+        except Exception as exc:
+            raise ArgumentError(
+                f"{url}: cannot configure the object store client from storage_options "
+                f"{sorted(self.storage_options)} and the environment: {_short(exc)}"
+            ) from None
+
+    # ------------------------------------------------------------------- requests
+
+    def get_bytes(self, relpath: str) -> bytes:
+        """The whole object ``relpath`` (small ones: the manifest)."""
+        obs = require("obstore", EXTRA)
+
+        def get() -> bytes:
+            data = bytes(obs.get(self.client(), relpath).bytes())
+            self._count("get", "bytes_in", len(data))
+            return data
+
+        return self.call("read", relpath, get)
+
+    def get_to_file(self, relpath: str, file: BinaryIO, *, zstd: bool = False) -> tuple[int, str]:
+        """Stream object ``relpath`` into the open ``file`` (decompressed when ``zstd``),
+        in chunks, never all in memory. Returns the object's stored size and xxh3_64.
+        A retry truncates ``file`` and starts over; a local write error (disk full) is
+        raised as is, not retried."""
+        obs = require("obstore", EXTRA)
+
+        def get() -> tuple[int, str]:
+            file.seek(0)
+            file.truncate()
+            h = xxhash.xxh3_64()
+            n = 0
+            sink: Any = file
+            if zstd:
+                zstandard = require("zstandard", EXTRA)
+                sink = zstandard.ZstdDecompressor().stream_writer(file, closefd=False)
+            result = obs.get(self.client(), relpath)
+            self._count("get", "bytes_in", 0)
+            for chunk in result.stream(min_chunk_size=CHUNK):
+                h.update(chunk)
+                n += len(chunk)
+                self.stats["bytes_in"] += len(chunk)
+                _write(sink, chunk, relpath)
+            _write(sink, None, relpath)
+            return n, h.hexdigest()
+
+        try:
+            return self.call("read", relpath, get)
+        except _LocalError as exc:
+            raise exc.exc from None
+
+    def put_file(self, path: str | os.PathLike, relpath: str) -> None:
+        """Upload the local file ``path`` as ``relpath`` (multipart above the chunk size)."""
+        obs = require("obstore", EXTRA)
+        size = os.path.getsize(path)
+
+        def put() -> None:
+            obs.put(self.client(), relpath, Path(path), chunk_size=CHUNK, max_concurrency=8)
+            self._count("put", "bytes_out", size)
+
+        self.call("write", relpath, put)
+
+    def put_chunks(self, relpath: str, chunks: Callable[[], Iterable[bytes]]) -> None:
+        """Upload the bytes that ``chunks()`` yields as ``relpath`` (called again on a retry)."""
+        obs = require("obstore", EXTRA)
+
+        def put() -> None:
+            def counted() -> Iterator[bytes]:
+                for c in chunks():
+                    self.stats["bytes_out"] += len(c)
+                    yield c
+
+            obs.put(self.client(), relpath, counted(), chunk_size=CHUNK, max_concurrency=8)
+            self.stats["put"] += 1
+
+        self.call("write", relpath, put)
+
+    def put_bytes(self, relpath: str, data: bytes) -> None:
+        """Upload ``data`` as ``relpath`` in one request (the manifest: the commit)."""
+        obs = require("obstore", EXTRA)
+
+        def put() -> None:
+            obs.put(self.client(), relpath, data, use_multipart=False)
+            self._count("put", "bytes_out", len(data))
+
+        self.call("write", relpath, put)
+
+    def head(self, relpath: str) -> dict[str, Any] | None:
+        """``{"size", "e_tag", "last_modified"}`` of ``relpath``, None if there is none."""
+        obs = require("obstore", EXTRA)
+        try:
+            meta = self.call("read", relpath, lambda: obs.head(self.client(), relpath))
+        except DatasetNotFoundError:
+            return None
+        return {k: meta.get(k) for k in ("size", "e_tag", "last_modified")}
+
+    def delete(self, relpath: str) -> None:
+        """Delete ``relpath`` (no error if it does not exist)."""
+        obs = require("obstore", EXTRA)
+        with contextlib.suppress(DatasetNotFoundError):
+            self.call("delete", relpath, lambda: obs.delete(self.client(), relpath))
+
+    def list(self, relprefix: str = "") -> list[str]:
+        """The keys under ``relprefix``, relative to the dataset URL."""
+        obs = require("obstore", EXTRA)
+
+        def ls() -> list[str]:
+            out: list[str] = []
+            for batch in obs.list(self.client(), relprefix or None):
+                out.extend(m["path"] for m in batch)
+            return out
+
+        return self.call("list", relprefix, ls)
+
+    def _count(self, kind: str, nbytes: str, n: int) -> None:
+        self.stats[kind] += 1
+        self.stats[nbytes] += n
+
+    # -------------------------------------------------------------------- retries
+
+    def call(self, what: str, relpath: str, fn: Callable[[], T]) -> T:
+        """``fn()``, retried with backoff on transient failures; errors name the object."""
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except (_LocalError, ArgumentError, CorruptObjectError):
+                raise
+            except Exception as exc:
+                kind = _classify(exc)
+                if kind == "transient" and attempt < self.retries:
+                    delay = min(10.0, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
+                    attempt += 1
+                    self.stats["retries"] += 1
+                    time.sleep(delay)
+                    continue
+                raise self._error(kind, what, relpath, exc, attempt) from None
+
+    def _error(self, kind: str, what: str, relpath: str, exc: BaseException, tries: int):
+        where = self.url.join(relpath)
+        if kind == "missing":
+            if "NoSuchBucket" in str(exc):
+                return DatasetNotFoundError(
+                    f"{where}: the bucket {self.url.bucket!r} does not exist (or is not "
+                    "visible with these credentials and endpoint)"
+                )
+            return DatasetNotFoundError(f"{where}: no such object")
+        if kind == "credentials":
+            return RemoteError(
+                f"{where}: no credentials for {self.url.scheme}://: set the provider's "
+                "environment variables (e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), "
+                "or pass them in storage_options, or storage_options={'skip_signature': True} "
+                f"for a public bucket ({_short(exc)})"
+            )
+        if kind == "denied":
+            return RemoteError(
+                f"{where}: the store refused to {what} it with these credentials: {_short(exc)}"
+            )
+        if kind == "client":
+            return RemoteError(f"{where}: the store refused the request: {_short(exc)}")
+        return RemoteError(
+            f"{where}: could not {what} it after {tries + 1} attempt(s) (the store is "
+            f"unreachable or failing): {_short(exc)}"
+        )
+
+
+def _check_fork(url: URL) -> None:
+    """Refuse to use obstore in a process forked after its parent used it (it would hang)."""
+    if _used_in is not None and _used_in != os.getpid():
+        raise RemoteError(
+            f"{url}: this process was forked from one that had already used the object "
+            "store client (obstore), whose runtime does not survive fork(): its requests "
+            "would hang. Start workers with the 'spawn' or 'forkserver' method (e.g. "
+            "DataLoader(multiprocessing_context='forkserver')), or fork before the first read"
+        )
+
+
+def _env_endpoint(scheme: str) -> str | None:
+    if scheme != "s3":
+        return None
+    return next((os.environ[v] for v in _ENDPOINT_VARS if os.environ.get(v)), None)
+
+
+def _classify(exc: BaseException) -> str:
+    """missing | credentials | denied | client | transient."""
+    if isinstance(exc, FileNotFoundError):
+        return "missing"
+    name = type(exc).__name__
+    text = str(exc)
+    if name in ("PermissionDeniedError", "UnauthenticatedError"):
+        return "denied"
+    if "169.254.169.254" in text or "credential" in text.lower():
+        return "credentials"
+    if name in ("InvalidPathError", "NotSupportedError", "UnknownConfigurationKeyError"):
+        return "client"
+    if "status code: 4" in text and "status code: 408" not in text and "429" not in text:
+        return "client"
+    return "transient"  # 5xx, connection refused/reset, timeouts, truncated bodies
+
+
+def _short(exc: BaseException) -> str:
+    """The first line of an obstore error (they carry a long debug dump)."""
+    return str(exc).strip().split("\n", 1)[0][:400]
+
+
+def _write(sink: Any, chunk: bytes | None, relpath: str) -> None:
+    """Write (or flush, for None) into the download's sink: a local error is not retried,
+    undecodable data is a corrupt object."""
+    try:
+        if chunk is None:
+            sink.flush()
+        else:
+            sink.write(chunk)
+    except OSError as exc:
+        raise _LocalError(exc) from None
+    except Exception as exc:  # zstandard.ZstdError: not a zstd frame, or a corrupted one
+        raise CorruptObjectError(f"{relpath}: cannot decompress: {exc}") from None

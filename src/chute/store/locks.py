@@ -1,0 +1,97 @@
+"""``flock`` helpers of the remote cache: locks that die with their holder, and pins.
+
+Every descriptor of a lock this process holds is tracked: a forked child closes its copies
+(without unlocking: that would unlock the parent's too), so that it never keeps its
+parent's locks alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# descriptors of this process's flocks (pins, version locks): a forked child closes its
+# copies, so that it does not keep its parent's locks alive (see _close_after_fork)
+_fds: set[int] = set()
+_fds_lock = threading.Lock()
+
+
+@functools.cache
+def _close_after_fork() -> None:
+    def close() -> None:
+        for fd in _fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _fds.clear()
+
+    os.register_at_fork(after_in_child=close)
+
+
+def _lock_fd(path: Path, flags: int) -> int | None:
+    """Open ``path`` (created) and ``flock`` it; None when ``LOCK_NB`` and it is taken."""
+    _close_after_fork()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, flags)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    with _fds_lock:
+        _fds.add(fd)
+    return fd
+
+
+def _unlock_fd(fd: int | None) -> None:
+    """Close ``fd`` (dropping its flock) if this process still owns it."""
+    if fd is None:
+        return
+    with _fds_lock:
+        if fd not in _fds:  # closed after a fork, or already
+            return
+        _fds.discard(fd)
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    fd = _lock_fd(path, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        _unlock_fd(fd)
+
+
+class Pin:
+    """Files that this process is using: none of them is evicted until :meth:`release`.
+    ``paths``: their local paths, in the order asked for."""
+
+    def __init__(self, paths: list[Path], fds: list[int]):
+        self.paths = paths
+        self._fds = fds
+        self._finalizer = weakref.finalize(self, _release_all, list(fds))
+
+    def release(self) -> None:
+        """Unpin (idempotent); also done when the Pin is garbage-collected."""
+        self._finalizer()
+
+    def __enter__(self) -> Pin:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def _release_all(fds: list[int]) -> None:
+    for fd in fds:
+        _unlock_fd(fd)
