@@ -22,10 +22,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "store"))
 
 from _common import table, write_json
+from chute.verify import _file_checksum
 
 import chute
 from chute.store import RemoteCache, Store, upload
-from chute.verify import _file_checksum
 
 
 def data(kind: str, nbytes: int) -> dict[str, np.ndarray]:

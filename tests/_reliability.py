@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, settings
 
 import chute
 from chute import format as fmt
-from chute.reader.verify import _file_checksum
+from chute.reader.verify import file_checksum
 
 N = 7  # samples in the standard dataset: small, odd, split unevenly into parts
 
@@ -117,7 +117,7 @@ def reseal(path: Path) -> None:
             file = path / part["name"] / fn
             info["bytes"] = file.stat().st_size
             try:
-                info[fmt.CHECKSUM] = _file_checksum(file)
+                info[fmt.CHECKSUM] = file_checksum(file)
             except chute.FormatError:  # a header chute refuses before any checksum matters
                 info[fmt.CHECKSUM] = "0"
     save_manifest(path, manifest)

@@ -4,6 +4,7 @@ and the rank / world size of a distributed job."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,27 +39,33 @@ def check_path(path: Any) -> Path:
     return Path(path)
 
 
-def parse_size(text: str | float) -> float:
-    """A byte count: ``2e9``, ``"500MB"``, ``"2GB"``, ``"64MiB"`` (a number passes as it is)."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return float(text)
-    if not isinstance(text, str):
-        raise ArgumentError(f"a size is a number of bytes or a str like '20GB', got {text!r}")
-    units: dict[str, float] = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-    units |= {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "b": 1}
-    t = text.strip().lower()
-    mult: float = 1
-    for unit, m in units.items():
-        if t.endswith(unit):
-            t, mult = t[: -len(unit)], m
-            break
-    try:
-        value = float(t) * mult
-    except ValueError:
-        raise ArgumentValueError(f"not a size: {text!r} (e.g. 2e9, 500MB, 2GB)") from None
-    if not value >= 0:
-        raise ArgumentValueError(f"a size must be >= 0, got {text!r}")
-    return value
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgtp]?)(i?)b?\s*", re.IGNORECASE)
+_DECIMAL = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
+
+
+def parse_size(size: int | float | str, what: str = "a size") -> int:
+    """Bytes from an int, ``2e9``, ``"20GB"``, ``"1.5 GiB"``, ``"500M"``. Decimal units are
+    powers of 1000, ``KiB``/``MiB``/``GiB`` powers of 1024. ``what`` names it in errors."""
+    if isinstance(size, bool) or not isinstance(size, (int, float, str)):
+        raise ArgumentError(f"{what} is a number of bytes or a str like '20GB', got {size!r}")
+    n: float
+    if isinstance(size, str):
+        try:
+            n = float(size)
+        except ValueError:
+            m = _SIZE.fullmatch(size)
+            if m is None:
+                raise ArgumentValueError(
+                    f"{what} {size!r} is not a size like '20GB', '512MiB' or 2e9"
+                ) from None
+            unit = m.group(2).lower()
+            scale = 1024 ** ("kmgtp".index(unit) + 1) if m.group(3) and unit else _DECIMAL[unit]
+            n = float(m.group(1)) * scale
+    else:
+        n = size
+    if not n >= 0 or n == float("inf"):
+        raise ArgumentValueError(f"{what} must be a finite size >= 0, got {size!r}")
+    return int(n)
 
 
 def default_workers() -> int:

@@ -93,16 +93,23 @@ def load_manifest(path: Path) -> tuple[fmt.Manifest, Identity]:
             text = f.read()
     except FileNotFoundError:
         raise replaced(path) from None
+    return parse_manifest_bytes(text, str(file))[0], identity
+
+
+def parse_manifest_bytes(raw: bytes, where: str) -> tuple[fmt.Manifest, dict[str, Any]]:
+    """Decode and validate the bytes of a ``chute.json`` (read from disk or fetched from a
+    bucket): the manifest and the decoded JSON object; every problem is a :class:`FormatError`
+    naming ``where``."""
     try:
-        obj = json.loads(text.decode("utf-8"), object_pairs_hook=_unique_keys)
+        obj = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except FormatError as exc:
-        raise FormatError(f"{file}: {exc}") from None
+        raise FormatError(f"{where}: {exc}") from None
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise FormatError(f"{file}: not valid JSON ({exc})") from None
+        raise FormatError(f"{where}: not a chute manifest: not valid JSON ({exc})") from None
     try:
-        return fmt.parse_manifest(obj), identity
+        return fmt.parse_manifest(obj), obj
     except FormatError as exc:
-        raise type(exc)(f"{file}: {exc}") from None
+        raise type(exc)(f"{where}: {exc}") from None
 
 
 def _folder_identity(path: Path) -> tuple[int, int] | None:

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from chute import ArgumentError
-from chute.store import Prefetcher, is_url, parse_size, parse_url
+from chute import ArgumentError, ArgumentValueError
+from chute._args import parse_size
+from chute.store import Prefetcher, is_url, parse_url
 from chute.store.cache import folder_name
 
 
@@ -60,16 +61,18 @@ def test_is_url_is_false_for_paths() -> None:
 
 
 def test_parse_size() -> None:
-    assert parse_size(None) is None
-    assert parse_size(123) == 123
+    assert parse_size(123) == 123 and parse_size(2e9) == 2 * 10**9 and parse_size("2e9") == 2e9
     assert parse_size("20GB") == 20 * 10**9
     assert parse_size("1.5 GiB") == int(1.5 * 2**30)
     assert parse_size("512mib") == 512 * 2**20
     assert parse_size("10k") == 10_000
     assert parse_size("7") == 7
-    for bad in ("lots", "-1GB", "1XB", True, [1]):
+    for bad in ("lots", "-1GB", "1XB", float("nan"), -1):
+        with pytest.raises(ArgumentValueError, match="cache_limit"):
+            parse_size(bad, "cache_limit")
+    for bad in (True, [1], None):
         with pytest.raises(ArgumentError, match="cache_limit"):
-            parse_size(bad)  # type: ignore[arg-type]
+            parse_size(bad, "cache_limit")  # type: ignore[arg-type]
 
 
 def test_folder_names_differ_per_url() -> None:

@@ -16,7 +16,7 @@ from .dataset import Dataset
 _CHUNK = 16 << 20
 
 
-def _file_checksum(path: Path) -> str:
+def file_checksum(path: Path) -> str:
     """xxh3_64 of the bytes after the .npy header (the header is checked by ``open``)."""
     h = xxhash.xxh3_64()
     with open(path, "rb") as f:
@@ -42,7 +42,7 @@ def verify(path: str | os.PathLike, progress: bool = False) -> int:
                 for name, f in ds.schema.items():
                     for fn in fmt.field_files(name, f).values():
                         file = part.folder / fn
-                        if _file_checksum(file) != part.files[fn].checksum:
+                        if file_checksum(file) != part.files[fn].checksum:
                             bad.append(str(file))
                         bar.update(part.files[fn].nbytes)
         # Checksums first: a changed offsets file is named as such, not by the values file

@@ -5,7 +5,7 @@ Standalone for now: ``chute.open(url, ...)`` is to be wired onto these pieces. N
 ``remote`` extra (``pip install 'chute[remote]'``: obstore, zstandard), imported lazily.
 """
 
-from .cache import RemoteCache, default_cache_dir, parse_size
+from .cache import RemoteCache, default_cache_dir
 from .client import Store
 from .locks import Pin
 from .manifest import Entry
@@ -23,7 +23,6 @@ __all__ = [
     "default_cache_dir",
     "download",
     "is_url",
-    "parse_size",
     "parse_url",
     "upload",
 ]

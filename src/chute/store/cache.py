@@ -47,7 +47,7 @@ from typing import Any
 import xxhash
 
 from .. import format as fmt
-from ..atomic import _write_manifest
+from .._args import parse_size
 from ..errors import (
     ArgumentError,
     CacheError,
@@ -56,36 +56,13 @@ from ..errors import (
     DatasetNotFoundError,
     FormatError,
 )
-from ..verify import _file_checksum
+from ..manifest import write_manifest
+from ..reader.verify import file_checksum
 from .client import CorruptObjectError, Store
-from .locks import Pin, _lock_fd, _locked, _release_all, _unlock_fd
+from .locks import Pin, lock_fd, locked, release_all, unlock_fd
 from .manifest import Entry, parse_remote_manifest
 
 META = ".chute-cache"
-_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
-_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgtp]?)(i?)b?\s*", re.IGNORECASE)
-
-
-def parse_size(size: int | str | None) -> int | None:
-    """Bytes from ``20GB``, ``1.5 GiB``, ``500M`` or an int; None stays None.
-    Decimal units are powers of 1000, ``KiB``/``MiB``/``GiB`` powers of 1024."""
-    if size is None:
-        return None
-    if isinstance(size, bool) or not isinstance(size, (int, float, str)):
-        raise ArgumentError(f"cache_limit must be bytes or a string like '20GB', got {size!r}")
-    n: float
-    if isinstance(size, (int, float)):
-        n = size
-    else:
-        m = _SIZE.fullmatch(size)
-        if m is None:
-            raise ArgumentError(f"cache_limit {size!r} is not a size like '20GB' or '512MiB'")
-        unit = m.group(2).lower()
-        binary = bool(m.group(3)) and bool(unit)
-        n = float(m.group(1)) * (1024 ** ("kmgtp".index(unit) + 1) if binary else _UNITS[unit])
-    if n < 0 or n != n:
-        raise ArgumentError(f"cache_limit must be >= 0, got {size!r}")
-    return int(n)
 
 
 def default_cache_dir() -> Path:
@@ -124,7 +101,7 @@ class RemoteCache:
         self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.folder = Path(folder) if folder is not None else self.root / folder_name(store.url.url)
         self.folder = self.folder.absolute()
-        self.limit = parse_size(cache_limit)
+        self.limit = None if cache_limit is None else parse_size(cache_limit, "cache_limit")
         self.manifest: fmt.Manifest | None = None
         self.entries: dict[str, Entry] = {}
         self._identity: dict[str, str] | None = None
@@ -157,7 +134,7 @@ class RemoteCache:
         identity = {"url": url.url, "manifest_xxh3": xxhash.xxh3_64_hexdigest(raw)}
         try:
             self.meta.mkdir(parents=True, exist_ok=True)
-            with _locked(self.meta / "folder.lock"):
+            with locked(self.meta / "folder.lock"):
                 self._bind(identity, manifest)
                 self._attach(identity)
         except OSError as exc:
@@ -190,14 +167,14 @@ class RemoteCache:
             tmp.write_text(json.dumps(identity))
             os.replace(tmp, file)
         if not (self.folder / fmt.MANIFEST).is_file() or old != identity:
-            _write_manifest(
+            write_manifest(
                 self.folder, fmt.Manifest(manifest.fields, manifest.parts, manifest.metadata)
             )
 
     def _rebuild(self, old: dict[str, Any]) -> None:
         """Delete the files of the older version that this folder caches (the remote
         dataset was rewritten); refused while a process still has that version open."""
-        fd = _lock_fd(self.meta / "version.lock", fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = lock_fd(self.meta / "version.lock", fcntl.LOCK_EX | fcntl.LOCK_NB)
         if fd is None:
             raise CacheError(
                 f"{self.folder} caches an older version of {old.get('url')} (the dataset was "
@@ -215,7 +192,7 @@ class RemoteCache:
             for sub in ("inuse", "locks"):
                 shutil.rmtree(self.meta / sub, ignore_errors=True)
         finally:
-            _unlock_fd(fd)
+            unlock_fd(fd)
 
     def _attach(self, identity: dict[str, str] | None = None) -> None:
         """Hold a shared lock on ``version.lock`` in this process (a rebuild by another
@@ -226,7 +203,7 @@ class RemoteCache:
         identity = identity or self._identity
         if identity is None:
             raise CacheError(f"{self.folder}: call open() before using the cache")
-        self._version_fd = _lock_fd(self.meta / "version.lock", fcntl.LOCK_SH)
+        self._version_fd = lock_fd(self.meta / "version.lock", fcntl.LOCK_SH)
         self._pid = os.getpid()
         try:
             current = json.loads((self.meta / "identity.json").read_text())
@@ -242,7 +219,7 @@ class RemoteCache:
     def close(self) -> None:
         """Drop this process's hold on the folder (pins are released separately)."""
         if self._pid == os.getpid():
-            _unlock_fd(self._version_fd)
+            unlock_fd(self._version_fd)
         self._version_fd, self._pid = None, -1
 
     # ------------------------------------------------------------------ files
@@ -267,13 +244,13 @@ class RemoteCache:
         try:
             paths = []
             for rel in relpaths:
-                fd = _lock_fd(self._inuse(rel), fcntl.LOCK_SH)
+                fd = lock_fd(self._inuse(rel), fcntl.LOCK_SH)
                 assert fd is not None
                 fds.append(fd)
                 os.utime(fd)  # last use, for LRU
                 paths.append(self.ensure(rel))
         except BaseException:
-            _release_all(fds)
+            release_all(fds)
             raise
         return Pin(paths, fds)
 
@@ -293,7 +270,7 @@ class RemoteCache:
             return dst
         try:
             dst.parent.mkdir(parents=True, exist_ok=True)
-            with _locked(self.meta / "locks" / (entry.relpath + ".lock")):
+            with locked(self.meta / "locks" / (entry.relpath + ".lock")):
                 if _present(dst, entry.nbytes):  # another process fetched it meanwhile
                     return dst
                 for stale in dst.parent.glob(f".{dst.name}.tmp-*"):  # a dead downloader's
@@ -355,21 +332,21 @@ class RemoteCache:
         limit (nothing without a limit); returns the bytes freed."""
         if self.limit is None:
             return 0
-        with _locked(self.meta / "evict.lock"):
+        with locked(self.meta / "evict.lock"):
             files = self._present_files()
             total = sum(size for _, size, _ in files)
             freed = 0
             for rel, size, _ in sorted(files, key=lambda f: f[2]):
                 if total - freed + need <= self.limit:
                     break
-                fd = _lock_fd(self._inuse(rel), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fd = lock_fd(self._inuse(rel), fcntl.LOCK_EX | fcntl.LOCK_NB)
                 if fd is None:
                     continue  # pinned by some process
                 try:
                     (self.folder / rel).unlink(missing_ok=True)
                     freed += size
                 finally:
-                    _unlock_fd(fd)
+                    unlock_fd(fd)
         return freed
 
     def check_limit(self, in_flight: int, fields: Sequence[str] | None = None) -> None:
@@ -417,7 +394,7 @@ def _mismatch(tmp: Path, entry: Entry, got: tuple[int, str]) -> str:
     if size != entry.nbytes:
         return f"{size} bytes but the manifest says {entry.nbytes}"
     try:
-        checksum = _file_checksum(tmp)
+        checksum = file_checksum(tmp)
     except FormatError as exc:
         return f"not a valid .npy file ({exc})"
     if checksum != entry.checksum:

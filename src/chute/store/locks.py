@@ -34,7 +34,7 @@ def _close_after_fork() -> None:
     os.register_at_fork(after_in_child=close)
 
 
-def _lock_fd(path: Path, flags: int) -> int | None:
+def lock_fd(path: Path, flags: int) -> int | None:
     """Open ``path`` (created) and ``flock`` it; None when ``LOCK_NB`` and it is taken."""
     _close_after_fork()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,7 +52,7 @@ def _lock_fd(path: Path, flags: int) -> int | None:
     return fd
 
 
-def _unlock_fd(fd: int | None) -> None:
+def unlock_fd(fd: int | None) -> None:
     """Close ``fd`` (dropping its flock) if this process still owns it."""
     if fd is None:
         return
@@ -64,12 +64,12 @@ def _unlock_fd(fd: int | None) -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    fd = _lock_fd(path, fcntl.LOCK_EX)
+def locked(path: Path) -> Iterator[None]:
+    fd = lock_fd(path, fcntl.LOCK_EX)
     try:
         yield
     finally:
-        _unlock_fd(fd)
+        unlock_fd(fd)
 
 
 class Pin:
@@ -79,7 +79,7 @@ class Pin:
     def __init__(self, paths: list[Path], fds: list[int]):
         self.paths = paths
         self._fds = fds
-        self._finalizer = weakref.finalize(self, _release_all, list(fds))
+        self._finalizer = weakref.finalize(self, release_all, list(fds))
 
     def release(self) -> None:
         """Unpin (idempotent); also done when the Pin is garbage-collected."""
@@ -92,6 +92,6 @@ class Pin:
         self.release()
 
 
-def _release_all(fds: list[int]) -> None:
+def release_all(fds: list[int]) -> None:
     for fd in fds:
-        _unlock_fd(fd)
+        unlock_fd(fd)

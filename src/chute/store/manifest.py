@@ -8,12 +8,11 @@ the decompressed ``.npy``). A local reader ignores both keys.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from .. import format as fmt
 from ..errors import FormatError
-from ..files import _unique_keys
+from ..manifest import parse_manifest_bytes
 
 ZSTD_SUFFIX = ".zst"
 
@@ -36,13 +35,7 @@ class Entry:
 def parse_remote_manifest(raw: bytes, where: str) -> tuple[fmt.Manifest, dict[str, Entry]]:
     """Parse a remote ``chute.json``: the manifest, and its files as :class:`Entry` (with
     their stored zstd size and checksum when ``"compression": "zstd"``)."""
-    try:
-        obj = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
-        manifest = fmt.parse_manifest(obj)
-    except FormatError as exc:
-        raise type(exc)(f"{where}: {exc}") from None
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise FormatError(f"{where}: not a chute manifest, not valid JSON ({exc})") from None
+    manifest, obj = parse_manifest_bytes(raw, where)
     compression = obj.get("compression")
     if compression not in (None, "zstd"):
         raise FormatError(f"{where}: unknown compression {compression!r} (this chute reads zstd)")

@@ -32,9 +32,9 @@ from typing import Any
 import xxhash
 
 from .. import format as fmt
-from ..atomic import commit, new_staging_dir
 from ..errors import ArgumentError, DatasetExistsError, require
-from ..files import read_manifest
+from ..manifest import read_manifest
+from ..writer.commit import commit, new_staging_dir
 from .cache import META, RemoteCache
 from .client import CHUNK, EXTRA, Store
 from .manifest import ZSTD_SUFFIX
