@@ -133,5 +133,6 @@ def _contents(h5py: Any, node: Any) -> tuple[dict[str, Any], dict[str, Any], dic
 
 
 def is_hdf5_object(obj: Any) -> bool:
-    """True for an open h5py object (File, Group, Dataset), without importing h5py."""
-    return type(obj).__module__.split(".", 1)[0] == "h5py"
+    """True for an open h5py File, Group or Dataset, without importing h5py."""
+    node = hasattr(obj, "attrs") and hasattr(obj, "file")
+    return type(obj).__module__.split(".", 1)[0] == "h5py" and node

@@ -77,5 +77,6 @@ def _object_name(node: Any) -> str:
 
 
 def is_zarr_object(obj: Any) -> bool:
-    """True for an open zarr Group or Array, without importing zarr."""
-    return type(obj).__module__.split(".", 1)[0] == "zarr"
+    """True for an open zarr Group or Array (not a store), without importing zarr."""
+    node = hasattr(obj, "attrs") and (hasattr(obj, "shape") or hasattr(obj, "arrays"))
+    return type(obj).__module__.split(".", 1)[0] == "zarr" and node
