@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -18,7 +17,7 @@ from . import __version__
 from . import format as fmt
 from ._args import parse_size
 from .demo import DEFAULT_SIZE
-from .errors import ChuteError, DatasetExistsError, DatasetNotFoundError, NotWritableError
+from .errors import ChuteError, DatasetExistsError, NotWritableError
 
 DESCRIPTION = """\
 chute: fast, memory-conscious data loading for PyTorch.
@@ -80,32 +79,6 @@ def _describe(f: fmt.Field) -> str:
     return f"{f.kind}"
 
 
-def _dataset_command(func: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
-    """``func``, but a file or Zarr store chute converts (d.h5) given as a dataset says how to
-    convert it. A folder of ``.npy`` files keeps the reader's message: it may be a dataset
-    whose write did not finish."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except DatasetNotFoundError:
-            from .convert import source_kind
-            from .sources.npy import NpyFolderSource
-
-            path = Path(args.path)
-            kind = source_kind(path) if path.exists() else None
-            if kind is None or kind is NpyFolderSource:
-                raise
-            dst = shlex.quote(str(path.with_suffix(".chute")))
-            raise DatasetNotFoundError(
-                f"{args.path} is {kind.noun}, not a chute dataset: convert it with "
-                f"`chute convert {shlex.quote(args.path)} {dst}`"
-            ) from None
-
-    return run
-
-
-@_dataset_command
 def cmd_info(args: argparse.Namespace) -> int:
     from .reader.dataset import Dataset
 
@@ -119,7 +92,6 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-@_dataset_command
 def cmd_verify(args: argparse.Namespace) -> int:
     from .reader.verify import verify
 

@@ -19,22 +19,30 @@ from tqdm.auto import tqdm
 
 from . import format as fmt
 from .errors import DatasetNotFoundError, SourceError
+from .sniff import source_kind as sniff_kind
 from .sources.base import FieldsArg, Source, field_map
-from .sources.hdf5 import SUFFIXES as HDF5_SUFFIXES
-from .sources.hdf5 import HDF5Source, is_hdf5
+from .sources.hdf5 import HDF5Source, is_hdf5_object
 from .sources.iterable import IterableSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.torch import TorchSource
-from .sources.zarr import ZarrSource, is_zarr
+from .sources.zarr import ZarrSource, is_zarr_object
 from .writer.writer import Writer
 
 PathLike = str | os.PathLike
 PathSource = NpySource | NpzSource | NpyFolderSource | HDF5Source | ZarrSource
+PATH_SOURCES: dict[str, type[PathSource]] = {
+    "npy": NpySource,
+    "npz": NpzSource,
+    "npy_folder": NpyFolderSource,
+    "hdf5": HDF5Source,
+    "zarr": ZarrSource,
+}
 
 
 def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
     """The :class:`~chute.sources.base.Source` for ``src``, detected from its type or path.
 
+    An open h5py File / Group / Dataset or zarr Group / Array is read exactly like its path.
     ``options`` go to the source: ``batch_bytes`` and ``workers`` (reader threads) for
     arrays, ``split_compound`` for HDF5/npy compound dtypes, ``num_workers``, ``batch_size``
     and ``names`` for torch datasets and iterables.
@@ -43,6 +51,12 @@ def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
         return src
     if isinstance(src, (str, os.PathLike)):
         return _path_source(Path(src), fields, **options)
+    # before Mapping / Iterable: an h5py Group is a Mapping and a zarr Group an Iterable, but
+    # both are read like the path they come from (links, strings, attributes, chunks)
+    if is_hdf5_object(src):
+        return HDF5Source(src, fields, **options)
+    if is_zarr_object(src):
+        return ZarrSource(src, fields, **options)
     if isinstance(src, Mapping):
         return MemorySource(src, fields, **options)
     map_style = isinstance(src, Dataset) and not isinstance(src, IterableDataset)
@@ -78,21 +92,11 @@ def _path_source(path: Path, fields: FieldsArg, **options: Any) -> Source:
 def source_kind(path: Path) -> type[PathSource] | None:
     """The source class ``convert`` reads the existing ``path`` with; None if it reads none.
 
-    Detection is by content where the suffix is not conclusive: the HDF5 signature, Zarr
-    metadata at the root, ``.npy`` files in a folder. The class's ``noun`` names it in messages.
+    Detection is :func:`chute.sniff.source_kind` (suffix, signature, marker files); the class's
+    ``noun`` names it in messages.
     """
-    if path.is_dir():
-        if is_zarr(path):
-            return ZarrSource
-        return NpyFolderSource if next(path.rglob("*.npy"), None) is not None else None
-    suffix = path.suffix.lower()
-    if suffix == ".npy":
-        return NpySource
-    if suffix == ".npz":
-        return NpzSource
-    if suffix in HDF5_SUFFIXES or is_hdf5(path):
-        return HDF5Source
-    return ZarrSource if is_zarr(path) else None
+    kind = sniff_kind(path)
+    return None if kind is None else PATH_SOURCES[kind]
 
 
 def write_source(

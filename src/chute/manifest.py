@@ -26,6 +26,7 @@ from .errors import (
     SchemaError,
     UnsafePathError,
 )
+from .sniff import not_a_dataset
 
 MAX_MANIFEST_BYTES = 256 << 20
 Identity = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
@@ -73,14 +74,15 @@ def load_manifest(path: Path) -> tuple[fmt.Manifest, Identity]:
             # Between the two renames of a replace without an atomic swap (or a writer died
             # there: the old dataset is in that folder until the next write to path).
             raise replaced(path)
-        raise DatasetNotFoundError(f"{path}: no such dataset folder")
+        raise DatasetNotFoundError(not_a_dataset(path) or f"{path}: no such dataset folder")
     try:
         st = stat_file(file, os.path.realpath(path))
     except FileNotFoundError:
         if _folder_identity(path) != folder or file.exists():  # a writer renamed it away
             raise replaced(path) from None
         raise DatasetNotFoundError(
-            f"{path} is not a chute dataset: it has no {fmt.MANIFEST} "
+            not_a_dataset(path)
+            or f"{path} is not a chute dataset: it has no {fmt.MANIFEST} "
             "(an unfinished write leaves none)"
         ) from None
     if st.st_size > MAX_MANIFEST_BYTES:

@@ -48,8 +48,14 @@ def header_bytes(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return MAGIC + b"\x01\x00" + (size - 10).to_bytes(2, "little") + literal + b" " * pad + b"\n"
 
 
-def read_header(f: BinaryIO, path: str) -> tuple[np.dtype, tuple[int, ...], int]:
-    """Parse and check a .npy header: returns (dtype, shape, data offset)."""
+def read_header(
+    f: BinaryIO, path: str, *, structured: bool = False
+) -> tuple[np.dtype, tuple[int, ...], int]:
+    """Parse and check a .npy header: returns (dtype, shape, data offset).
+
+    ``structured=True`` lets structured dtypes without objects through (a source to convert,
+    whose members become fields); a chute dataset never holds them.
+    """
     # Read the header ourselves, bounded: numpy would first allocate the (up to 4 GiB) length
     # a version 2/3 header declares, then find the file too short.
     start = f.read(len(MAGIC) + 2)
@@ -72,7 +78,8 @@ def read_header(f: BinaryIO, path: str) -> tuple[np.dtype, tuple[int, ...], int]
         raise FormatError(f"{path}: not a valid .npy file ({exc})") from None
     if any(d < 0 for d in shape):
         raise FormatError(f"{path}: .npy header has a negative dimension in shape {shape}")
-    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+    plain = dtype.fields is None or structured
+    if dtype.hasobject or not plain or dtype.subdtype is not None:
         raise FormatError(
             f"{path}: dtype {dtype} is refused (object/structured .npy is never loaded)"
         )

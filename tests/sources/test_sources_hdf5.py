@@ -219,3 +219,35 @@ def test_round_trip_property(tmp_path_factory, n, chunk, width, batch_bytes, wor
     )
     with chute.open(out) as ds:
         np.testing.assert_array_equal(ds[0:n]["x"].numpy(), x)
+
+
+# ---------------------------------------------------------------------------- open objects, links
+
+
+def test_open_objects_read_like_the_path_and_stay_open(h5, tmp_path):
+    path, data = h5
+    with h5py.File(path, "r") as f:
+        with pytest.warns(UserWarning, match="left out mean"), HDF5Source(f) as src:
+            assert set(src.schema) == set(data)
+        assert f.id.valid, "the caller's file was closed"
+        with HDF5Source(f["deep"]) as src:  # a group: the arrays under it, named from there
+            assert list(src.schema) == ["er/labels"] and src.name.endswith(":/deep")
+        out = chute.convert(f["gz"], tmp_path / "gz.chute", progress=False)  # one dataset
+    with chute.open(out) as ds:
+        np.testing.assert_array_equal(ds[0:N]["gz"].numpy(), data["gz"])
+
+
+def test_links_are_listed_and_all_empty_arrays_give_an_empty_source(tmp_path):
+    path = tmp_path / "l.h5"
+    with h5py.File(path, "w") as f:
+        f["g/x"] = np.zeros((0, 2))
+        f["g/soft"] = h5py.SoftLink("/g/x")
+        f["ext"] = h5py.ExternalLink("other.h5", "/y")
+    with pytest.warns(UserWarning, match="left out (g/soft|ext)") as caught:
+        src = HDF5Source(path)
+    messages = sorted(str(w.message).split(": left out ")[1] for w in caught)
+    assert messages[0].startswith("ext: an external link to other.h5:/y")
+    assert messages[1].startswith("g/soft: a soft link to /g/x")
+    with src:
+        assert set(src.links) == {"g/soft", "ext"} and "other.h5:/y" in src.links["ext"]
+        assert src.num_samples == 0 and list(src.schema) == ["g/x"]  # 0 rows when all are

@@ -130,3 +130,15 @@ def test_plan_ranges_cover_in_order_and_align(n, row_bytes, chunks, batch_bytes)
     if chunks and math.lcm(*chunks) * row_bytes <= batch_bytes:
         assert step % math.lcm(*chunks) == 0  # every range starts on a chunk of every column
     assert step * row_bytes <= 4 * batch_bytes or step == 1
+
+
+def test_compressed_structured_npz_splits(tmp_path):
+    rec = np.zeros(5, [("a", "<i4"), ("b", "<f8", (2,))])
+    rec["a"], rec["b"] = np.arange(5), np.arange(10).reshape(5, 2)
+    np.savez_compressed(tmp_path / "r.npz", rec=rec)
+    out = chute.convert(
+        tmp_path / "r.npz", tmp_path / "r.chute", split_compound=True, progress=False
+    )
+    with chute.open(out) as ds:
+        np.testing.assert_array_equal(ds[0:5]["rec/b"].numpy(), rec["b"])
+        np.testing.assert_array_equal(ds[0:5]["rec/a"].numpy(), rec["a"])

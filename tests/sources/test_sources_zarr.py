@@ -9,7 +9,8 @@ from zarr.storage import ZipStore
 
 import chute
 from chute.errors import SourceError
-from chute.sources.zarr import ZarrSource, is_zarr
+from chute.sniff import is_zarr
+from chute.sources.zarr import ZarrSource
 
 N = 300
 rng = np.random.default_rng(1)
@@ -85,3 +86,14 @@ def test_not_a_store(tmp_path):
     (tmp_path / "empty.zarr" / "zarr.json").write_text("{not json")
     with pytest.raises(SourceError, match=r"empty\.zarr: cannot be opened as a Zarr store"):
         ZarrSource(tmp_path / "empty.zarr")
+
+
+def test_open_array_and_attributes(tmp_path):
+    path = tmp_path / "a.zarr"
+    root = zarr.open_group(path, mode="w")
+    root.attrs["about"] = {"n": 1}
+    root.create_group("g").create_array("x", data=np.arange(6.0)).attrs["units"] = "m"
+    with ZarrSource(zarr.open_group(path, mode="r")["g/x"]) as src:  # one array, by its name
+        assert list(src.schema) == ["x"] and src.num_samples == 6
+    with ZarrSource(path) as src:
+        assert src.metadata == {"zarr_attrs": {"/": {"about": {"n": 1}}, "/g/x": {"units": "m"}}}

@@ -12,6 +12,7 @@ in threads so reading overlaps with writing. Memory stays bounded by about
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from abc import ABC, abstractmethod
@@ -31,6 +32,7 @@ Batch = dict[str, Any]
 FieldsArg = Sequence[str] | Mapping[str, str] | None
 BATCH_BYTES = 32 << 20  # a batch per read: big enough to amortise per-call costs, small for RAM
 _STRING_ROW_BYTES = 64  # a guess for planning: strings have no fixed row size
+MAX_ATTR_JSON = 64 << 10  # bigger attributes (embedded files, lookup tables) stay behind
 
 
 class Source(ABC):
@@ -180,7 +182,7 @@ class ArraySource(Source):
         self.name = name
         if split_compound:
             arrays = expand_compound(arrays)
-        self.skipped: dict[str, tuple[int, ...]] = {}
+        self.skipped: dict[str, tuple[int, ...] | None] = {}  # None: no dataspace
         if fields is None:
             chosen = {k: k for k in self._common_length(arrays)}
         else:
@@ -198,8 +200,15 @@ class ArraySource(Source):
         self.batch_bytes, self.workers = batch_bytes, workers
 
     def _common_length(self, arrays: Mapping[str, Any]) -> list[str]:
+        """The arrays whose first axis has the most common length; the others are warned of.
+
+        0-row arrays never vote while another length exists: an empty array next to the data
+        (an empty index, a placeholder) is not the sample axis.
+        """
         lengths = {k: _length(a) for k, a in arrays.items()}
         counts = Counter(v for v in lengths.values() if v is not None).most_common()
+        if len(counts) > 1:
+            counts = [c for c in counts if c[0] != 0]
         if not counts:
             raise SourceError(f"{self.name}: no arrays with a first axis to convert")
         if len(counts) > 1 and counts[0][1] == counts[1][1]:
@@ -209,20 +218,31 @@ class ArraySource(Source):
                 f"({tied}); choose the fields to convert with fields="
             )
         common = counts[0][0]
-        self.skipped = {k: tuple(arrays[k].shape) for k, v in lengths.items() if v != common}
+        self.skipped = {k: shape_of(arrays[k]) for k, v in lengths.items() if v != common}
         for key, shape in self.skipped.items():
-            why = "a scalar" if not shape else f"its first axis is not the common length {common}"
-            warnings.warn(f"{self.name}: left out {key} {shape}: {why}", stacklevel=2)
+            if shape is None:
+                why = "it has no dataspace (an empty/null HDF5 dataset)"
+            elif not shape:
+                why = "a scalar"
+            else:
+                why = f"its first axis is not the common length {common}"
+            warnings.warn(f"{self.name}: left out {key} {shape or ()}: {why}", stacklevel=2)
         return [k for k, v in lengths.items() if v == common]
 
     def field(self, key: str, array: Any) -> fmt.Field:
         """The field kind of ``array``, found at ``key`` in the source."""
-        return array_field(array.dtype, array.shape, self.name, key)
+        return array_field(array.dtype, shape_of(array) or (), self.name, key)
 
     def reader(self, array: Any, field: fmt.Field) -> Callable[[int, int], Any]:
-        """A function reading rows ``[start, stop)`` of ``array`` as a batch value."""
-        if isinstance(field, (fmt.String, fmt.Bytes)):
-            return lambda a, b: array[a:b].tolist()  # str / bytes objects; the writer checks them
+        """A function reading rows ``[start, stop)`` of ``array`` as a batch value.
+
+        Strings stored as UTF-8 bytes (HDF5, a compound's string member) are decoded here,
+        so every array kind gives ``str`` objects for a String field.
+        """
+        if isinstance(field, fmt.String):
+            return lambda a, b: as_strings(array[a:b], f"{self.name}: rows {a}:{b}")
+        if isinstance(field, fmt.Bytes):
+            return lambda a, b: array[a:b].tolist()  # bytes objects; the writer checks them
         return lambda a, b: array[a:b]
 
     def chunk_rows(self, array: Any) -> int | None:
@@ -254,9 +274,52 @@ class ArraySource(Source):
         return read_ahead(read, self.ranges(), self.workers)
 
 
-def _length(array: Any) -> int | None:
+def shape_of(array: Any) -> tuple[int, ...] | None:
+    """The shape of an array-like as a tuple; None where it has none (an HDF5 null dataspace,
+    ``h5py.Empty``, has ``shape`` None)."""
     shape = getattr(array, "shape", None)
-    return int(shape[0]) if shape else None
+    return None if shape is None else tuple(int(d) for d in shape)
+
+
+def _length(array: Any) -> int | None:
+    shape = shape_of(array)
+    return shape[0] if shape else None
+
+
+def as_strings(values: Any, where: str) -> list[str]:
+    """Rows of a string array as ``str`` objects, UTF-8 bytes decoded."""
+    items = values.tolist() if hasattr(values, "tolist") else list(values)
+    try:
+        return [v.decode("utf-8") if isinstance(v, bytes) else v for v in items]
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{where}: a string is not valid UTF-8 ({exc})") from None
+
+
+def json_attrs(attrs: Any) -> dict[str, Any]:
+    """The attributes (HDF5 or Zarr) whose values are JSON once numpy types are made plain, up
+    to :data:`MAX_ATTR_JSON` bytes each; others (references, compound, NaN...) are dropped."""
+    out = {}
+    for name in attrs:
+        try:
+            value = _plain(attrs[name])
+            size = len(json.dumps(value, allow_nan=False))
+        except (OSError, TypeError, ValueError):  # unreadable, not JSON, not UTF-8, NaN
+            continue
+        if size <= MAX_ATTR_JSON:
+            out[str(name)] = value
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (np.ndarray, np.generic)):
+        value = value.tolist()
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
 
 
 def read_ahead(read: Callable[[Any], Batch], items: Sequence[Any], workers: int) -> Iterator[Batch]:

@@ -1,9 +1,12 @@
 """HDF5 files (h5py): every dataset of the common length becomes a field.
 
-Nested groups give field names like ``group/name``. Numeric datasets become
-:class:`chute.Tensor` fields, 1-D string datasets :class:`chute.String`, 1-D variable-length
-numeric datasets :class:`chute.Ragged`. Rows are read in whole HDF5 chunks (see
-:func:`~chute.sources.base.plan_ranges`), so each chunk is decompressed once.
+The source is a path or an open ``h5py.File`` / ``Group`` / ``Dataset``, read the same way
+(an object stays open: its owner closes it). Nested groups give field names like
+``group/name``. Numeric datasets become :class:`chute.Tensor` fields, 1-D string datasets
+:class:`chute.String`, 1-D variable-length numeric datasets :class:`chute.Ragged`. Rows are
+read in whole HDF5 chunks (see :func:`~chute.sources.base.plan_ranges`), so each chunk is
+decompressed once. Soft and external links are not followed: each is left out with a warning
+that names it (a soft link's target is converted under its own name).
 
 Attributes travel too: the dataset's metadata gets ``{"hdf5_attrs": {"/": {root attributes},
 "/group/name": {...}, ...}}``, for every group and dataset that has attributes whose values
@@ -13,62 +16,58 @@ are JSON (numbers, bools, strings, arrays of them; up to 64 KiB of JSON each). O
 
 from __future__ import annotations
 
-import json
+import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from .. import format as fmt
 from ..errors import SourceError, require
-from .base import ArraySource, FieldsArg, array_field
+from ..sniff import NOUNS
+from .base import ArraySource, FieldsArg, array_field, json_attrs, shape_of
 
-SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
-MAGIC = b"\x89HDF\r\n\x1a\n"
 ATTRS = "hdf5_attrs"  # the metadata entry holding the attributes
-MAX_ATTR_JSON = 64 << 10  # bigger attributes (embedded files, lookup tables) stay behind
 
 
 class HDF5Source(ArraySource):
-    """An HDF5 file; ``fields`` picks / renames datasets by their path in the file."""
+    """An HDF5 file (a path, or an open h5py object); ``fields`` picks / renames datasets by
+    their path in the file (relative to the group given)."""
 
-    noun = "an HDF5 file"
+    noun = NOUNS["hdf5"]
 
-    def __init__(self, path: str | Path, fields: FieldsArg = None, **options: Any):
+    def __init__(self, src: Any, fields: FieldsArg = None, **options: Any):
         self._h5py = h5py = require("h5py", "hdf5")
+        self._file = None  # the file this source opened, and closes
+        if isinstance(src, (h5py.Group, h5py.Dataset)):
+            node, name = src, _object_name(src)
+        else:
+            try:
+                self._file = node = h5py.File(src, "r")
+            except OSError as exc:
+                raise SourceError(f"{src}: cannot be opened as an HDF5 file ({exc})") from None
+            name = str(src)
+        self.name = name
         try:
-            self._file = h5py.File(path, "r")
-        except OSError as exc:
-            raise SourceError(f"{path}: cannot be opened as an HDF5 file ({exc})") from None
-        arrays: dict[str, Any] = {}
-        attrs = {"/": _json_attrs(self._file.attrs)}
-
-        def visit(name: str, obj: Any) -> None:
-            attrs["/" + name] = _json_attrs(obj.attrs)
-            if isinstance(obj, h5py.Dataset):
-                arrays[name] = obj
-
-        self._file.visititems(visit)
-        kept = {k: v for k, v in attrs.items() if v}
-        self.metadata = {ATTRS: kept} if kept else {}
-        if not arrays:
-            self._file.close()
-            raise SourceError(f"{path}: no datasets in this HDF5 file")
-        try:
-            super().__init__(str(path), arrays, fields, **options)
+            arrays, attrs, self.links = _contents(h5py, node)
+            for key, what in self.links.items():
+                warnings.warn(f"{name}: left out {key}: {what}", stacklevel=2)
+            kept = {k: v for k, v in attrs.items() if v}
+            self.metadata = {ATTRS: kept} if kept else {}
+            if not arrays:
+                raise SourceError(f"{name}: no datasets in this HDF5 file")
+            super().__init__(name, arrays, fields, **options)
         except BaseException:
-            self._file.close()
+            self.close()
             raise
 
     def field(self, key: str, array: Any) -> fmt.Field:
         h5py, where = self._h5py, f"{self.name}: dataset {key!r}"
+        ndim = len(shape_of(array) or ())
         if h5py.check_string_dtype(array.dtype) is not None:
-            if array.ndim != 1:
-                raise SourceError(f"{where}: a {array.ndim}-D string dataset cannot be a field")
+            if ndim != 1:
+                raise SourceError(f"{where}: a {ndim}-D string dataset cannot be a field")
             return fmt.String()
         base = h5py.check_vlen_dtype(array.dtype)
-        if base is not None and array.ndim == 1:
+        if base is not None and ndim == 1:
             return fmt.Ragged(array_field(base, (0,), self.name, key).dtype)
         if array.dtype.kind == "O":
             raise SourceError(
@@ -78,42 +77,62 @@ class HDF5Source(ArraySource):
         return super().field(key, array)
 
     def reader(self, array: Any, field: fmt.Field) -> Callable[[int, int], Any]:
-        if isinstance(field, fmt.String):
-            strings = array.asstr()
-            return lambda a, b: strings[a:b].tolist()
         if isinstance(field, fmt.Ragged):
             return lambda a, b: list(array[a:b])
-        return super().reader(array, field)
+        return super().reader(array, field)  # strings: UTF-8 bytes decoded there
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
 
-def _json_attrs(attrs: Any) -> dict[str, Any]:
-    """The attributes whose values are JSON once numpy types are made plain; others dropped."""
-    out = {}
-    for name in attrs:
-        try:
-            value = _plain(attrs[name])
-            size = len(json.dumps(value, allow_nan=False))
-        except (OSError, TypeError, ValueError):  # unreadable, not JSON, not UTF-8, NaN
-            continue
-        if size <= MAX_ATTR_JSON:
-            out[name] = value
-    return out
+def _object_name(node: Any) -> str:
+    """``file.h5`` for a file, ``file.h5:/group`` for a group or dataset inside it."""
+    return node.file.filename if node.name == "/" else f"{node.file.filename}:{node.name}"
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, (np.ndarray, np.generic)):
-        value = value.tolist()
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
+def _contents(h5py: Any, node: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    """(datasets by path, JSON attributes by path, links left out -> why) under ``node``.
+
+    ``visititems`` visits each object once through its hard links and never reports soft or
+    external links: those are found by listing the links of every group visited.
+    """
+    if isinstance(node, h5py.Dataset):
+        return {node.name.rsplit("/", 1)[-1] or "data": node}, {"/": json_attrs(node.attrs)}, {}
+    arrays: dict[str, Any] = {}
+    attrs = {"/": json_attrs(node.attrs)}
+    links: dict[str, str] = {}
+    groups = [("", node)]
+
+    def visit(name: str, obj: Any) -> None:
+        attrs["/" + name] = json_attrs(obj.attrs)
+        if isinstance(obj, h5py.Dataset):
+            arrays[name] = obj
+        else:
+            groups.append((name + "/", obj))
+
+    node.visititems(visit)
+    for prefix, group in groups:
+        for name in group:
+            link = group.get(name, getlink=True)
+            if isinstance(link, h5py.SoftLink):
+                try:
+                    group[name]
+                    links[prefix + name] = (
+                        f"a soft link to {link.path} (links are not followed; the target "
+                        "is converted under its own name)"
+                    )
+                except KeyError:
+                    links[prefix + name] = f"a soft link to {link.path}, which does not exist"
+            elif isinstance(link, h5py.ExternalLink):
+                links[prefix + name] = (
+                    f"an external link to {link.filename}:{link.path} (links are not "
+                    "followed; convert that file on its own)"
+                )
+    return arrays, attrs, links
 
 
-def is_hdf5(path: Path) -> bool:
-    """True for a file with the HDF5 signature (at offset 0; user blocks are not probed)."""
-    with open(path, "rb") as f:
-        return f.read(len(MAGIC)) == MAGIC
+def is_hdf5_object(obj: Any) -> bool:
+    """True for an open h5py File, Group or Dataset, without importing h5py."""
+    node = hasattr(obj, "attrs") and hasattr(obj, "file")
+    return type(obj).__module__.split(".", 1)[0] == "h5py" and node

@@ -19,6 +19,7 @@ import torch
 
 from ..errors import FormatError, SourceError
 from ..npy_header import read_header
+from ..sniff import NOUNS
 from .base import ArraySource, FieldsArg
 
 _LOCAL_HEADER = 30  # bytes of a zip local file header before the name and the extra field
@@ -39,7 +40,7 @@ def _load(path: Path) -> np.ndarray:
 class NpySource(ArraySource):
     """One ``.npy`` file: a single field named after the file (``images.npy`` -> ``images``)."""
 
-    noun = "an .npy file"
+    noun = NOUNS["npy"]
 
     def __init__(self, path: str | Path, fields: FieldsArg = None, **options: Any):
         path = Path(path)
@@ -49,7 +50,7 @@ class NpySource(ArraySource):
 class NpyFolderSource(ArraySource):
     """A folder of ``.npy`` files, one field each; sub-folders give names like ``group/name``."""
 
-    noun = "a folder of .npy files"
+    noun = NOUNS["npy_folder"]
 
     def __init__(self, path: str | Path, fields: FieldsArg = None, **options: Any):
         path = Path(path)
@@ -89,9 +90,10 @@ class _CompressedMember:
 
 
 def _npy_header(f: Any, where: str) -> tuple[tuple[int, ...], np.dtype, int]:
-    """(shape, dtype, data offset) of the .npy stream ``f``: C order, plain dtypes only."""
+    """(shape, dtype, data offset) of the .npy stream ``f``: C order, no objects. Structured
+    dtypes pass: ``split_compound`` stores their members, or the refusal names them."""
     try:
-        dtype, shape, offset = read_header(f, where)
+        dtype, shape, offset = read_header(f, where, structured=True)
     except FormatError as exc:
         raise SourceError(str(exc)) from None
     return shape, dtype, offset
@@ -114,7 +116,7 @@ def _member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Any:
 class NpzSource(ArraySource):
     """An ``.npz`` archive (``np.savez`` / ``np.savez_compressed``): one field per member."""
 
-    noun = "an .npz archive"
+    noun = NOUNS["npz"]
 
     def __init__(self, path: str | Path, fields: FieldsArg = None, **options: Any):
         path = Path(path)

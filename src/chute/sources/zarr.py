@@ -1,49 +1,58 @@
-"""Zarr stores, format v2 and v3, as a folder or a zip file.
+"""Zarr stores, format v2 and v3, as a folder or a zip file, or an open zarr Group / Array.
 
 A group's arrays (nested groups as ``group/name``) of the common length become fields; a
 store holding one array gives one field named after the store (``images.zarr`` ->
-``images``). Rows are read in whole shards (v3 sharding) or chunks.
+``images``) or the array. Rows are read in whole shards (v3 sharding) or chunks. Attributes
+travel as with HDF5: the dataset's metadata gets ``{"zarr_attrs": {"/": {group attributes},
+"/group/name": {...}}}`` (JSON values up to 64 KiB each).
 """
 
 from __future__ import annotations
 
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import SourceError, require
-from .base import ArraySource, FieldsArg
+from ..sniff import NOUNS
+from .base import ArraySource, FieldsArg, json_attrs
 
-SUFFIXES = (".zarr", ".zr2", ".zr3")
-METADATA = ("zarr.json", ".zgroup", ".zarray")  # v3, v2 group, v2 array
+ATTRS = "zarr_attrs"  # the metadata entry holding the attributes
 
 
 class ZarrSource(ArraySource):
-    """A Zarr store; ``fields`` picks / renames arrays by their path in the store."""
+    """A Zarr store (a path, or an open zarr Group / Array); ``fields`` picks / renames arrays
+    by their path in the store."""
 
-    noun = "a Zarr store"
+    noun = NOUNS["zarr"]
 
-    def __init__(self, path: str | Path, fields: FieldsArg = None, **options: Any):
-        zarr = require("zarr", "zarr")
-        path = Path(path)
-        self._store = None
-        if path.is_file():
-            self._store = zarr.storage.ZipStore(path, mode="r")
-        try:
-            node = zarr.open(self._store or str(path), mode="r")
-        except (OSError, ValueError, KeyError) as exc:
-            self.close()
-            raise SourceError(f"{path}: cannot be opened as a Zarr store ({exc})") from None
-        if hasattr(node, "shape"):  # a store holding one array
-            arrays = {path.name.split(".")[0]: node}
+    def __init__(self, src: Any, fields: FieldsArg = None, **options: Any):
+        self._store = None  # a zip store this source opened, and closes
+        if is_zarr_object(src):
+            node, name = src, _object_name(src)
+            single = getattr(node, "basename", "") or "array"
         else:
-            arrays = dict(_walk(node, ""))
-            if not arrays:
+            zarr = require("zarr", "zarr")
+            path = Path(src)
+            name, single = str(path), path.name.split(".")[0]
+            if path.is_file():
+                self._store = zarr.storage.ZipStore(path, mode="r")
+            try:
+                node = zarr.open(self._store or str(path), mode="r")
+            except (OSError, ValueError, KeyError) as exc:
                 self.close()
-                raise SourceError(f"{path}: no arrays in this Zarr group")
+                raise SourceError(f"{path}: cannot be opened as a Zarr store ({exc})") from None
         try:
-            super().__init__(str(path), arrays, fields, **options)
+            attrs = {"/": json_attrs(node.attrs)}
+            if hasattr(node, "shape"):  # a store holding one array
+                arrays = {single: node}
+            else:
+                arrays = dict(_walk(node, "", attrs))
+                if not arrays:
+                    raise SourceError(f"{name}: no arrays in this Zarr group")
+            kept = {k: v for k, v in attrs.items() if v}
+            self.metadata = {ATTRS: kept} if kept else {}
+            super().__init__(name, arrays, fields, **options)
         except BaseException:
             self.close()
             raise
@@ -53,19 +62,21 @@ class ZarrSource(ArraySource):
             self._store.close()
 
 
-def _walk(group: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+def _walk(group: Any, prefix: str, attrs: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     for name, arr in group.arrays():
+        attrs[f"/{prefix}{name}"] = json_attrs(arr.attrs)
         yield prefix + name, arr
     for name, sub in group.groups():
-        yield from _walk(sub, f"{prefix}{name}/")
+        attrs[f"/{prefix}{name}"] = json_attrs(sub.attrs)
+        yield from _walk(sub, f"{prefix}{name}/", attrs)
 
 
-def is_zarr(path: Path) -> bool:
-    """True for a folder or zip file with Zarr metadata at its root."""
-    if path.is_dir():
-        return any((path / m).is_file() for m in METADATA)
-    if not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as zf:
-        names = set(zf.namelist())
-    return any(m in names for m in METADATA)
+def _object_name(node: Any) -> str:
+    """Where an open node lives, e.g. ``file:///data/x.zarr/group`` (zarr 3's store path)."""
+    return str(getattr(node, "store_path", None) or getattr(node, "store", "<zarr>"))
+
+
+def is_zarr_object(obj: Any) -> bool:
+    """True for an open zarr Group or Array (not a store), without importing zarr."""
+    node = hasattr(obj, "attrs") and (hasattr(obj, "shape") or hasattr(obj, "arrays"))
+    return type(obj).__module__.split(".", 1)[0] == "zarr" and node

@@ -1,0 +1,116 @@
+"""What kind of source a path holds, from its suffix, signature and marker files alone.
+
+Two places need to know: ``chute.convert`` (which source reads it) and the reader's
+"not a dataset" errors (which ``chute convert`` command to suggest, for ``chute.open("d.h5")``
+or ``chute info npydir/``). Sniffing reads a few bytes and names, never imports h5py or zarr
+and has no side effect, so the reader can use it without depending on the sources.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import zipfile
+from pathlib import Path
+
+from . import format as fmt
+
+HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+ZARR_SUFFIXES = (".zarr", ".zr2", ".zr3")
+ZARR_METADATA = ("zarr.json", ".zgroup", ".zarray")  # v3, v2 group, v2 array
+
+_MAX_SNIFF = 10_000  # entries of a folder's tree an error message looks through for .npy files
+# kind -> how messages name it; the source classes take their ``noun`` from here
+NOUNS = {
+    "npy": "an .npy file",
+    "npz": "an .npz archive",
+    "npy_folder": "a folder of .npy files",
+    "hdf5": "an HDF5 file",
+    "zarr": "a Zarr store",
+}
+
+
+def source_kind(path: Path, max_entries: int | None = None) -> str | None:
+    """The kind of source (a key of :data:`NOUNS`) the existing ``path`` is; None if none.
+
+    Detection is by content where the suffix is not conclusive: the HDF5 signature, Zarr
+    metadata at the root, ``.npy`` files in a folder (looked for among at most
+    ``max_entries`` entries of its tree, if given: an error message must not walk a home
+    folder). A chute dataset (a folder of ``.npy`` files with a manifest) is sniffed as
+    ``"npy_folder"``: callers check the manifest first.
+    """
+    if path.is_dir():
+        if is_zarr(path):
+            return "zarr"
+        return "npy_folder" if _has_npy(path, max_entries) else None
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return "npy"
+    if suffix == ".npz":
+        return "npz"
+    if suffix in HDF5_SUFFIXES or is_hdf5(path):
+        return "hdf5"
+    return "zarr" if is_zarr(path) else None
+
+
+def _has_npy(folder: Path, max_entries: int | None) -> bool:
+    """Whether the tree under ``folder`` holds a ``.npy`` file (symlinked folders not followed,
+    as ``Path.rglob``); False once ``max_entries`` entries were seen without one."""
+    seen = 0
+    for _, dirs, files in os.walk(folder):
+        if any(f.endswith(".npy") for f in files):
+            return True
+        seen += len(dirs) + len(files)
+        if max_entries is not None and seen >= max_entries:
+            return False
+    return False
+
+
+def is_hdf5(path: Path) -> bool:
+    """True for a file with the HDF5 signature (at offset 0; user blocks are not probed)."""
+    with open(path, "rb") as f:
+        return f.read(len(HDF5_MAGIC)) == HDF5_MAGIC
+
+
+def is_zarr(path: Path) -> bool:
+    """True for a folder or zip file with Zarr metadata at its root."""
+    if path.is_dir():
+        return any((path / m).is_file() for m in ZARR_METADATA)
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+    return any(m in names for m in ZARR_METADATA)
+
+
+def convert_command(path: str | Path) -> str:
+    """The ``chute convert SRC DST`` line for ``path``, quoted for the shell (DST: ``.chute``)."""
+    dst = Path(path).with_suffix(".chute")
+    return f"chute convert {shlex.quote(str(path))} {shlex.quote(str(dst))}"
+
+
+def not_a_dataset(path: Path) -> str | None:
+    """Why the existing ``path`` is not a chute dataset, when it is a file or a source that
+    ``chute convert`` reads: the sentence to put in a :class:`DatasetNotFoundError`.
+
+    A folder of ``.npy`` files without a manifest may be a dataset whose write did not finish,
+    so its sentence says so before suggesting the conversion. None for a folder that is none
+    of these (the caller's own message applies) and for a path that does not exist.
+    """
+    try:
+        kind = source_kind(path, _MAX_SNIFF) if path.exists() else None
+    except OSError:  # unreadable: the caller's message applies
+        kind = None
+    if kind == "npy_folder":
+        return (
+            f"{path} is not a chute dataset: it has no {fmt.MANIFEST} (an unfinished write "
+            f"leaves none); if it is a folder of .npy files, convert it with "
+            f"`{convert_command(path)}`"
+        )
+    if kind is not None:
+        command = convert_command(path)
+        return f"{path} is {NOUNS[kind]}, not a chute dataset: convert it with `{command}`"
+    if path.is_file():
+        return f"{path} is a file, not a chute dataset (a folder holding {fmt.MANIFEST})"
+    return None
