@@ -25,7 +25,8 @@ from _common import table, write_json
 from chute.verify import _file_checksum
 
 import chute
-from chute.store import RemoteCache, Store, upload
+from chute.store import RemoteCache, Store
+from chute.transfer import upload
 
 
 def data(kind: str, nbytes: int) -> dict[str, np.ndarray]:

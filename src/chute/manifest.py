@@ -18,6 +18,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import xxhash
+
 from . import format as fmt
 from .errors import (
     DatasetChangedError,
@@ -26,9 +28,11 @@ from .errors import (
     SchemaError,
     UnsafePathError,
 )
+from .npy_header import read_header
 from .sniff import not_a_dataset
 
 MAX_MANIFEST_BYTES = 256 << 20
+_CHUNK = 16 << 20  # read at once by file_checksum
 Identity = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
 
 
@@ -137,6 +141,18 @@ def replaced(path: Path) -> DatasetChangedError:
         f"{path} was replaced while opening it (a writer with overwrite=True, or chute.cache, "
         "swapped it): open it again"
     )
+
+
+def file_checksum(path: Path) -> str:
+    """xxh3_64 of the bytes after the .npy header (the header is checked by ``open``)."""
+    h = xxhash.xxh3_64()
+    with open(path, "rb") as f:
+        read_header(f, str(path))
+        buf = bytearray(_CHUNK)
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
 
 
 def write_manifest(folder: Path, manifest: fmt.Manifest) -> None:

@@ -10,10 +10,15 @@ import threading
 import time
 from pathlib import Path
 
-import _store_children as children
 import pytest
+
+pytest.importorskip("obstore")
+pytest.importorskip("moto")
+pytest.importorskip("zstandard")
+
+import _store_children as children
 import torch
-from _s3server import BUCKET, S3Server, small_dataset
+from _s3server import BUCKET, S3Server, own_s3, s3, s3_server, small_dataset
 
 import chute
 from chute.errors import (
@@ -24,7 +29,8 @@ from chute.errors import (
     FormatError,
     RemoteError,
 )
-from chute.store import Prefetcher, RemoteCache, Store, download, upload
+from chute.store import Prefetcher, RemoteCache, Store
+from chute.transfer import download, upload
 
 SPAWN = mp.get_context("spawn")
 

@@ -3,29 +3,13 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-import xxhash
 from tqdm.auto import tqdm
 
 from .. import format as fmt
 from ..errors import ChecksumError
-from ..npy_header import read_header
+from ..manifest import file_checksum
 from .dataset import Dataset
-
-_CHUNK = 16 << 20
-
-
-def file_checksum(path: Path) -> str:
-    """xxh3_64 of the bytes after the .npy header (the header is checked by ``open``)."""
-    h = xxhash.xxh3_64()
-    with open(path, "rb") as f:
-        read_header(f, str(path))
-        buf = bytearray(_CHUNK)
-        view = memoryview(buf)
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
 
 
 def verify(path: str | os.PathLike, progress: bool = False) -> int:

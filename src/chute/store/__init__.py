@@ -1,5 +1,5 @@
 """Datasets in object storage (S3, GCS, Azure, HTTP, file://): URLs, a per-process client,
-a bounded node-local cache, prefetch in read order, upload and download.
+a bounded node-local cache, prefetch in read order.
 
 Standalone for now: ``chute.open(url, ...)`` is to be wired onto these pieces. Needs the
 ``remote`` extra (``pip install 'chute[remote]'``: obstore, zstandard), imported lazily.
@@ -10,7 +10,6 @@ from .client import Store
 from .locks import Pin
 from .manifest import Entry
 from .prefetch import Prefetcher
-from .upload import download, upload
 from .url import URL, is_url, parse_url
 
 __all__ = [
@@ -21,8 +20,6 @@ __all__ = [
     "RemoteCache",
     "Store",
     "default_cache_dir",
-    "download",
     "is_url",
     "parse_url",
-    "upload",
 ]

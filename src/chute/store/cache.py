@@ -56,8 +56,7 @@ from ..errors import (
     DatasetNotFoundError,
     FormatError,
 )
-from ..manifest import write_manifest
-from ..reader.verify import file_checksum
+from ..manifest import file_checksum, write_manifest
 from .client import CorruptObjectError, Store
 from .locks import Pin, lock_fd, locked, release_all, unlock_fd
 from .manifest import Entry, parse_remote_manifest

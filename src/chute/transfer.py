@@ -31,14 +31,14 @@ from typing import Any
 
 import xxhash
 
-from .. import format as fmt
-from ..errors import ArgumentError, DatasetExistsError, require
-from ..manifest import read_manifest
-from ..writer.commit import commit, new_staging_dir
-from .cache import META, RemoteCache
-from .client import CHUNK, EXTRA, Store
-from .manifest import ZSTD_SUFFIX
-from .url import URL
+from . import format as fmt
+from .errors import ArgumentError, DatasetExistsError, require
+from .manifest import read_manifest
+from .store.cache import META, RemoteCache
+from .store.client import CHUNK, EXTRA, Store
+from .store.manifest import ZSTD_SUFFIX
+from .store.url import URL
+from .writer.commit import commit, new_staging_dir
 
 _DATA_SUFFIXES = (".npy", ".npy" + ZSTD_SUFFIX)
 
