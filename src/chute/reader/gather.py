@@ -43,7 +43,7 @@ class Piece(NamedTuple):
     allocated: int | None = None  # bytes on disk of the values file (see check_backed)
 
 
-TINY_SAMPLE_VALUES = 64
+TINY_SAMPLE_VALUES = 128
 """Below this many values per sample on average, a ragged gather builds one flat index and
 does one ``take`` (Python per sample would dominate); above, it copies each sample's slice
 (``np.concatenate`` of views: memcpy speed, no index). Measured by
@@ -147,37 +147,40 @@ def gather_var(
     it: O(batch) memory, no second gather for a batch over several parts. Before allocating,
     each part's share is checked against what its values file holds on disk
     (:func:`check_backed`)."""
-    lengths = np.zeros(b, np.int64)
-    bounds = []
-    for piece in parts:
-        col = piece.arrays
-        starts, ends = sample_bounds(col["values"], col["offsets"], piece.local, piece.files)
-        itemsize = col["values"].itemsize * math.prod(col["values"].shape[1:])
-        check_backed(
-            int((ends - starts).sum()) * itemsize, piece.allocated, piece.files["values"], piece
-        )
-        lengths[slice(None) if piece.pos is None else piece.pos] = ends - starts
-        bounds.append((starts, ends))
+    bounds = [
+        sample_bounds(p.arrays["values"], p.arrays["offsets"], p.local, p.files) for p in parts
+    ]
+    if len(parts) == 1 and parts[0].pos is None:
+        lengths = bounds[0][2]
+    else:
+        lengths = np.zeros(b, np.int64)
+        for piece, (_, _, n) in zip(parts, bounds, strict=True):
+            lengths[piece.pos] = n
     offsets = np.zeros(b + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    for piece, (_, _, n) in zip(parts, bounds, strict=True):  # before allocating
+        total = int(offsets[-1]) if len(parts) == 1 else int(n.sum())
+        src = piece.arrays["values"]
+        rows = src.itemsize * math.prod(src.shape[1:])
+        check_backed(total * rows, piece.allocated, piece.files["values"], piece)
     inner: tuple[int, ...] = () if f.variable_dims else f.inner_shape  # type: ignore[assignment]
     values = np.empty((int(offsets[-1]), *inner), fmt.storage_dtype(f.dtype))
     if b and int(offsets[-1]) >= TINY_SAMPLE_VALUES * b:  # large samples: copy slice by slice
         slices: list[Any] = [None] * b
-        for piece, (starts, ends) in zip(parts, bounds, strict=True):
+        for piece, (starts, ends, _) in zip(parts, bounds, strict=True):
             src = piece.arrays["values"]
             at = range(b) if piece.pos is None else piece.pos.tolist()
             for k, i, j in zip(at, starts.tolist(), ends.tolist(), strict=True):
                 slices[k] = src[i:j]
         np.concatenate(slices, out=values)
     else:  # tiny samples: one vectorized take per part, no Python per sample
-        for piece, (starts, ends) in zip(parts, bounds, strict=True):
-            src_idx = segments(starts, ends - starts)
+        for piece, (starts, _, n) in zip(parts, bounds, strict=True):
+            src = piece.arrays["values"]
             if piece.pos is None:
-                take_rows(piece.arrays["values"], src_idx, values)
+                take_rows(src, segments(starts, n, len(src), offsets[:-1]), values)
             else:
-                dst = segments(offsets[piece.pos], ends - starts)
-                values[dst] = take_rows(piece.arrays["values"], src_idx)
+                dst = segments(offsets[piece.pos], n, len(values))
+                values[dst] = take_rows(src, segments(starts, n, len(src)))
     shapes = None
     if f.variable_dims:  # (0, ndim) for an empty batch
         shapes = np.zeros((b, 1 + len(f.inner_shape)), np.int64)
@@ -199,31 +202,36 @@ def gather_var(
 
 def sample_bounds(
     values: np.ndarray, offsets: np.ndarray, idx: np.ndarray, files: Mapping[str, Path]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of samples ``idx`` of a values+offsets column, checked to lie in order
-    inside the values (a corrupt offsets file is a FormatError, never a wrong slice)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, lengths) of samples ``idx`` of a values+offsets column, checked to lie
+    in order inside the values (a corrupt offsets file is a FormatError, never a wrong
+    slice)."""
     starts = offsets[idx]
     ends = offsets[idx + 1]
-    if len(idx) and (starts.min() < 0 or ends.max() > len(values) or (ends < starts).any()):
-        bad = idx[(ends < starts) | (starts < 0) | (ends > len(values))][0]
+    n = ends - starts
+    if len(idx) and (n.min() < 0 or starts.min() < 0 or ends.max() > len(values)):
+        bad = idx[(n < 0) | (starts < 0) | (ends > len(values))][0]
         raise FormatError(
             f"{files['offsets']}: offsets of sample {int(bad)} are invalid "
             f"({int(offsets[bad])}..{int(offsets[bad + 1])} of {len(values)} values); the "
             "dataset is corrupt"
         )
-    return starts, ends
+    return starts, ends, n
 
 
-def segments(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The flat index of the segments ``[starts[i], starts[i] + lengths[i])``, one after the
-    other: ``concatenate([arange(s, s + n) for s, n in ...])`` without Python per segment.
-    int32 when it fits (half the memory of int64)."""
-    total = int(lengths.sum())
-    top = int((starts + lengths).max()) if len(starts) else 0
-    dtype = np.int32 if top < 2**31 else np.int64
-    ends = np.cumsum(lengths)
-    flat = np.arange(total, dtype=dtype)
-    flat += np.repeat((starts - (ends - lengths)).astype(dtype), lengths)
+def segments(
+    starts: np.ndarray, lengths: np.ndarray, size: int, at: np.ndarray | None = None
+) -> np.ndarray:
+    """The flat index of the segments ``[starts[i], starts[i] + lengths[i])`` into an array of
+    ``size`` rows, one after the other: ``concatenate([arange(s, s + n) for s, n in ...])``
+    without Python per segment. ``at``: where each segment begins in the result, the running
+    sum of ``lengths`` from 0, when the caller has it. int32 when ``size`` allows (half the
+    memory of int64)."""
+    dtype = np.int32 if size < 2**31 else np.int64
+    if at is None:
+        at = np.cumsum(lengths) - lengths
+    flat = np.repeat((starts - at).astype(dtype), lengths)
+    flat += np.arange(len(flat), dtype=dtype)
     return flat
 
 
