@@ -229,10 +229,10 @@ def _with_context(exc: ChuteError, context: str) -> ChuteError:
     under the traceback); on 3.10 a copy of the same class whose message ends with it."""
     add_note = getattr(exc, "add_note", None)
     if add_note is not None:
-        add_note(f"chute.Loader: raised in {context}")
+        add_note(f"chute.Loader: {context}")
         return exc
     try:
-        copy = type(exc)(f"{exc} (raised in {context})")
+        copy = type(exc)(f"{exc} (chute.Loader: {context})")
     except TypeError:  # a subclass with another signature: as it is
         return exc
     copy.__cause__ = exc.__cause__
