@@ -78,12 +78,35 @@ def default_workers() -> int:
 
 
 def dist_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """rank / world_size, defaulting to torch.distributed's when it is initialized."""
+    """rank / world_size when not given: ``torch.distributed``'s when it is initialized, else
+    the launcher's environment (``RANK`` / ``WORLD_SIZE``, set by ``torchrun`` and
+    ``torch.distributed.launch`` before ``init_process_group`` is called), else 0 / 1.
+
+    The environment is read on purpose: a loader built before ``init_process_group`` under
+    torchrun must not silently be rank 0 of 1 on every rank (each would train on the same
+    data). A malformed variable is an :class:`ArgumentValueError` naming it."""
     import torch.distributed as dist
 
     initialized = dist.is_available() and dist.is_initialized()
     if rank is None:
-        rank = dist.get_rank() if initialized else 0
+        rank = dist.get_rank() if initialized else _env_int("RANK", 0, 0)
     if world_size is None:
-        world_size = dist.get_world_size() if initialized else 1
+        world_size = dist.get_world_size() if initialized else _env_int("WORLD_SIZE", 1, 1)
     return rank, world_size
+
+
+def _env_int(name: str, default: int, minimum: int) -> int:
+    """The launcher's integer variable ``name`` (``default`` when unset or empty)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ArgumentValueError(
+            f"the environment variable {name}={raw!r} (set by the launcher, e.g. torchrun) is "
+            f"not an int >= {minimum}; fix it, or pass rank= and world_size= explicitly"
+        )
+    return value

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -13,29 +14,40 @@ import torch
 from .errors import ArgumentError, SampleIndexError, SchemaError
 
 
-class RaggedBatch(NamedTuple):
+class RaggedBatch:
     """A batch of a variable-size field: sample ``i`` is ``values[offsets[i]:offsets[i+1]]``.
 
     ``shapes`` (B, ndim) is set when dimensions other than the first vary; ``values`` is then
-    flat and sample ``i`` is reshaped to ``shapes[i]``. ``len(rb)`` is the batch size and
-    ``rb[i]`` is sample ``i`` (``rb[a:b]`` a list of samples). Still a NamedTuple of its three
-    members: ``values, offsets, shapes = rb``, ``rb.values`` and iteration give them, so
-    ``pin_memory``, ``default_collate`` and ``to_device`` move it like any tuple of tensors.
+    flat and sample ``i`` is reshaped to ``shapes[i]``. A sequence of its samples: ``len(rb)``
+    is the batch size, ``rb[i]`` sample ``i`` (a view), ``rb[a:b]`` a list of samples, and
+    ``for img in rb`` loops over the samples. The three parts are reachable by name,
+    ``rb.values``, ``rb.offsets``, ``rb.shapes`` (``_fields`` lists them, ``_asdict()`` maps
+    them). torch's ``pin_memory`` (:meth:`pin_memory`), ``default_convert`` (passed as it is),
+    ``default_collate`` (part by part, registered below), pytree ``tree_map`` and
+    ``chute.to_device`` (``map_tensors``) all keep it a RaggedBatch.
     """
 
-    values: torch.Tensor
-    offsets: torch.Tensor
-    shapes: torch.Tensor | None = None
+    __slots__ = ("offsets", "shapes", "values")
+    _fields = ("values", "offsets", "shapes")
 
-    def __len__(self) -> int:  # type: ignore[override]
+    def __init__(
+        self, values: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor | None = None
+    ) -> None:
+        self.values = values
+        self.offsets = offsets
+        self.shapes = shapes
+
+    def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def __getitem__(self, i: Any) -> Any:  # type: ignore[override]
-        # Only the user's ``rb[i]`` comes here: unpacking, iteration and the member
-        # attributes read the tuple's slots directly.
+    def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self.sample(k) for k in range(*i.indices(len(self)))]
         return self.sample(i)
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        for k in range(len(self)):
+            yield self.sample(k)
 
     def sample(self, i: Any) -> torch.Tensor:
         """Sample ``i`` of the batch (negative counts from the end), as a view."""
@@ -54,7 +66,67 @@ class RaggedBatch(NamedTuple):
 
     def tolist(self) -> list[torch.Tensor]:
         """The samples, as views."""
-        return [self.sample(i) for i in range(len(self))]
+        return list(self)
+
+    def _asdict(self) -> dict[str, torch.Tensor | None]:
+        """The parts by name: ``{"values", "offsets", "shapes"}``."""
+        return {"values": self.values, "offsets": self.offsets, "shapes": self.shapes}
+
+    def pin_memory(self) -> RaggedBatch:
+        """A copy in page-locked memory (what torch's ``pin_memory`` calls)."""
+        return self.map(lambda t: t.pin_memory())
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> RaggedBatch:
+        """A RaggedBatch of ``fn`` applied to each part (``shapes`` too, when set)."""
+        shapes = None if self.shapes is None else fn(self.shapes)
+        return RaggedBatch(fn(self.values), fn(self.offsets), shapes)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return RaggedBatch, (self.values, self.offsets, self.shapes)
+
+    def __repr__(self) -> str:
+        dims = "" if self.shapes is None else f", {self.shapes.shape[1]} dims vary"
+        return (
+            f"chute.RaggedBatch({len(self)} samples, {len(self.values)} values of "
+            f"{str(self.values.dtype).removeprefix('torch.')}{dims})"
+        )
+
+
+def _flatten(rb: RaggedBatch) -> tuple[list[Any], None]:
+    return [rb.values, rb.offsets, rb.shapes], None
+
+
+def _unflatten(parts: Any, _context: Any) -> RaggedBatch:
+    return RaggedBatch(*parts)
+
+
+def _collate(batch: Sequence[RaggedBatch], *, collate_fn_map: Any = None) -> RaggedBatch:
+    """``default_collate`` of RaggedBatches: part by part (stacked values, offsets, shapes)."""
+    from torch.utils.data._utils.collate import collate
+
+    def part(name: str) -> Any:
+        got = [getattr(rb, name) for rb in batch]
+        return None if got[0] is None else collate(got, collate_fn_map=collate_fn_map)
+
+    return RaggedBatch(part("values"), part("offsets"), part("shapes"))
+
+
+def _register() -> None:
+    # torch's extension points: pytree (tree_map, torch.compile) sees the three parts, and
+    # default_collate collates them part by part; both are registrations in a table, nothing
+    # runs. Private modules of torch, so a torch without them simply lacks the integration.
+    try:
+        from torch.utils import _pytree
+        from torch.utils.data._utils.collate import default_collate_fn_map
+    except ImportError:  # pragma: no cover
+        return
+    _pytree.register_pytree_node(
+        RaggedBatch, _flatten, _unflatten, serialized_type_name="chute.RaggedBatch"
+    )
+    default_collate_fn_map.setdefault(RaggedBatch, _collate)
+
+
+_register()
 
 
 def check_pad(value: Any, dtype: torch.dtype, field: str) -> None:

@@ -44,15 +44,18 @@ __all__ = ["DeviceLoader", "map_tensors", "to_device"]
 def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     """Apply ``fn`` to every tensor in a nest of dicts, lists, tuples and NamedTuples.
 
-    Containers are rebuilt with the same type (NamedTuples keep their class, so a
-    ``chute.RaggedBatch`` stays one); leaves that are not tensors are returned as they are.
+    Containers are rebuilt with the same type: NamedTuples keep their class, and so does any
+    object that names its parts in ``_fields`` and is built from them by keyword (a
+    ``chute.RaggedBatch``, which iterates its samples, not its parts); leaves that are not
+    tensors are returned as they are.
     """
     if isinstance(batch, torch.Tensor):
         return fn(batch)
     if isinstance(batch, dict):
         return {k: map_tensors(v, fn) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # NamedTuple
-        return type(batch)(*(map_tensors(v, fn) for v in batch))
+    fields = getattr(type(batch), "_fields", None)
+    if isinstance(fields, tuple):  # NamedTuple, RaggedBatch: rebuilt part by part, by name
+        return type(batch)(**{k: map_tensors(getattr(batch, k), fn) for k in fields})
     if isinstance(batch, (list, tuple)):
         return type(batch)(map_tensors(v, fn) for v in batch)
     return batch

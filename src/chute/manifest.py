@@ -31,8 +31,13 @@ from .errors import (
 from .npy_header import read_header
 from .sniff import not_a_dataset
 
-MAX_MANIFEST_BYTES = 256 << 20
 _CHUNK = 16 << 20  # read at once by file_checksum
+MAX_MANIFEST_BYTES = 64 << 20
+"""A larger chute.json is refused before it is read: parsing JSON takes ~10x its size in
+memory. 64 MiB holds the parts of tens of thousands of parts (~1.5 KB each with checksums)."""
+MAX_METADATA_BYTES = 16 << 20
+"""The user metadata in chute.json, as JSON: every worker process receives the dataset
+(metadata included), so it must stay small; large side data belongs in a field or a file."""
 Identity = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
 
 
@@ -42,10 +47,24 @@ def stat_file(file: Path, root: str) -> os.stat_result:
     real = os.path.realpath(file)
     if not real.startswith(root + os.sep):
         raise UnsafePathError(f"{file} resolves to {real}, outside the dataset {root}")
-    st = os.stat(real)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a symlink loop (ELOOP), a name too long, no permission...
+        raise unreadable(file, exc) from None
     if not stat.S_ISREG(st.st_mode):
         raise FormatError(f"{file} is not a regular file; a dataset holds only plain files")
     return st
+
+
+def unreadable(file: Path, exc: OSError) -> FormatError:
+    """The error for a dataset file that exists but cannot be read (``stat`` or ``open``)."""
+    why = exc.strerror or type(exc).__name__
+    return FormatError(
+        f"{file} cannot be read ({why}, errno {exc.errno}): a dataset holds plain readable "
+        "files; fix or replace it (a symlink loop, permissions), or write the dataset again"
+    )
 
 
 def file_identity(st: os.stat_result) -> Identity:
@@ -90,7 +109,11 @@ def load_manifest(path: Path) -> tuple[fmt.Manifest, Identity]:
             "(an unfinished write leaves none)"
         ) from None
     if st.st_size > MAX_MANIFEST_BYTES:
-        raise FormatError(f"{file}: manifest of {st.st_size} bytes is too large")
+        raise FormatError(
+            f"{file}: a manifest of {st.st_size:,} bytes is too large (the limit is "
+            f"{MAX_MANIFEST_BYTES:,}): large metadata belongs in a field, and a dataset of "
+            "that many parts should be written with a larger part_size"
+        )
     try:
         with builtins.open(file, "rb") as f:
             identity = file_identity(os.fstat(f.fileno()))
@@ -113,9 +136,21 @@ def parse_manifest_bytes(raw: bytes, where: str) -> tuple[fmt.Manifest, dict[str
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise FormatError(f"{where}: not a chute manifest: not valid JSON ({exc})") from None
     try:
-        return fmt.parse_manifest(obj), obj
+        manifest = fmt.parse_manifest(obj)
+        check_metadata(manifest.metadata, FormatError)
     except FormatError as exc:
         raise type(exc)(f"{where}: {exc}") from None
+    return manifest, obj
+
+
+def check_metadata(metadata: Any, error: type[Exception]) -> None:
+    """The metadata, as JSON, is at most :data:`MAX_METADATA_BYTES`; else ``error``."""
+    size = len(json.dumps(metadata))
+    if size > MAX_METADATA_BYTES:
+        raise error(
+            f"metadata of {size:,} bytes (as JSON) is too large, the limit is "
+            f"{MAX_METADATA_BYTES:,}: every worker receives it; put large data in a field"
+        )
 
 
 def _folder_identity(path: Path) -> tuple[int, int] | None:
@@ -161,6 +196,7 @@ def write_manifest(folder: Path, manifest: fmt.Manifest) -> None:
         text = json.dumps(manifest.to_json(), indent=1, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise SchemaError(f"metadata must be JSON-serialisable: {exc}") from None
+    check_metadata(manifest.metadata, SchemaError)
     tmp = folder / (fmt.MANIFEST + f".tmp-{os.getpid()}")
     with open(tmp, "w") as f:
         f.write(text)

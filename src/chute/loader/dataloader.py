@@ -65,6 +65,7 @@ NOTE (a dead worker, Ctrl-C)
 from __future__ import annotations
 
 import functools
+import inspect
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -84,11 +85,11 @@ from ..errors import (
     WorkerError,
 )
 from ..order import Order
+from ..reader.gather import head
 from ..reader.gatherable import Gatherable, PerEpoch
 from ..reader.subset import loadable
-from .passes import OnePass
+from .passes import OnePass, unknown_keywords
 from .processes import death_message, exited_workers, worker_init
-from .threads import head
 
 __all__ = ["BatchDataset", "ChuteDataLoader", "OrderBatchSampler", "dataloader"]
 
@@ -103,7 +104,8 @@ def _as_is(batch: Any) -> Any:
 class BatchDataset(torch.utils.data.Dataset):
     """Map-style view of a chute Dataset whose ``__getitems__`` returns a whole batch.
 
-    Without ``sample_transform`` (and ``collate_fn``) a batch is one ``ds.gather(indices)``.
+    Without ``sample_transform`` (and ``collate_fn``) a batch is one ``ds.gather(indices,
+    pad=pad)``.
     With them, each sample ``ds[i]`` goes through ``sample_transform`` and the list is merged by
     ``collate_fn`` (default: torch's ``default_collate``). ``batch_transform`` then runs on the
     batch. All of it runs in the worker process; under spawn the callables must be picklable
@@ -116,6 +118,7 @@ class BatchDataset(torch.utils.data.Dataset):
         sample_transform: Callable[[Sample], Any] | None = None,
         batch_transform: Callable[[Any], Any] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
+        pad: float | int | None = None,
     ) -> None:
         for name, fn in (
             ("sample_transform", sample_transform),
@@ -124,10 +127,18 @@ class BatchDataset(torch.utils.data.Dataset):
         ):
             if fn is not None and not callable(fn):
                 raise ArgumentError(f"{name} must be callable, got {fn!r}")
+        if pad is not None:
+            if sample_transform is not None or collate_fn is not None:
+                raise ArgumentError(
+                    "pad= pads the gathered batch; with sample_transform or collate_fn the "
+                    "samples are collated by collate_fn instead: pad there"
+                )
+            ds.gather(np.zeros(0, np.int64), pad=pad)  # a bad value fails here, not mid-epoch
         self.dataset = ds
         self.sample_transform = sample_transform
         self.batch_transform = batch_transform
         self.collate_fn = collate_fn
+        self.pad = pad
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -154,7 +165,7 @@ class BatchDataset(torch.utils.data.Dataset):
             ds = ds.at_epoch(epoch)
         try:
             if self.sample_transform is None and self.collate_fn is None:
-                batch = ds.gather(indices)
+                batch = ds.gather(indices, pad=self.pad)
             else:
                 samples = [self._sample(ds, int(i)) for i in indices]
                 batch = (self.collate_fn or _collate)(samples)
@@ -315,6 +326,13 @@ class _Consumed:
 _OWN = ("batch_sampler", "sampler", "dataset")
 
 
+def _torch_keywords() -> set[str]:
+    """The DataLoader keywords that :func:`dataloader` passes on (those it sets itself are
+    chute's own arguments or refused by name)."""
+    params = inspect.signature(torch.utils.data.DataLoader.__init__).parameters
+    return set(params) - {"self", "batch_size", "shuffle", "num_workers", "drop_last", *_OWN}
+
+
 def dataloader(
     ds: Gatherable,
     batch_size: int,
@@ -328,6 +346,7 @@ def dataloader(
     *,
     drop_last: bool = False,
     block_size: int | None = None,
+    pad: float | int | None = None,
     **dataloader_kwargs: Any,
 ) -> ChuteDataLoader:
     """A real ``torch.utils.data.DataLoader`` over chute dataset ``ds``, one gather per batch.
@@ -335,11 +354,15 @@ def dataloader(
     The batch order is chute's :class:`~chute.order.Order` (``shuffle``, ``seed``, ``rank`` /
     ``world_size`` sharding, defaulting to ``torch.distributed``'s, ``drop_last``,
     ``block_size``), so ``set_epoch`` / ``state_dict`` behave as in :class:`~chute.loader.Loader`.
+    Without an initialized process group, ``rank`` / ``world_size`` come from the launcher's
+    ``RANK`` / ``WORLD_SIZE`` (torchrun), as in ``Loader``. ``pad``: ragged and bytes fields
+    come padded, as with ``Loader(pad=)`` (a ``(B, L, ...)`` tensor plus ``FIELD_lengths``).
     ``sample_transform(sample_dict)`` runs per sample in the workers (then the samples are
     collated by ``collate_fn``, default torch's ``default_collate``); ``batch_transform(batch)``
     per batch. Other keywords (``persistent_workers``, ``pin_memory`` (default: whether CUDA is
     available, as in ``Loader``), ``prefetch_factor``, ``multiprocessing_context``,
-    ``worker_init_fn``, ...) go to the DataLoader. ``ds`` may also be a
+    ``worker_init_fn``, ...) go to the DataLoader; any other is an
+    :class:`~chute.errors.ArgumentError` listing the valid ones. ``ds`` may also be a
     ``torch.utils.data.Subset`` of a chute Dataset (nested ones too; ``random_split``'s
     halves): only its samples are read, in an order over ``len(subset)``, as in ``Loader``.
     Example::
@@ -352,6 +375,12 @@ def dataloader(
                 step(batch)
     """
     ds = loadable(ds, "dataloader")
+    torch_keywords = _torch_keywords()
+    unknown = [k for k in dataloader_kwargs if k not in torch_keywords and k not in _OWN]
+    if unknown:
+        chute_keywords = [k for k in inspect.signature(dataloader).parameters if k != "ds"]
+        valid = [k for k in chute_keywords if k != "dataloader_kwargs"] + sorted(torch_keywords)
+        raise unknown_keywords("chute.dataloader", unknown, valid)
     clash = sorted(k for k in dataloader_kwargs if k in _OWN)
     if clash:
         raise ArgumentValueError(
@@ -374,6 +403,6 @@ def dataloader(
     workers = default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
     dataloader_kwargs.setdefault("pin_memory", torch.cuda.is_available())
     dataset = BatchDataset(
-        ds, sample_transform, batch_transform, dataloader_kwargs.pop("collate_fn", None)
+        ds, sample_transform, batch_transform, dataloader_kwargs.pop("collate_fn", None), pad
     )
     return ChuteDataLoader(dataset, order, num_workers=workers, **dataloader_kwargs)

@@ -10,6 +10,7 @@ NOTE in ``chute/loader/buffers.py``. Epochs, resume and the one-pass rule are
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from ..order import Order
 from ..reader.gatherable import Gatherable, PerEpoch
 from ..reader.subset import loadable
 from .buffers import Buffers, Pool, Ring
-from .passes import OnePass
+from .passes import OnePass, unknown_keywords
 from .threads import LoaderIter, Run
 
 __all__ = ["Loader", "LoaderStats"]
@@ -72,7 +73,10 @@ class Loader(OnePass):
     once nothing refers to it. ``keep=k`` reuses a ring of slots instead, a few percent faster,
     but a fixed-shape field is then valid only until ``k`` more batches were asked for (see
     the NOTE in ``chute/loader/buffers.py``). ``num_workers=0`` gathers in the calling thread.
-    ``rank`` and ``world_size`` default to ``torch.distributed``'s when it is initialized.
+    ``rank`` and ``world_size`` default to ``torch.distributed``'s when it is initialized,
+    else to the launcher's ``RANK`` / ``WORLD_SIZE`` environment variables (torchrun sets them
+    before ``init_process_group``), else 0 and 1. Unknown keywords are an
+    :class:`~chute.errors.ArgumentError` listing the valid ones.
 
     Subsets. ``ds`` may also be a ``torch.utils.data.Subset`` of a chute Dataset (nested ones
     too), e.g. a held-out split ``train, val = torch.utils.data.random_split(ds, [0.9, 0.1])``:
@@ -128,7 +132,11 @@ class Loader(OnePass):
         block_size: int | None = None,
         keep: int | None = None,
         pad: float | int | None = None,
+        **unknown: Any,
     ) -> None:
+        if unknown:  # chute's error, with the list of valid keywords (see unknown_keywords)
+            valid = [k for k in inspect.signature(Loader).parameters if k not in ("ds", "unknown")]
+            raise unknown_keywords("chute.Loader", unknown, valid)
         ds = loadable(ds, "Loader")
         if transform is not None and not callable(transform):
             raise ArgumentError(f"transform must be callable, got {transform!r}")

@@ -10,9 +10,20 @@ naming ``why`` rather than ending quietly.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from typing import Any, Protocol
 
+from ..errors import ArgumentError
 from ..order import Order
+
+
+def unknown_keywords(who: str, unknown: Iterable[str], valid: Iterable[str]) -> ArgumentError:
+    """The error for keywords ``unknown`` given to loader ``who``, listing the ``valid`` ones
+    (a typo such as ``num_workerz`` must not pass silently, nor reach torch's own message)."""
+    return ArgumentError(
+        f"{who} got unknown keyword argument(s) {sorted(unknown)}; valid ones are "
+        f"{', '.join(sorted(valid))}"
+    )
 
 
 class Pass(Protocol):

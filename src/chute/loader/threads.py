@@ -39,8 +39,13 @@ buffers a batch lives in, and how long, have their own NOTE in ``chute/loader/bu
     ahead of the lifetime rule.
 
     Errors. A worker catches everything its group raises and posts it in place of the batches;
-    the consumer raises :class:`~chute.errors.WorkerError` from it (the original exception,
-    with its traceback, is the ``__cause__``) when it reaches that batch, and stops the others.
+    when the consumer reaches that batch it stops the others and raises: a chute error
+    (:class:`~chute.errors.DatasetChangedError`, :class:`~chute.errors.FormatError`, ...) as
+    itself, with the worker's traceback and a note naming the thread, batch, epoch and first
+    samples, so that ``except chute.DatasetChangedError`` catches it as with
+    :func:`chute.dataloader`; anything else (a transform's bug) as a
+    :class:`~chute.errors.WorkerError` with that context, the original exception (and its
+    traceback) as its ``__cause__``. The same with ``num_workers=0``.
 
     One pass at a time. The buffers, the run state and the epoch position are the loader's, so
     a new ``iter()``, or ``set_epoch`` / ``load_state_dict`` moving the position, ends the live
@@ -67,19 +72,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import StaleIteratorError, WorkerError
+from ..errors import ChuteError, StaleIteratorError, WorkerError
+from ..reader.gather import head
 from ..reader.gatherable import Gatherable
 from .buffers import Buffers
 
-__all__ = ["LoaderIter", "Run", "head"]
+__all__ = ["LoaderIter", "Run"]
 
 _Outcome = tuple[Any, "BaseException | None", str]  # a batch, or the error and where it arose
-
-
-def head(indices: Any) -> str:
-    """The first sample indices of a batch, for error messages: "[459, 206, 3, 81]..."."""
-    idx = np.asarray(indices)
-    return f"{idx[:4].tolist()}{'...' if len(idx) > 4 else ''}"
 
 
 class Run:
@@ -158,7 +158,7 @@ class Run:
             if len(js) == 1:
                 batches = [self.ds.gather(plan[first], out=self.buffers.take(q), pad=self.pad)]
             else:  # fixed-shape fields only: one gather, cut into the group's batches
-                idx = np.concatenate(plan[js.start : js.stop])
+                idx = np.concatenate([plan[j] for j in js])
                 got = self.ds.gather(idx, out=self.buffers.take(q))
                 ends = np.cumsum([len(plan[j]) for j in js]).tolist()
                 batches = [
@@ -224,6 +224,22 @@ def _work(run: Run, w: int, ready: threading.Barrier) -> None:
         run.results.put(outcomes)
 
 
+def _with_context(exc: ChuteError, context: str) -> ChuteError:
+    """``exc`` with a note saying where it was raised (Python 3.11+: ``add_note``, shown
+    under the traceback); on 3.10 a copy of the same class whose message ends with it."""
+    add_note = getattr(exc, "add_note", None)
+    if add_note is not None:
+        add_note(f"chute.Loader: {context}")
+        return exc
+    try:
+        copy = type(exc)(f"{exc} (chute.Loader: {context})")
+    except TypeError:  # a subclass with another signature: as it is
+        return exc
+    copy.__cause__ = exc.__cause__
+    copy.__traceback__ = exc.__traceback__
+    return copy
+
+
 class LoaderIter:
     """One pass over the plan. Not a generator: its finalizer stops the workers when it is
     garbage collected, even if ``next()`` was never called, and at interpreter exit (before
@@ -266,10 +282,14 @@ class LoaderIter:
         run.wait += time.perf_counter() - t0
         if exc is not None:
             self.close()
-            raise WorkerError(
+            context = (
                 f"loader thread {where!r} failed on batch {run.first_step + k} of epoch "
-                f"{run.epoch} (samples {head(run.plan[k])}): {type(exc).__name__}: {exc}; "
-                "its traceback is above"
+                f"{run.epoch} (samples {head(run.plan[k])})"
+            )
+            if isinstance(exc, ChuteError):  # as itself: `except chute.DatasetChangedError`
+                raise _with_context(exc, context)
+            raise WorkerError(
+                f"{context}: {type(exc).__name__}: {exc}; its traceback is above"
             ) from exc
         next(self._order)  # record the batch as consumed (state_dict counts it from now)
         run.handed += 1

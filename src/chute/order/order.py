@@ -1,10 +1,10 @@
 """Order: which samples each rank reads at each step, as a pure function of ``(seed, epoch)``.
 
 The epoch's *global order* is a permutation of ``range(n)`` that depends only on the seed, the
-epoch and ``block_size``. With ``shuffle=True`` and no ``block_size`` it is a
-:class:`~chute.permute.Permutation` (a Feistel network, never materialised): each batch's indices
-are computed from it alone, O(batch) memory and time, so an order over billions of samples costs
-nothing up front. (Since this changed from ``rng.permutation(n)``, a seed gives another order
+epoch and ``block_size``. With ``shuffle=True`` it is a :class:`~chute.order.permute.Permutation`
+(a Feistel network), or with ``block_size`` a :class:`~chute.order.blocks.BlockPermutation`;
+neither is ever materialised: each batch's indices are computed alone, O(batch) memory and
+time, so an order over billions of samples costs nothing up front. (Since this changed from ``rng.permutation(n)``, a seed gives another order
 than chute 0.1's; the properties below are the same.)
 
 Global step ``j`` takes the next ``batch_size * world_size`` positions of it and rank ``r``
@@ -47,12 +47,12 @@ import numpy as np
 
 from .._args import check_int
 from ..errors import ArgumentValueError, SampleIndexError
+from .blocks import BlockPermutation
 from .permute import Permutation, check_materialise
 
 __all__ = ["Order", "Plan"]
 
 _CHUNK = 1 << 20  # positions computed at once by global_order()
-_BLOCK_BYTES = 48  # peak bytes a sample of the block shuffle's arrays and sort
 _PLAN_CACHE = 1 << 22  # index values a Plan keeps of the batches it computed (32 MB)
 _INSTEAD = "iterate over Order.plan() / Order.batches(), which compute one batch at a time"
 
@@ -151,34 +151,31 @@ class Order:
         """The (read-only, int64) global order of ``epoch`` (default: the current one).
 
         Materialised: O(n) memory (8 bytes a sample; a :class:`~chute.errors.ChuteError` if
-        that exceeds half the machine's RAM). The loaders never call it for ``shuffle=True``
-        without ``block_size`` or for ``shuffle=False``: :meth:`plan` computes each batch alone.
+        that exceeds half the machine's RAM). The loaders never call it: :meth:`plan` computes
+        each batch alone.
         """
         epoch = self._epoch if epoch is None else check_int("epoch", epoch, 0)
         if self._cache is not None and self._cache[0] == epoch:
             return self._cache[1]
+        check_materialise(self.n, 8, "Order.global_order()", _INSTEAD)
         if not self.shuffle:
-            check_materialise(self.n, 8, "Order.global_order()", _INSTEAD)
             perm = np.arange(self.n, dtype=np.int64)
-        elif self.block_size is None:
-            check_materialise(self.n, 8, "Order.global_order()", _INSTEAD)
-            lazy = self._permutation(epoch)
+        else:
+            lazy: Permutation | BlockPermutation = (
+                self._permutation(epoch) if self.block_size is None else self._blocks(epoch)
+            )
             perm = np.empty(self.n, np.int64)
             for a in range(0, self.n, _CHUNK):  # in chunks: no temporaries of size n
                 b = min(self.n, a + _CHUNK)
                 perm[a:b] = lazy[np.arange(a, b, dtype=np.int64)]
-        else:
-            check_materialise(
-                self.n,
-                _BLOCK_BYTES,
-                f"the block shuffle (block_size={self.block_size}) of {self.n:,} samples",
-                "use shuffle=True without block_size, whose order is computed a batch at a time",
-            )
-            rng = np.random.default_rng([self.seed, epoch])
-            perm = _block_shuffle(self.n, self.block_size, self.window, rng)
         perm.setflags(write=False)
         self._cache = (epoch, perm)
         return perm
+
+    def _blocks(self, epoch: int) -> BlockPermutation:
+        """The lazy global order of ``epoch`` for ``shuffle=True`` with ``block_size``."""
+        assert self.block_size is not None
+        return BlockPermutation(self.n, self.block_size, self.window, self.seed, epoch)
 
     def _permutation(self, epoch: int) -> Permutation:
         """The lazy global order of ``epoch`` for ``shuffle=True`` without ``block_size``."""
@@ -188,7 +185,7 @@ class Order:
         """This rank's remaining batches of the current epoch; pure, the state does not move.
 
         A :class:`Plan`: a sequence of int64 index arrays, each computed when indexed (O(batch)
-        memory for ``shuffle=False`` and for ``shuffle=True`` without ``block_size``). Used by
+        memory, with or without ``block_size``). Used by
         loaders that prefetch: they gather ahead from the plan and let ``batches()`` track what
         the consumer actually received.
         """
@@ -198,7 +195,7 @@ class Order:
         elif self.block_size is None:
             lookup = self._permutation(self._epoch).__getitem__
         else:
-            lookup = self.global_order().__getitem__
+            lookup = self._blocks(self._epoch).__getitem__
         return Plan(
             lookup,
             self.n,
@@ -295,18 +292,6 @@ class Order:
             f"drop_last={self.drop_last}, block_size={self.block_size}, epoch={self._epoch}, "
             f"consumed={self._consumed})"
         )
-
-
-def _block_shuffle(n: int, block_size: int, window: int, rng: np.random.Generator) -> np.ndarray:
-    """Shuffled blocks, then samples shuffled within windows of ``window`` blocks; vectorized."""
-    nblocks = math.ceil(n / block_size)
-    starts = rng.permutation(nblocks).astype(np.int64) * block_size
-    lengths = np.minimum(block_size, n - starts)
-    first_pos = np.cumsum(lengths) - lengths  # where each block lands in the order
-    # Position p of block b holds starts[b] + (p - first_pos[b]).
-    order = np.arange(n, dtype=np.int64) + np.repeat(starts - first_pos, lengths)
-    window_of = np.repeat(np.arange(nblocks, dtype=np.int64) // window, lengths)
-    return order[np.lexsort((rng.random(n), window_of))]
 
 
 def _identity(positions: np.ndarray) -> np.ndarray:

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import pickle
+import threading
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,7 @@ from .files import Part, Snapshot, check, snapshot
 from .gather import (
     Piece,
     Split,
+    check_backed,
     check_indices,
     check_shapes,
     checked_offsets,
@@ -71,12 +75,14 @@ class Dataset(torch.utils.data.Dataset):
         """Take what ``open()`` checked (or, unpickled, checks again: see :func:`check`)."""
         self.path = path
         self._manifest = snap.manifest
+        self._blob: bytes | None = None  # what __getstate__ sends, made on first use
         self.metadata: Mapping[str, Any] = snap.manifest.metadata
         self.schema: dict[str, fmt.Field] = snap.schema
         self._fixed = frozenset(k for k, f in self.schema.items() if isinstance(f, fmt.Tensor))
         self._files = snap.files
         self._parts = snap.parts
         self._columns: dict[tuple[int, str], dict[str, np.ndarray]] = {}  # mapped on first use
+        self._mapping = threading.Lock()
         self._len = sum(p.num_samples for p in self._parts)
         self._ends = np.array([p.start + p.num_samples for p in self._parts], np.int64)
         if self._files.in_memory and self._files.stale is None:
@@ -97,8 +103,11 @@ class Dataset(torch.utils.data.Dataset):
     def _column(self, part: int, name: str) -> dict[str, np.ndarray]:
         col = self._columns.get((part, name))
         if col is None:
-            col = self._files.column(self._parts[part], name, self.schema[name])
-            self._columns[part, name] = col
+            with self._mapping:  # loader threads meeting a new part map its files once
+                col = self._columns.get((part, name))
+                if col is None:
+                    col = self._files.column(self._parts[part], name, self.schema[name])
+                    self._columns[part, name] = col
         return col
 
     def check_files(self) -> None:
@@ -137,16 +146,38 @@ class Dataset(torch.utils.data.Dataset):
                 out[name] = to_torch(col["data"][j, ...], f.dtype)
                 continue
             offsets = checked_offsets(col, j, j + 1, self._file(part, name, "offsets"))
-            values = col["values"][offsets[0] : offsets[1]]
+            values = self._var_values(col, offsets, part, name, f"sample {j} of this part")
             if isinstance(f, fmt.String):
                 out[name] = values.tobytes().decode("utf-8", errors="replace")
             elif "shapes" in col:
                 shape = col["shapes"][j : j + 1]
-                check_shapes(shape, offsets, f.inner_shape, self._file(part, name, "shapes"))
+                check_shapes(
+                    shape, np.diff(offsets), f.inner_shape, self._file(part, name, "shapes")
+                )
                 out[name] = to_torch(values.reshape(shape[0]), f.dtype)
             else:
                 out[name] = to_torch(values, f.dtype)
+        self._recheck([part])
         return out
+
+    def _var_values(
+        self, col: dict[str, np.ndarray], offsets: np.ndarray, part: int, name: str, what: str
+    ) -> np.ndarray:
+        """The values between ``offsets[0]`` and ``offsets[-1]`` (a view of the map), once
+        checked that the values file can back them (:func:`check_backed`)."""
+        values = col["values"][offsets[0] : offsets[-1]]
+        file = self._file(part, name, "values")
+        check_backed(values.nbytes, self._files.allocated.get(str(file)), file, what)
+        return values
+
+    def _recheck(self, parts: Any) -> None:
+        """The mapped files of ``parts`` (indices) are still those ``open()`` saw: checked
+        after each read, so a batch read from a file rewritten in place is never handed out
+        (see :meth:`Files.recheck <chute.reader.files.Files.recheck>`)."""
+        if not self._files.in_memory:
+            for p in parts:
+                for name in self.schema:
+                    self._files.recheck(self._parts[p], name)
 
     def _index(self, key: Any) -> int:
         """``key`` as an int: a Python or numpy int, or a 0-d integer array or tensor."""
@@ -177,16 +208,19 @@ class Dataset(torch.utils.data.Dataset):
                 out[name] = to_torch(col["data"][a:b], f.dtype)
                 continue
             offsets = checked_offsets(col, a, b, self._file(part, name, "offsets"))
-            values, offsets = col["values"][offsets[0] : offsets[-1]], offsets - offsets[0]
+            values = self._var_values(col, offsets, part, name, f"samples {a}..{b - 1}")
+            offsets = offsets - offsets[0]
             if isinstance(f, fmt.String):
                 out[name] = _strings(values, offsets)
                 continue
             shapes = None
             if "shapes" in col:
                 rows = col["shapes"][a:b]
-                check_shapes(rows, offsets, f.inner_shape, self._file(part, name, "shapes"))
+                lengths = np.diff(offsets)
+                check_shapes(rows, lengths, f.inner_shape, self._file(part, name, "shapes"))
                 shapes = to_torch(rows, "int64")
             out[name] = RaggedBatch(to_torch(values, f.dtype), torch.from_numpy(offsets), shapes)
+        self._recheck([part])
         return out
 
     def __iter__(self) -> Iterator[Batch]:
@@ -247,20 +281,20 @@ class Dataset(torch.utils.data.Dataset):
                 batch[name], batch[f"{name}_lengths"] = pad_batch(rb, pad, name)
             else:
                 batch[name] = rb
+        self._recheck(p for p, _, _ in split)
         return batch
 
     def _pieces(self, name: str, split: Split) -> list[Piece]:
         """Each part's arrays of field ``name`` for the batch that ``split`` locates."""
         f = self.schema[name]
-        return [
-            Piece(
-                self._column(p, name),
-                {r: self._parts[p].folder / fn for r, fn in fmt.field_files(name, f).items()},
-                pos,
-                local,
+        pieces = []
+        for p, pos, local in split:
+            files = {r: self._parts[p].folder / fn for r, fn in fmt.field_files(name, f).items()}
+            allocated = (
+                self._files.allocated.get(str(files["values"])) if "values" in files else None
             )
-            for p, pos, local in split
-        ]
+            pieces.append(Piece(self._column(p, name), files, pos, local, allocated))
+        return pieces
 
     def _gather_fixed(
         self, name: str, f: fmt.Tensor, split: Split, b: int, out: Mapping[str, Any] | None
@@ -275,7 +309,7 @@ class Dataset(torch.utils.data.Dataset):
     def _gather_var(
         self, name: str, f: fmt.Ragged | fmt.Bytes | fmt.String, split: Split, b: int
     ) -> RaggedBatch:
-        return gather_var(self._pieces(name, split), f, b, str(self.path / name))
+        return gather_var(self._pieces(name, split), f, b)
 
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
         """Pre-allocated ``out=`` buffers for :meth:`gather`, one per fixed-shape field."""
@@ -323,20 +357,25 @@ class Dataset(torch.utils.data.Dataset):
     def __getstate__(self) -> dict[str, Any]:
         # Pickle as (path, options) plus what open() saw: the manifest and each file's
         # identity. Each worker process maps the files itself (fork and spawn share the page
-        # cache, nothing is copied on write) and checks that they are still those files.
+        # cache, nothing is copied on write) and checks that they are still those files. The
+        # manifest and identities travel compressed (part lists and paths repeat: ~10x
+        # smaller), made once and reused for every worker.
+        if self._blob is None:
+            seen = (self._manifest.to_json(), self._files.identity)
+            self._blob = zlib.compress(pickle.dumps(seen, protocol=pickle.HIGHEST_PROTOCOL), 1)
         return {
             "path": str(self.path),
             "fields": self._fields_arg,
             "in_memory": self._files.in_memory,
-            "manifest": self._manifest.to_json(),
-            "files": self._files.identity,
+            "seen": self._blob,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         path = Path(state["path"])
-        manifest = fmt.parse_manifest(state["manifest"])
+        manifest_json, identity = pickle.loads(zlib.decompress(state["seen"]))
+        manifest = fmt.parse_manifest(manifest_json)
         self._fields_arg = state["fields"]
-        self._set(path, check(path, manifest, state["fields"], state["in_memory"], state["files"]))
+        self._set(path, check(path, manifest, state["fields"], state["in_memory"], identity))
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}: {v}" for k, v in self.schema.items())

@@ -31,7 +31,14 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import DatasetChangedError, FormatError, SchemaError
-from ..manifest import Identity, file_identity, load_manifest, manifest_changed, stat_file
+from ..manifest import (
+    Identity,
+    file_identity,
+    load_manifest,
+    manifest_changed,
+    stat_file,
+    unreadable,
+)
 from ..npy_header import MAX_HEADER_BYTES, check_size, read_header
 
 OPEN_TRIES = 3  # open() reads the manifest again when the dataset was replaced meanwhile
@@ -144,7 +151,10 @@ class Files:
         self._opened = opened
         self._root = os.path.realpath(path)
         self.identity: dict[str, Identity] = dict(opened or {})
+        self.allocated: dict[str, int] = {}  # bytes on disk (st_blocks), when checked
         self.stale: Path | None = None  # a file replaced since open()
+        # (part name, field) -> its mapped files (path, identity): rechecked per read
+        self._mapped: dict[tuple[str, str], tuple[tuple[str, Identity], ...]] = {}
 
     def check_part(self, part: Part, schema: Mapping[str, fmt.Field]) -> None:
         """Check the files of the fields ``schema`` in ``part``."""
@@ -171,6 +181,7 @@ class Files:
             self.stale = self.stale or file
             return
         self.identity[str(file)] = identity
+        self.allocated[str(file)] = st.st_blocks * 512 if hasattr(st, "st_blocks") else 0
         if st.st_size != nbytes:
             raise FormatError(
                 f"{file} is {st.st_size} bytes but the manifest says {nbytes}: the file was "
@@ -216,8 +227,25 @@ class Files:
                     arr = arr.reshape(got_shape)
         except FileNotFoundError:  # gone since open(): the dataset was replaced or removed
             raise self.changed(file) from None
+        except OSError as exc:  # a symlink loop made since open(), permissions...
+            raise unreadable(file, exc) from None
         arr.flags.writeable = False
         return arr
+
+    def recheck(self, part: Part, name: str) -> None:
+        """Check that the mapped files of field ``name`` in ``part`` are still the files
+        ``open()`` saw (``os.stat``: device, inode, size, mtime; about 1 us a file), else
+        :class:`DatasetChangedError`. The loaders' reads call it after each gather, so a
+        file rewritten in place (``cp new/. d/``, a write through ``np.load(mmap_mode="r+")``)
+        fails the batch that may hold new data instead of mixing versions silently. Files
+        not mapped yet are checked when they are mapped; in-memory copies need no check."""
+        for file, identity in self._mapped.get((part.name, name), ()):
+            try:
+                st = os.stat(file)
+            except OSError:
+                raise self.changed(Path(file)) from None
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != identity:
+                raise self.changed(Path(file))
 
     def column(self, part: Part, name: str, f: fmt.Field) -> dict[str, np.ndarray]:
         """The arrays of field ``name`` in ``part``: ``data``, or ``values`` and ``offsets``
@@ -226,6 +254,10 @@ class Files:
             raise self.changed(self.stale)
         folder, n = part.folder, part.num_samples
         files = fmt.field_files(name, f)
+        if not self.in_memory:
+            self._mapped[part.name, name] = tuple(
+                (str(folder / fn), self.identity[str(folder / fn)]) for fn in files.values()
+            )
         if isinstance(f, fmt.Tensor):
             return {"data": self._load(folder / files["data"], f.dtype, (n, *f.shape))}
         offsets = self._load(folder / files["offsets"], "int64", (n + 1,))

@@ -3,13 +3,19 @@
 Measured on a 2-vCPU box (see DESIGN.md): ``np.take(src, idx, axis=0, out=buf, mode="clip")``
 beats fancy indexing and, unlike the default ``mode="raise"``, writes straight into ``buf``
 instead of into a temporary that is then copied. Indices are bounds-checked once per batch by
-the caller, so ``clip`` never clips. Ragged fields turn the batch's offsets into one flat index
-and do a single ``take``: no loop over samples. A batch over several parts gathers from each
-part and puts the rows back in the batch's order.
+the caller, so ``clip`` never clips. A batch over several parts gathers from each part and
+puts the rows at their positions in the batch.
+
+Variable-size fields (ragged, bytes, strings) compute the batch's offsets first, allocate one
+output of exactly the batch's values and copy each sample's slice into it: memcpy speed and
+O(batch) memory, for one part or several (no second gather). Tiny samples (tokens) are copied
+by one vectorized ``take`` of a flat int32 index instead, as Python per sample would dominate.
+Nothing is allocated for samples that the values file cannot back (:func:`check_backed`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -34,12 +40,29 @@ class Piece(NamedTuple):
     files: Mapping[str, Path]  # their files, named in errors
     pos: np.ndarray | None  # positions in the batch (None: all of them, in order)
     local: np.ndarray  # sample indices in the part
+    allocated: int | None = None  # bytes on disk of the values file (see check_backed)
+
+
+TINY_SAMPLE_VALUES = 128
+"""Below this many values per sample on average, a ragged gather builds one flat index and
+does one ``take`` (Python per sample would dominate); above, it copies each sample's slice
+(``np.concatenate`` of views: memcpy speed, no index). Measured by
+``benchmarks/ragged_gather.py``."""
+
+UNBACKED_SLACK = 256 << 20
+"""Bytes a batch of one variable-size field may take beyond what its values file holds on
+disk before :func:`check_backed` refuses it (repeated indices legitimately read a sample
+twice; a filesystem that compresses holds less than it serves)."""
 
 
 def out_of_range(value: Any, n: int, owner: object, at: int | None = None) -> SampleIndexError:
     """The error for index ``value`` (at position ``at`` of a batch, if given) into the ``n``
     samples of ``owner`` (formatted only here, never per batch)."""
     where = "" if at is None else f" (at position {at})"
+    if n == 0:
+        return SampleIndexError(
+            f"index {value}{where} is out of range: {owner} is empty (0 samples), no index is"
+        )
     return SampleIndexError(
         f"index {value}{where} is out of range for {owner} ({n} samples): indices must be in "
         f"[-{n}, {n})"
@@ -82,28 +105,6 @@ def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -
     return np.take(src, idx, axis=0, out=out, mode="clip")
 
 
-def var_take(
-    values: np.ndarray, offsets: np.ndarray, idx: np.ndarray, path: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Gather samples ``idx`` of a values+offsets column: returns (values, batch offsets)."""
-    starts = offsets[idx]
-    ends = offsets[idx + 1]
-    lengths = ends - starts
-    if len(idx) and (lengths.min() < 0 or starts.min() < 0 or ends.max() > len(values)):
-        bad = idx[(lengths < 0) | (starts < 0) | (ends > len(values))][0]
-        raise FormatError(
-            f"{path}: offsets of sample {int(bad)} are invalid ({int(offsets[bad])}.."
-            f"{int(offsets[bad + 1])} of {len(values)} values); the dataset is corrupt"
-        )
-    batch_offsets = np.zeros(len(idx) + 1, np.int64)
-    np.cumsum(lengths, out=batch_offsets[1:])
-    total = int(batch_offsets[-1])
-    # flat[k] = starts[i] + (k - batch_offsets[i]) for k in sample i's range
-    flat = np.arange(total, dtype=np.int64)
-    flat += np.repeat(starts - batch_offsets[:-1], lengths)
-    return take_rows(values, flat), batch_offsets
-
-
 def out_rows(t: Any, name: str, f: fmt.Tensor, b: int) -> np.ndarray:
     """The first ``b`` rows of ``t``, the caller's ``out[name]`` for fixed-shape field ``f``, as
     an array to gather into: a contiguous CPU tensor of the field's dtype and shape, ``b`` rows
@@ -137,50 +138,124 @@ def gather_fixed(
 
 
 def gather_var(
-    parts: Sequence[Piece], f: fmt.Ragged | fmt.Bytes | fmt.String, b: int, where: str
+    parts: Sequence[Piece], f: fmt.Ragged | fmt.Bytes | fmt.String, b: int
 ) -> RaggedBatch:
-    """The ``b`` samples of variable-size field ``f`` that ``parts`` locate. Several parts are
-    concatenated in part order, then one more gather restores the batch's order (``where``
-    names the field in its errors)."""
-    pieces = []
-    for piece in parts:
-        col, local = piece.arrays, piece.local
-        values, offsets = var_take(
-            col["values"], col["offsets"], local, str(piece.files["offsets"])
-        )
-        shapes = col["shapes"][local] if "shapes" in col else None
-        if shapes is not None and isinstance(f, fmt.Ragged):  # only Ragged has shapes
-            check_shapes(shapes, offsets, f.inner_shape, piece.files["shapes"])
-        pieces.append((piece.pos, values, offsets, shapes))
-    if len(pieces) == 1 and pieces[0][0] is None:
-        _, values, offsets, shapes = pieces[0]
-    else:  # several parts: concatenate in part order, then one more gather restores order
-        order = np.concatenate([pos for pos, *_ in pieces]) if pieces else np.zeros(0, np.int64)
-        cat_off = np.concatenate(
-            [[0]] + [o[1:] + s for (_, _, o, _), s in zip(pieces, _running(pieces), strict=True)]
-        ).astype(np.int64)
-        cat_val = np.concatenate([v for _, v, _, _ in pieces]) if pieces else None
-        inverse = np.empty(b, np.int64)
-        inverse[order] = np.arange(b)
-        if cat_val is None:
-            inner: tuple[int, ...] = () if f.variable_dims else f.inner_shape  # type: ignore[assignment]
-            cat_val = np.empty((0, *inner), fmt.storage_dtype(f.dtype))
-        values, offsets = var_take(cat_val, cat_off, inverse, where)
-        shapes = None
-        if f.variable_dims:  # (0, ndim) for an empty batch, as with a single part
-            ndim = 1 + len(f.inner_shape)
-            shapes = np.concatenate([np.zeros((0, ndim), np.int64)] + [s for *_, s in pieces])
-            shapes = shapes[inverse]
+    """The ``b`` samples of variable-size field ``f`` that ``parts`` locate, in batch order.
+
+    The batch's offsets come first (each part's sample lengths, put at their positions), then
+    one output of exactly the batch's values is allocated and each sample's slice copied into
+    it: O(batch) memory, no second gather for a batch over several parts. Before allocating,
+    each part's share is checked against what its values file holds on disk
+    (:func:`check_backed`)."""
+    bounds = [
+        sample_bounds(p.arrays["values"], p.arrays["offsets"], p.local, p.files) for p in parts
+    ]
+    if len(parts) == 1 and parts[0].pos is None:
+        lengths = bounds[0][2]
+    else:
+        lengths = np.zeros(b, np.int64)
+        for piece, (_, _, n) in zip(parts, bounds, strict=True):
+            lengths[piece.pos] = n
+    offsets = np.zeros(b + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    for piece, (_, _, n) in zip(parts, bounds, strict=True):  # before allocating
+        total = int(offsets[-1]) if len(parts) == 1 else int(n.sum())
+        src = piece.arrays["values"]
+        rows = src.itemsize * math.prod(src.shape[1:])
+        check_backed(total * rows, piece.allocated, piece.files["values"], piece)
+    inner: tuple[int, ...] = () if f.variable_dims else f.inner_shape  # type: ignore[assignment]
+    values = np.empty((int(offsets[-1]), *inner), fmt.storage_dtype(f.dtype))
+    if b and int(offsets[-1]) >= TINY_SAMPLE_VALUES * b:  # large samples: copy slice by slice
+        slices: list[Any] = [None] * b
+        for piece, (starts, ends, _) in zip(parts, bounds, strict=True):
+            src = piece.arrays["values"]
+            at = range(b) if piece.pos is None else piece.pos.tolist()
+            for k, i, j in zip(at, starts.tolist(), ends.tolist(), strict=True):
+                slices[k] = src[i:j]
+        np.concatenate(slices, out=values)
+    else:  # tiny samples: one vectorized take per part, no Python per sample
+        for piece, (starts, _, n) in zip(parts, bounds, strict=True):
+            src = piece.arrays["values"]
+            if piece.pos is None:
+                take_rows(src, segments(starts, n, len(src), offsets[:-1]), values)
+            else:
+                dst = segments(offsets[piece.pos], n, len(values))
+                values[dst] = take_rows(src, segments(starts, n, len(src)))
+    shapes = None
+    if f.variable_dims:  # (0, ndim) for an empty batch
+        shapes = np.zeros((b, 1 + len(f.inner_shape)), np.int64)
+        for piece in parts:
+            got = piece.arrays["shapes"][piece.local]
+            check_shapes(
+                got,
+                lengths if piece.pos is None else lengths[piece.pos],
+                f.inner_shape,
+                piece.files["shapes"],
+            )
+            shapes[slice(None) if piece.pos is None else piece.pos] = got
     return RaggedBatch(
         to_torch(values, f.dtype),
         torch.from_numpy(offsets),
-        None if shapes is None else torch.from_numpy(np.ascontiguousarray(shapes)),
+        None if shapes is None else torch.from_numpy(shapes),
     )
 
 
-def _running(pieces: list) -> list[int]:
-    totals = [int(o[-1]) for _, _, o, _ in pieces]
-    return [sum(totals[:i]) for i in range(len(totals))]
+def sample_bounds(
+    values: np.ndarray, offsets: np.ndarray, idx: np.ndarray, files: Mapping[str, Path]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, lengths) of samples ``idx`` of a values+offsets column, checked to lie
+    in order inside the values (a corrupt offsets file is a FormatError, never a wrong
+    slice)."""
+    starts = offsets[idx]
+    ends = offsets[idx + 1]
+    n = ends - starts
+    if len(idx) and (n.min() < 0 or starts.min() < 0 or ends.max() > len(values)):
+        bad = idx[(n < 0) | (starts < 0) | (ends > len(values))][0]
+        raise FormatError(
+            f"{files['offsets']}: offsets of sample {int(bad)} are invalid "
+            f"({int(offsets[bad])}..{int(offsets[bad + 1])} of {len(values)} values); the "
+            "dataset is corrupt"
+        )
+    return starts, ends, n
+
+
+def segments(
+    starts: np.ndarray, lengths: np.ndarray, size: int, at: np.ndarray | None = None
+) -> np.ndarray:
+    """The flat index of the segments ``[starts[i], starts[i] + lengths[i])`` into an array of
+    ``size`` rows, one after the other: ``concatenate([arange(s, s + n) for s, n in ...])``
+    without Python per segment. ``at``: where each segment begins in the result, the running
+    sum of ``lengths`` from 0, when the caller has it. int32 when ``size`` allows (half the
+    memory of int64)."""
+    dtype = np.int32 if size < 2**31 else np.int64
+    if at is None:
+        at = np.cumsum(lengths) - lengths
+    flat = np.repeat((starts - at).astype(dtype), lengths)
+    flat += np.arange(len(flat), dtype=dtype)
+    return flat
+
+
+def check_backed(nbytes: int, allocated: int | None, file: Path, what: object) -> None:
+    """Refuse to allocate ``nbytes`` for samples read from ``file`` when the file cannot back
+    them: more than :data:`UNBACKED_SLACK` and more than the file's blocks on disk
+    (``allocated``; None or 0 when the filesystem does not say). A sparse file, or offsets
+    that claim gigabytes a few KB hold, would otherwise allocate memory unbounded by the data.
+    ``what``: the samples, for the message."""
+    if nbytes <= UNBACKED_SLACK or not allocated or nbytes <= allocated:
+        return
+    local = getattr(what, "local", None)
+    samples = f"samples {head(local)}" if local is not None else str(what)
+    raise FormatError(
+        f"{file}: {samples} would take {nbytes:,} bytes, but the file has only {allocated:,} "
+        "bytes on disk: a sparse file or offsets that do not describe its data (corrupt or "
+        "crafted); refusing to allocate. Run `chute verify` on the dataset"
+    )
+
+
+def head(indices: Any) -> str:
+    """The first sample indices of a batch, for error messages: "[459, 206, 3, 81]..."."""
+    idx = np.asarray(indices)
+    return f"{idx[:4].tolist()}{'...' if len(idx) > 4 else ''}"
 
 
 def checked_offsets(col: dict[str, np.ndarray], a: int, b: int, where: Path) -> np.ndarray:
@@ -195,10 +270,9 @@ def checked_offsets(col: dict[str, np.ndarray], a: int, b: int, where: Path) -> 
     return offsets
 
 
-def check_shapes(shapes: np.ndarray, offsets: np.ndarray, inner: tuple, where: Path) -> None:
-    """Per-sample shapes of a batch with these offsets: no negative dim, the fixed dims,
+def check_shapes(shapes: np.ndarray, lengths: np.ndarray, inner: tuple, where: Path) -> None:
+    """Per-sample shapes of samples of ``lengths`` values: no negative dim, the fixed dims,
     exactly the sample's number of values (an int64 overflow is caught by the float check)."""
-    lengths = np.diff(offsets)
     with np.errstate(over="ignore"):
         bad = (shapes < 0).any(axis=1) | (shapes.prod(axis=1) != lengths)
     bad |= shapes.astype(np.float64).prod(axis=1) >= 2**62

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,7 @@ from ..errors import ArgumentError, SchemaError
 from ..order.counts import source_counts
 from ..order.permute import Permutation
 from .dataset import Dataset
-from .gather import check_indices, out_rows, var_take
+from .gather import Piece, check_indices, gather_var, out_rows
 from .subset import SubsetDataset, loadable
 
 __all__ = ["Mix", "mix"]
@@ -363,26 +364,14 @@ def _fixed(
 def _merge_ragged(
     f: fmt.Ragged | fmt.Bytes, b: int, parts: list[tuple[np.ndarray, RaggedBatch]], name: str
 ) -> RaggedBatch:
-    """One RaggedBatch of the sources' ones, samples at their positions: the values
-    concatenated in source order, then one gather in the batch's order."""
-    order = np.concatenate([w for w, _ in parts]) if parts else np.zeros(0, np.int64)
-    inverse = np.empty(b, np.int64)
-    inverse[order] = np.arange(b)
-    ends, values, shapes = [0], [], []
-    for _, rb in parts:
-        offs = rb.offsets.numpy()
-        ends.extend((offs[1:] + ends[-1]).tolist())
-        values.append(as_numpy(rb.values))
+    """One RaggedBatch of the sources' ones, samples at their positions: the reader's ragged
+    gather (:func:`~chute.reader.gather.gather_var`) over the sub-batches as pieces."""
+    where = Path(f"mix field {name!r}")
+    pieces = []
+    for pos, rb in parts:
+        arrays = {"values": as_numpy(rb.values), "offsets": rb.offsets.numpy()}
         if rb.shapes is not None:
-            shapes.append(rb.shapes.numpy())
-    if values:
-        cat = np.concatenate(values)
-    else:
-        inner: tuple[Any, ...] = () if f.variable_dims else f.inner_shape
-        cat = np.empty((0, *inner), fmt.storage_dtype(f.dtype))
-    merged, offsets = var_take(cat, np.array(ends, np.int64), inverse, f"mix field {name!r}")
-    shape = None
-    if f.variable_dims:
-        ndim = 1 + len(f.inner_shape)
-        shape = torch.from_numpy(np.concatenate([np.zeros((0, ndim), np.int64), *shapes])[inverse])
-    return RaggedBatch(to_torch(merged, f.dtype), torch.from_numpy(offsets), shape)
+            arrays["shapes"] = rb.shapes.numpy()
+        files = dict.fromkeys(("values", "offsets", "shapes"), where)
+        pieces.append(Piece(arrays, files, pos, np.arange(len(rb), dtype=np.int64)))
+    return gather_var(pieces, f, b)

@@ -1,0 +1,85 @@
+"""Bounds on what a reader accepts (issue 15 items 4 and 11): metadata size, the pickle sent
+to each worker, and the launcher's rank when no process group is initialized."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import chute
+from chute._args import dist_defaults
+from chute.manifest import MAX_METADATA_BYTES
+
+
+def test_metadata_bound_on_write_and_read(tmp_path: Path) -> None:
+    big = {"blob": "a" * (MAX_METADATA_BYTES + 1)}
+    with pytest.raises(chute.SchemaError, match="metadata of"):
+        chute.write(tmp_path / "w.chute", {"x": np.arange(3)}, metadata=big)
+    path = tmp_path / "r.chute"
+    chute.write(path, {"x": np.arange(3)})
+    obj = json.loads((path / "chute.json").read_text())
+    obj["metadata"] = big
+    (path / "chute.json").write_text(json.dumps(obj))
+    with pytest.raises(chute.FormatError, match="metadata of"):
+        chute.open(path)
+
+
+def test_pickle_is_compressed_and_reads_the_same(tmp_path: Path) -> None:
+    path = tmp_path / "d.chute"
+    chute.write(path, {"t": [np.arange(i % 4) for i in range(400)]}, part_size=2)
+    ds = chute.open(path)
+    plain = len(pickle.dumps((ds._manifest.to_json(), ds._files.identity)))
+    blob = pickle.dumps(ds)
+    assert len(blob) * 4 < plain, (len(blob), plain)
+    again = pickle.loads(blob)
+    idx = np.arange(399, -1, -7)
+    assert len(again.gather(idx)["t"]) == len(idx)
+    for a, b in zip(again.gather(idx)["t"], ds.gather(idx)["t"], strict=True):
+        assert a.tolist() == b.tolist()
+
+
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [({}, (0, 1)), ({"RANK": "3", "WORLD_SIZE": "4"}, (3, 4)), ({"RANK": " "}, (0, 1))],
+)
+def test_dist_defaults_from_the_launcher(monkeypatch, env: dict, want: tuple) -> None:
+    for k in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert dist_defaults(None, None) == want
+    assert dist_defaults(1, 2) == (1, 2)  # explicit arguments win
+
+
+def test_dist_defaults_malformed_env_names_the_variable(monkeypatch) -> None:
+    monkeypatch.setenv("RANK", "one")
+    with pytest.raises(chute.ArgumentValueError, match="RANK"):
+        dist_defaults(None, 2)
+
+
+@pytest.mark.parametrize("tiny", [0, 1 << 40])  # slices copied one by one / one flat take
+@pytest.mark.parametrize("part_size", [None, 3])
+def test_ragged_gather_strategies_match_samples(
+    tmp_path: Path, monkeypatch, tiny: int, part_size: int | None
+) -> None:
+    """Both copy strategies of the ragged gather, one part or several, repeated indices,
+    several variable dims, bytes: every sample equals ``ds[i]``."""
+    from chute.reader import gather
+
+    monkeypatch.setattr(gather, "TINY_SAMPLE_VALUES", tiny)
+    rng = np.random.default_rng(1)
+    images = [rng.integers(0, 255, (i % 3, i % 4 + 1, 2), np.uint8) for i in range(11)]
+    blobs = [bytes(rng.integers(0, 255, i * 3, np.uint8)) for i in range(11)]
+    path = tmp_path / "r.chute"
+    chute.write(path, {"im": images, "b": blobs}, part_size=part_size)
+    ds = chute.open(path)
+    idx = [10, 0, 3, 3, 7, 1, 10, 5]
+    batch = ds.gather(idx)
+    for k, i in enumerate(idx):
+        assert np.array_equal(batch["im"][k].numpy(), images[i])
+        assert batch["b"][k].numpy().tobytes() == blobs[i]
+    assert len(ds.gather([])["im"]) == 0 and tuple(ds.gather([])["im"].shapes.shape) == (0, 3)
