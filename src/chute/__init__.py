@@ -28,6 +28,7 @@ from .errors import (
     UnsafePathError,
     VersionError,
     WorkerError,
+    WriteError,
 )
 from .format import Bytes, Ragged, String, Tensor
 from .loader.dataloader import dataloader
@@ -67,6 +68,7 @@ __all__ = [
     "UnsafePathError",
     "VersionError",
     "WorkerError",
+    "WriteError",
     "Writer",
     "cache",
     "convert",
