@@ -54,7 +54,10 @@ How a case passes, in short:
   complete new one, or nothing, and the next write cleans up. A loader whose worker fails
   raises an error naming the worker within seconds; Ctrl-C unwinds promptly and leaves no
   thread, process, descriptor or `/dev/shm` segment behind; 10,000 open/close cycles end where
-  they started. A damaged file is named by `open` (size) or `chute verify` (checksum).
+  they started. A damaged file is named by `open` (size) or `chute verify` (checksum). A
+  writer that runs out of disk space (or meets any other OS error) raises `chute.WriteError`
+  (also an `OSError`, errno and file kept) naming the destination and what to do, after it has
+  removed its temp folder and released its lock; a previous dataset stays as it was.
 * **Hostile input.** Every crafted manifest, `.npy` header or data file ends in a
   `chute.ChuteError` subclass (or a clean, correct read): never another exception, a crash, a
   hang, a large allocation, a pickle being loaded, or a file outside the dataset being read.
@@ -87,6 +90,11 @@ NOTES = """\
   bit-flipped (it checked headers before checksums).
 * Writing into a read-only folder raised a bare `OSError` naming a hidden temporary folder: now
   `chute.NotWritableError` naming the destination.
+* A full disk (ENOSPC) during a row-by-row `Writer(append=True)` kept the dataset's lock and the
+  `..append.tmp-PID` folder (the disk stayed full, the next appender waited forever): closing the
+  buffered files failed again, so the cleanup never ran. Aborting now drops buffered bytes and
+  never raises, every cleanup step runs, and the error is a `chute.WriteError` naming the
+  destination (a bare `OSError: [Errno 28]` before; `chute convert` printed a traceback).
 * A killed `Writer(append=True)` could leave `chute.json.tmp-PID` in the dataset forever: the
   next append removes it.
 * Loader worker threads mapping their first columns at the same time parse `.npy` headers

@@ -30,6 +30,7 @@ from .errors import (
     UnsafePathError,
     VersionError,
     WorkerError,
+    WriteError,
 )
 from .format import Bytes, Ragged, String, Tensor
 from .loader.dataloader import dataloader
@@ -73,6 +74,7 @@ __all__ = [
     "UnsafePathError",
     "VersionError",
     "WorkerError",
+    "WriteError",
     "Writer",
     "cache",
     "convert",

@@ -23,8 +23,20 @@ def check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(path: str) -> bool:
+    """Whether ``path`` is a URL (``s3://bucket/x``, ``gs://...``, ``https://...``), not a
+    local path: ``scheme://`` at its start."""
+    return _URL.match(path) is not None
+
+
 def check_path(path: Any) -> Path:
-    """A dataset path given by the user (``str``, ``bytes`` or ``os.PathLike``, not empty)."""
+    """A local dataset path given by the user (``str``, ``bytes`` or ``os.PathLike``, not
+    empty). Every stage that opens or writes a dataset (``open``, ``write``, ``Writer``,
+    ``convert``, ``cache``) takes its path through here, so a URL is refused in one place
+    rather than becoming a local folder named ``s3:``."""
     raw = path
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
@@ -36,6 +48,12 @@ def check_path(path: Any) -> Path:
         )
     if not path:
         raise ArgumentValueError("the dataset path is empty; name the folder, e.g. 'train.chute'")
+    if is_url(path):
+        scheme = path.partition("://")[0]
+        raise ArgumentValueError(
+            f"{path}: remote datasets ({scheme}://) are not supported here yet; copy the "
+            "dataset to a local folder (or a mounted filesystem) and give that path"
+        )
     return Path(path)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import format as fmt
+from ._args import check_path
 from .convert import convert
 from .errors import SchemaError, SourceError
 from .reader.dataset import Dataset
@@ -46,7 +47,7 @@ def cache(
     ``.NAME.lock`` beside the dataset stays (removing it would race with waiting callers).
     Needs ``fcntl`` (Linux, macOS); on NFS, ``flock`` works across clients on Linux >= 2.6.12.
     """
-    path = Path(path)
+    path = check_path(path)
     if not callable(build):
         raise SourceError(
             f"chute.cache({str(path)!r}): build must be a function that returns the data, "

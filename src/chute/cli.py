@@ -113,8 +113,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
             workers=args.workers,
             split_compound=args.split_compound,
         )
-    except DatasetExistsError:
-        if args.overwrite:  # dst is not a dataset: the library's message says what to do
+    except DatasetExistsError as exc:
+        if args.overwrite or not exc.replaceable:  # the library's message says what to do
             raise
         raise DatasetExistsError(
             f"{args.dst} already exists; pass --overwrite to replace it"

@@ -13,7 +13,11 @@ class DatasetNotFoundError(ChuteError, FileNotFoundError):
 
 
 class DatasetExistsError(ChuteError, FileExistsError):
-    """The destination exists and ``overwrite=True`` was not given."""
+    """The destination exists and ``overwrite=True`` was not given, or it is something
+    ``overwrite=True`` never replaces (a file, a folder with other things in it).
+    ``replaceable`` says which: True when ``overwrite=True`` would replace it."""
+
+    replaceable: bool = False
 
 
 class SchemaError(ChuteError, ValueError):
@@ -40,7 +44,21 @@ class ChecksumError(FormatError):
     """A data file's content does not match the checksum recorded at write time."""
 
 
-class NotWritableError(ChuteError, PermissionError):
+class WriteError(ChuteError, OSError):
+    """Writing a dataset failed in the OS: the disk is full (``ENOSPC``), a quota is reached,
+    an I/O error. Also the ``OSError`` it comes from: ``errno`` and ``filename`` are kept; the
+    message names the destination and what to do. The writer has removed its temp folder and
+    released its lock; an existing dataset at the destination is unchanged."""
+
+    def __str__(self) -> str:
+        # Built as WriteError(errno, message, filename): the message says it all, OSError's
+        # "[Errno 28] message: 'filename'" would say it twice.
+        if self.errno is not None and self.strerror:
+            return self.strerror
+        return super().__str__()
+
+
+class NotWritableError(WriteError, PermissionError):
     """The destination's folder cannot be written: a read-only filesystem or no permission."""
 
 

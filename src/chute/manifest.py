@@ -11,6 +11,7 @@ folder. A folder without a manifest is not a dataset, so writing it is every wri
 from __future__ import annotations
 
 import builtins
+import contextlib
 import glob
 import json
 import os
@@ -198,11 +199,16 @@ def write_manifest(folder: Path, manifest: fmt.Manifest) -> None:
         raise SchemaError(f"metadata must be JSON-serialisable: {exc}") from None
     check_metadata(manifest.metadata, SchemaError)
     tmp = folder / (fmt.MANIFEST + f".tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / fmt.MANIFEST)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / fmt.MANIFEST)
+    except BaseException:  # e.g. a full disk: leave no half-written temp file behind
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(folder)
 
 

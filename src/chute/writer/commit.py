@@ -24,6 +24,11 @@ into the dataset, then replaces the manifest. Folders of writers that died (thei
 are removed by the next writer of the same path. ``chute.writer.writer`` re-exports
 :func:`new_staging_dir` and :func:`commit` beside ``write_part``, for writers of parts in
 parallel (``chute.from_dask``).
+
+:func:`writing`: every write path (the writer's files, the staging folder, the lock, the
+commit) turns an ``OSError`` into one :class:`~chute.WriteError` (``ENOSPC``, ``EIO``...) or
+:class:`~chute.NotWritableError` (permissions, read-only), keeping ``errno`` and ``filename``
+and naming the destination and what to do.
 """
 
 from __future__ import annotations
@@ -36,13 +41,56 @@ import os
 import secrets
 import shutil
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
-from ..errors import DatasetExistsError, DatasetNotFoundError, NotWritableError
-from ..manifest import fsync_dir, write_manifest
+from .._args import check_path
+from ..errors import (
+    ChuteError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    NotWritableError,
+    WriteError,
+)
+from ..manifest import fsync_dir, read_manifest, write_manifest
+
+# ---------------------------------------------------------------------------- OS errors
+
+
+def write_error(exc: OSError, path: str | os.PathLike) -> WriteError:
+    """The :class:`~chute.WriteError` for ``exc``, raised while writing the dataset at
+    ``path``: same ``errno`` and ``filename``, a message that names ``path`` and says what to
+    do. Permission and read-only errors give a :class:`~chute.NotWritableError`."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    what = exc.strerror or str(exc)
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        cls: type[WriteError] = NotWritableError
+        todo = f"the folder {Path(path).parent} is read-only or not yours: write it elsewhere"
+    else:
+        cls = WriteError
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            todo = "free space on that filesystem (or raise the quota), or write it elsewhere"
+        elif exc.errno == errno.EFBIG:
+            todo = "a file outgrew the filesystem's limit: pass part_size=, or write it elsewhere"
+        else:
+            todo = "check that filesystem, or write the dataset elsewhere"
+    message = f"cannot write {path}: {what}{where}; {todo}"
+    return cls(exc.errno, message, exc.filename)
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike) -> Iterator[None]:
+    """Raise an ``OSError`` from the body as the :func:`write_error` for ``path`` (chute's own
+    errors pass unchanged)."""
+    try:
+        yield
+    except ChuteError:
+        raise
+    except OSError as exc:
+        raise write_error(exc, path) from None
+
 
 # (thread, lock file) -> descriptor, for every lock this process holds: for re-entry in a
 # thread, and for forked children, which must not keep a lock alive (see _drop_after_fork).
@@ -93,11 +141,8 @@ class DatasetLock:
         except FileNotFoundError:
             raise DatasetNotFoundError(f"{Path(self.file).parent}: no such folder") from None
         except OSError as exc:
-            raise _not_writable(
-                exc,
-                f"cannot lock {self.file} to write the dataset beside it: {exc.strerror}; "
-                f"the folder {Path(self.file).parent} is read-only or not yours",
-            ) from None
+            dataset = Path(self.file).parent / Path(self.file).name[1:].removesuffix(".lock")
+            raise write_error(exc, dataset) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except BaseException:
@@ -179,43 +224,38 @@ def _clean_stale(path: Path) -> None:
 
 
 def _check_destination(path: Path, overwrite: bool) -> None:
-    """Refuse an existing ``path`` unless ``overwrite``, and anything but a dataset or an
-    empty folder even then."""
+    """Refuse anything at ``path`` but a dataset or an empty folder (``overwrite`` never
+    replaces those, so it is not offered), and those too unless ``overwrite``."""
     if not (path.exists() or path.is_symlink()):
         return
+    if not (path.is_dir() and ((path / fmt.MANIFEST).exists() or not any(path.iterdir()))):
+        kind = "a folder that is not a chute dataset" if path.is_dir() else "a file"
+        raise DatasetExistsError(
+            f"{path} exists and is {kind}, which chute never replaces (overwriting replaces "
+            "only a chute dataset or an empty folder): choose another path, or remove it yourself"
+        )
     if not overwrite:
-        raise DatasetExistsError(f"{path} already exists; pass overwrite=True to replace it")
-    if path.is_dir() and ((path / fmt.MANIFEST).exists() or not any(path.iterdir())):
-        return
-    raise DatasetExistsError(
-        f"{path} exists and is not a chute dataset; refusing to replace it (remove it yourself)"
-    )
+        exc = DatasetExistsError(f"{path} already exists; pass overwrite=True to replace it")
+        exc.replaceable = True
+        raise exc
 
 
-def new_staging_dir(path: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Create the hidden folder a dataset for ``path`` is written into before commit."""
-    path = Path(path)
-    _check_destination(path, overwrite)
-    staging = path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _clean_stale(path)
+def new_staging_dir(
+    path: str | os.PathLike, overwrite: bool = False, *, append: bool = False
+) -> Path:
+    """Create the hidden folder a dataset for ``path`` is written into before commit; with
+    ``append``, the folder ``..append.tmp-*`` inside the dataset at ``path`` that the new
+    parts of an append are written into."""
+    path = check_path(path)
+    beside = path / ".append" if append else path
+    if not append:
+        _check_destination(path, overwrite)
+    staging = beside.parent / f".{beside.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    with writing(path):
+        beside.parent.mkdir(parents=True, exist_ok=True)
+        _clean_stale(beside)
         staging.mkdir()
-    except OSError as exc:
-        raise _not_writable(
-            exc,
-            f"cannot write {path}: {exc.strerror} ({exc.filename}); the folder "
-            f"{path.parent} is read-only or not yours: write the dataset somewhere else",
-        ) from None
     return staging
-
-
-def _not_writable(exc: OSError, message: str) -> OSError:
-    """``NotWritableError(message)`` for a permission or read-only-filesystem error, else
-    ``exc`` itself (to be raised by the caller)."""
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return NotWritableError(message)
-    return exc
 
 
 def commit(
@@ -229,22 +269,18 @@ def commit(
     """Write the manifest into ``staging`` and move it to ``path`` atomically.
 
     ``parts`` are folders already written into ``staging`` by :func:`chute.writer.writer.write_part`
-    (or the root part ``"."``). On any error the staging folder is removed.
+    (or the root part ``"."``). On any error the staging folder is removed; an ``OSError`` is
+    raised as a :class:`~chute.WriteError`.
     """
     staging, path = Path(staging), Path(path)
     old = None
     try:
-        write_manifest(staging, fmt.Manifest(dict(schema), tuple(parts), dict(metadata or {})))
-        with DatasetLock(path):  # no other writer commits or appends to path meanwhile
-            _check_destination(path, overwrite)
-            if path.exists() and exchange(staging, path):
-                old = staging  # now holds the previous dataset
-            else:  # no swap here: for a moment nothing is at path
-                if path.exists():
-                    old = path.parent / f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
-                    os.rename(path, old)
-                os.rename(staging, path)
-            fsync_dir(path.parent)
+        with writing(path):
+            write_manifest(staging, fmt.Manifest(dict(schema), tuple(parts), dict(metadata or {})))
+            with DatasetLock(path):  # no other writer commits or appends to path meanwhile
+                _check_destination(path, overwrite)
+                old = _move_into_place(staging, path)
+                fsync_dir(path.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -253,22 +289,61 @@ def commit(
     return path
 
 
+def _move_into_place(staging: Path, path: Path) -> Path | None:
+    """Move ``staging`` to ``path``; returns where the previous dataset went (to remove), or
+    None. If the move fails, the previous dataset is back at ``path``."""
+    if path.exists() and exchange(staging, path):
+        return staging  # now holds the previous dataset
+    old = None  # no swap here: for a moment nothing is at path
+    if path.exists():
+        old = path.parent / f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+        os.rename(path, old)
+    try:
+        os.rename(staging, path)
+    except BaseException:
+        if old is not None:
+            os.rename(old, path)
+        raise
+    return old
+
+
 def commit_append(staging: Path, path: Path, old: fmt.Manifest, new: fmt.Manifest) -> Path:
     """Move the new parts into the dataset, then replace its manifest (the commit point).
 
-    A crash before the manifest is replaced leaves part folders no manifest refers to: readers
-    ignore them and the next append removes them.
+    On an error before that point the parts moved in are removed again (on a full disk, that
+    gives the space back now); a crash leaves part folders no manifest refers to: readers
+    ignore them and the next append removes them. An ``OSError`` is raised as a
+    :class:`~chute.WriteError`.
     """
+    moved: list[Path] = []
     try:
-        for stale in path.glob(fmt.MANIFEST + ".tmp-*"):  # a crashed append's unfinished manifest
-            pid = stale.name.rpartition("-")[2]
-            if pid.isdigit() and not _pid_alive(int(pid)):
-                stale.unlink(missing_ok=True)
-        for info in new.parts:
-            shutil.rmtree(path / info.name, ignore_errors=True)  # an orphan of a crashed append
-            os.rename(staging / info.name, path / info.name)
-        fsync_dir(path)
-        write_manifest(path, fmt.Manifest(old.fields, old.parts + new.parts, new.metadata))
+        with writing(path):
+            for stale in path.glob(fmt.MANIFEST + ".tmp-*"):  # a crashed append's manifest
+                pid = stale.name.rpartition("-")[2]
+                if pid.isdigit() and not _pid_alive(int(pid)):
+                    stale.unlink(missing_ok=True)
+            for info in new.parts:
+                shutil.rmtree(path / info.name, ignore_errors=True)  # a crashed append's orphan
+                os.rename(staging / info.name, path / info.name)
+                moved.append(path / info.name)
+            fsync_dir(path)
+            write_manifest(path, fmt.Manifest(old.fields, old.parts + new.parts, new.metadata))
+    except BaseException:
+        _drop_uncommitted(path, moved)
+        raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return path
+
+
+def _drop_uncommitted(path: Path, moved: list[Path]) -> None:
+    """After a failed append: remove the part folders it moved into ``path`` that the manifest
+    there does not list (it failed before its commit point). If the manifest cannot be read,
+    they stay for the next append to remove."""
+    try:
+        listed = {p.name for p in read_manifest(path).parts}
+    except Exception:
+        return
+    for folder in moved:
+        if folder.name not in listed:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -4,10 +4,14 @@
 ``offsets`` (+ ``shapes``)); each :class:`_ArrayFile` appends rows, hashes them as they pass
 (xxh3, recorded in the manifest) and starts their writeback early. :func:`promote` rewrites a
 field whose later samples turned out ragged.
+
+A file that fails (a full disk) is closed all the same, and ``abort`` never raises and never
+writes: it drops what is still buffered, since the writer removes the folder right after.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import os
@@ -64,16 +68,25 @@ class _ArrayFile:
             self.synced = end
 
     def close(self) -> fmt.FileInfo:
-        self.file.seek(0)
-        self.file.write(header_bytes(self.dtype, (self.rows, *self.inner)))
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        size = self.file.seek(0, os.SEEK_END)
-        self.file.close()
+        try:
+            self.file.seek(0)
+            self.file.write(header_bytes(self.dtype, (self.rows, *self.inner)))
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            size = self.file.seek(0, os.SEEK_END)
+            self.file.close()
+        except BaseException:
+            self.abort()
+            raise
         return fmt.FileInfo(size, self.hash.hexdigest())
 
     def abort(self) -> None:
-        self.file.close()
+        """Close the file without writing what is still buffered (a flush on a full disk
+        would fail again); never raises."""
+        with contextlib.suppress(OSError, ValueError):
+            self.file.raw.close()  # first: closing the buffered file then writes nothing
+        with contextlib.suppress(OSError, ValueError):
+            self.file.close()
 
 
 class FieldWriter:
@@ -81,21 +94,27 @@ class FieldWriter:
 
     def __init__(self, folder: Path, name: str, f: fmt.Field):
         self.name, self.field = name, f
-        names = fmt.field_files(name, f)
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        self.files: dict[str, _ArrayFile] = {}
+        self.total = 0
+        try:
+            self._open(folder)
+        except BaseException:
+            self.abort()
+            raise
+
+    def _open(self, folder: Path) -> None:
+        f, names = self.field, fmt.field_files(self.name, self.field)
+        (folder / self.name).parent.mkdir(parents=True, exist_ok=True)
         sd = fmt.storage_dtype(f.dtype)
         if isinstance(f, fmt.Tensor):
-            self.files = {"data": _ArrayFile(folder / names["data"], sd, f.shape)}
+            self.files["data"] = _ArrayFile(folder / names["data"], sd, f.shape)
             return
         inner = () if f.variable_dims else f.inner_shape
-        self.files = {
-            "values": _ArrayFile(folder / names["values"], sd, inner),  # type: ignore[arg-type]
-            "offsets": _ArrayFile(folder / names["offsets"], fmt.OFFSETS_DTYPE, ()),
-        }
+        self.files["values"] = _ArrayFile(folder / names["values"], sd, inner)  # type: ignore[arg-type]
+        self.files["offsets"] = _ArrayFile(folder / names["offsets"], fmt.OFFSETS_DTYPE, ())
         if f.variable_dims:
             ndim = 1 + len(f.inner_shape)
             self.files["shapes"] = _ArrayFile(folder / names["shapes"], fmt.SHAPES_DTYPE, (ndim,))
-        self.total = 0
         self.files["offsets"].write(np.zeros(1, np.int64))
 
     def write(self, batch: np.ndarray | VarBatch) -> None:
@@ -110,7 +129,11 @@ class FieldWriter:
 
     def close(self) -> dict[str, fmt.FileInfo]:
         names = fmt.field_files(self.name, self.field)
-        return {names[role]: af.close() for role, af in self.files.items()}
+        try:
+            return {names[role]: af.close() for role, af in self.files.items()}
+        except BaseException:
+            self.abort()  # the files not closed yet
+            raise
 
     def abort(self) -> None:
         for af in self.files.values():

@@ -2,7 +2,10 @@
 
 A batch is checked and converted whole (:func:`prepare`) before anything is appended, so a bad
 sample never leaves the field's files out of step with the others. Python ints and floats
-follow the field's dtype when they fit; arrays are cast only when no value changes.
+(and lists of them) follow the field's dtype when they fit: numpy's ``same_kind`` rule (an int
+into a float field, a float into float16; never a float into an int field), range-checked (300
+into uint8 or 1e40 into float32 are refused). Arrays keep their dtype: they are cast only where
+numpy's ``safe`` rule says no value changes.
 A sample that does not fit an *inferred* field raises :class:`Promote` (the field becomes
 ragged); one that does not fit a declared field is a :class:`~chute.SchemaError`.
 """
@@ -125,25 +128,60 @@ def sample_count(batch: Mapping[str, Any], schema: Mapping[str, fmt.Field], star
     return next(iter(lengths.values()))
 
 
+_PYTHON_KIND = {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "complex"}
+
+
+def _dtype_fits(src: str, native: bool, dtype: str) -> bool:
+    """Whether values of dtype ``src`` may go into a field of ``dtype`` (values from native
+    Python also need to be in range, see :func:`_cast`)."""
+    if src == dtype:
+        return True
+    if "bfloat16" in (src, dtype):
+        return False
+    if native and np.dtype(src).kind in "iu" and np.dtype(dtype).kind in "iu":
+        return True  # a Python int has no signedness: 5 fits uint8 (the range is checked)
+    return bool(np.can_cast(src, dtype, "same_kind" if native else "safe"))
+
+
 def _cast(
-    arr: np.ndarray, src: str, native: bool, f: fmt.Field, name: str, index: int
+    arr: np.ndarray,
+    src: str,
+    native: bool,
+    f: fmt.Field,
+    name: str,
+    index: int,
+    batch: bool = False,
 ) -> np.ndarray:
-    """``arr`` in the field's storage dtype, refusing lossy conversions of arrays."""
+    """``arr`` in the field's storage dtype: exact for arrays, range-checked for native Python
+    numbers (``batch``: ``arr`` holds samples ``index``, ``index + 1``...)."""
     target = fmt.storage_dtype(f.dtype)
     if src == f.dtype:
         return np.ascontiguousarray(arr, dtype=target)
-    lossless = "bfloat16" not in (src, f.dtype) and np.can_cast(src, target, "safe")
-    if native and f.dtype != "bfloat16":
-        with np.errstate(over="ignore", invalid="ignore"):  # a lossy cast is refused below
-            out = arr.astype(target)
-        if np.array_equal(out.astype(arr.dtype), arr, equal_nan=arr.dtype.kind in "fc"):
-            return out
-    elif lossless:
+    fit = f"field {name!r}, sample {index}: dtype {src} does not fit the schema dtype {f.dtype}"
+    if not _dtype_fits(src, native, f.dtype):
+        what = f" (a Python {_PYTHON_KIND.get(arr.dtype.kind, src)})" if native else ""
+        raise SchemaError(f"{fit}{what}; cast it first (or declare the field with that dtype)")
+    if not native:
         return np.ascontiguousarray(arr, dtype=target)
-    raise SchemaError(
-        f"field {name!r}, sample {index}: dtype {src} does not fit the schema dtype {f.dtype}; "
-        "cast it first (or declare the field with that dtype)"
-    )
+    with np.errstate(over="ignore", invalid="ignore"):  # what did not fit is found below
+        out = arr.astype(target)
+    if target.kind in "iub":
+        bad = out != arr  # compared by value: a wrapped int differs
+        limits = np.iinfo(target) if target.kind != "b" else None
+        span = f" ({limits.min} to {limits.max})" if limits is not None else ""
+    else:
+        bad = np.isfinite(arr) & ~np.isfinite(out)  # overflow to inf
+        span = f" (largest {np.finfo(target).max:.4g})"
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        row = index + (first // max(1, bad.size // len(arr)) if batch and arr.ndim else 0)
+        value = arr.reshape(-1)[first].item()
+        raise SchemaError(
+            f"field {name!r}, sample {row}: dtype {src} does not fit the schema dtype "
+            f"{f.dtype}: the value {value!r} is out of its range{span}; clip or cast it first "
+            "(or declare the field with a wider dtype)"
+        )
+    return out
 
 
 class Promote(Exception):
@@ -161,13 +199,30 @@ class VarBatch(NamedTuple):
     shapes: np.ndarray | None
 
 
-def _widen(old: fmt.Field, shape: tuple[int, ...], dtype: str, auto: bool, name: str, i: int):
-    """Raise Promote (inferred schema) or SchemaError for a sample that does not fit ``old``."""
+def _widen(
+    old: fmt.Field,
+    shape: tuple[int, ...],
+    dtype: str,
+    native: bool,
+    auto: bool,
+    name: str,
+    i: int,
+):
+    """Raise Promote (inferred schema) or SchemaError for a sample that does not fit ``old``.
+
+    The dtype is checked first: a change of shape alone makes an inferred field ragged, so
+    when the dtype does not fit either, that is the cause to name."""
     fixed = old.shape if isinstance(old, fmt.Tensor) else (None, *old.inner_shape)
-    if auto and dtype == old.dtype and len(shape) == len(fixed) and len(shape) > 0:
+    want = "(n, " + ", ".join(map(str, fixed[1:])) + ")" if fixed[:1] == (None,) else str(fixed)
+    if not _dtype_fits(dtype, native, old.dtype):
+        ragged = " (a change of shape alone would make it ragged)" if auto else ""
+        raise SchemaError(
+            f"field {name!r}, sample {i}: dtype {dtype} does not fit the field's {old.dtype}, "
+            f"and its shape {shape} differs from {want}{ragged}; cast it to {old.dtype} first"
+        )
+    if auto and len(shape) == len(fixed) and len(shape) > 0:
         inner = tuple(None if a != b else a for a, b in zip(fixed[1:], shape[1:], strict=True))
         raise Promote(fmt.Ragged(old.dtype, inner))
-    want = "(n, " + ", ".join(map(str, fixed[1:])) + ")" if fixed[:1] == (None,) else str(fixed)
     hint = "" if auto else "; declare it as chute.Ragged(...) for variable shapes"
     raise SchemaError(f"field {name!r}, sample {i}: shape {shape} does not match {want}{hint}")
 
@@ -180,13 +235,13 @@ def prepare(values: Any, f: fmt.Field, name: str, start: int, auto: bool) -> np.
             for i, v in enumerate(values):
                 arr, dt, native = to_array(v, name, start + i)
                 if arr.shape != f.shape:
-                    _widen(f, arr.shape, dt, auto, name, start + i)
+                    _widen(f, arr.shape, dt, native, auto, name, start + i)
                 rows.append(_cast(arr, dt, native, f, name, start + i))
             return np.stack(rows) if rows else np.empty((0, *f.shape), fmt.storage_dtype(f.dtype))
         arr, dt, native = to_array(values, name, start)
         if arr.shape[1:] != f.shape:
-            _widen(f, arr.shape[1:], dt, auto, name, start)
-        return _cast(arr, dt, native, f, name, start)
+            _widen(f, arr.shape[1:], dt, native, auto, name, start)
+        return _cast(arr, dt, native, f, name, start, batch=True)
     pieces, lengths, shapes = [], [], []
     for i, v in enumerate(values):
         if isinstance(f, (fmt.Bytes, fmt.String)):
@@ -197,7 +252,7 @@ def prepare(values: Any, f: fmt.Field, name: str, start: int, auto: bool) -> np.
             if arr.ndim != len(fixed) or any(
                 b is not None and a != b for a, b in zip(arr.shape, fixed, strict=True)
             ):
-                _widen(f, arr.shape, dt, auto, name, start + i)
+                _widen(f, arr.shape, dt, native, auto, name, start + i)
             arr = _cast(arr, dt, native, f, name, start + i)
         pieces.append(arr.reshape(-1) if f.variable_dims else arr)
         lengths.append(len(pieces[-1]))

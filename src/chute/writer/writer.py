@@ -10,21 +10,25 @@ existing dataset is replaced by swapping the folders atomically where the OS can
 (:func:`chute.writer.commit.exchange`), so that readers opening it meanwhile find it whole.
 Memory stays bounded: each batch goes straight to its files (nothing accumulates), so datasets
 much larger than RAM can be written.
+An ``OSError`` while writing (a full disk, an I/O error) is raised as a :class:`~chute.WriteError`
+naming the destination (:func:`chute.writer.commit.writing`); the writer is then aborted: its
+staging folder removed, its lock released, an existing dataset at ``path`` unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
 from .._args import check_path
-from ..errors import ArgumentValueError, SchemaError
+from ..errors import ArgumentValueError, SchemaError, WriteError
 from ..manifest import read_manifest
-from .commit import DatasetLock, commit, commit_append, new_staging_dir
+from .commit import DatasetLock, commit, commit_append, new_staging_dir, writing
 from .field_files import FieldWriter, promote
 from .values import Promote, flatten, infer_field, prepare, sample_count
 
@@ -61,18 +65,29 @@ class _Part:
     """The open files of one part folder."""
 
     def __init__(self, folder: Path, name: str, schema: Schema):
-        folder.mkdir(exist_ok=True)
         self.folder, self.name = folder, name
         self.num_samples = 0
-        self.fields = {name: FieldWriter(folder, name, f) for name, f in schema.items()}
+        self.fields: dict[str, FieldWriter] = {}
+        try:
+            folder.mkdir(exist_ok=True)
+            for field, f in schema.items():
+                self.fields[field] = FieldWriter(folder, field, f)
+        except BaseException:
+            self.abort()
+            raise
 
     def close(self) -> fmt.PartInfo:
         files: dict[str, fmt.FileInfo] = {}
-        for col in self.fields.values():
-            files.update(col.close())
+        try:
+            for col in self.fields.values():
+                files.update(col.close())
+        except BaseException:
+            self.abort()  # the fields not closed yet
+            raise
         return fmt.PartInfo(self.name, self.num_samples, files)
 
     def abort(self) -> None:
+        """Close every file without writing (never raises); the caller removes the folder."""
         for col in self.fields.values():
             col.abort()
 
@@ -80,22 +95,27 @@ class _Part:
 def write_part(
     folder: str | os.PathLike, schema: Schema, batches: Iterable[Mapping[str, Any]]
 ) -> fmt.PartInfo:
-    """Write one complete part (e.g. from a Dask task) into ``folder``; returns its info."""
+    """Write one complete part (e.g. from a Dask task) into ``folder``; returns its info.
+    An ``OSError`` is raised as a :class:`~chute.WriteError` naming ``folder``; the caller
+    removes the folder (the staging folder around it)."""
     folder = Path(folder)
     if not fmt.PART_NAME.fullmatch(folder.name):
         raise SchemaError(f"part folder {folder} must be named like 'part-00000'")
     schema = _check_schema(schema)
-    w = _Part(folder, folder.name, schema)
+    with writing(folder):
+        w = _Part(folder, folder.name, schema)
     try:
         for batch in batches:
             n = sample_count(batch, schema, start=w.num_samples)
             prepared = {
                 k: prepare(batch[k], f, k, w.num_samples, auto=False) for k, f in schema.items()
             }
-            for k, col in w.fields.items():
-                col.write(prepared[k])
+            with writing(folder):
+                for k, col in w.fields.items():
+                    col.write(prepared[k])
             w.num_samples += n
-        return w.close()
+        with writing(folder):
+            return w.close()
     except BaseException:
         w.abort()
         raise
@@ -169,9 +189,7 @@ class Writer:
         self._schema = None if schema is None else _check_schema(schema)
         self._overwrite = overwrite
         self._part_size = part_size
-        self._staging: Path | None = new_staging_dir(
-            self.path / ".append" if append else self.path, overwrite
-        )
+        self._staging: Path | None = new_staging_dir(self.path, overwrite, append=append)
         self._parts: list[fmt.PartInfo] = []
         self._part: _Part | None = None
         self._count = 0
@@ -182,6 +200,17 @@ class Writer:
 
     def __len__(self) -> int:
         return self._count
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Around the writes to the files: an ``OSError`` becomes a :class:`~chute.WriteError`
+        naming ``path``, and aborts the writer (its fields' files are out of step now)."""
+        try:
+            with writing(self.path):
+                yield
+        except WriteError:
+            self.abort()
+            raise
 
     def _open_part(self) -> _Part:
         if self._staging is None:
@@ -219,7 +248,8 @@ class Writer:
         n = sample_count(batch, self._schema, start=self._count)
         done = 0
         while done < n:
-            part = self._open_part()
+            with self._writing():
+                part = self._open_part()
             room = n - done if self._part_size is None else self._part_size - part.num_samples
             take = min(room, n - done)
             prepared = {}
@@ -230,14 +260,17 @@ class Writer:
                         f = self._schema[name]
                         prepared[name] = prepare(chunk, f, name, self._count, self._auto)
                     except Promote as p:  # the field becomes ragged: rewrite what was written
-                        self._promote(name, p.field)
-            for name, col in part.fields.items():
-                col.write(prepared[name])
+                        with self._writing():
+                            self._promote(name, p.field)
+            with self._writing():
+                for name, col in part.fields.items():
+                    col.write(prepared[name])
             part.num_samples += take
             self._count += take
             done += take
             if self._part_size is not None and part.num_samples == self._part_size:
-                self._parts.append(part.close())
+                with self._writing():
+                    self._parts.append(part.close())
                 self._part = None
 
     def _promote(self, name: str, new: fmt.Field) -> None:
@@ -264,27 +297,38 @@ class Writer:
                 f"nothing was written to {self.path} and no schema was given; "
                 "pass schema= to write an empty dataset"
             )
-        if self._part is not None or not self._parts:
-            self._parts.append(self._open_part().close())
-            self._part = None
-        staging, self._staging = self._staging, None
-        if self._base is not None:
-            new = fmt.Manifest(self._schema, tuple(self._parts), self.metadata)
-            try:
+        try:
+            with writing(self.path):
+                if self._part is not None or not self._parts:
+                    self._parts.append(self._open_part().close())
+                    self._part = None
+            staging, self._staging = self._staging, None
+            if self._base is not None:
+                new = fmt.Manifest(self._schema, tuple(self._parts), self.metadata)
                 return commit_append(staging, self.path, self._base, new)
-            finally:
-                self._release()
-        return commit(staging, self.path, self._schema, self._parts, self.metadata, self._overwrite)
+            return commit(
+                staging, self.path, self._schema, self._parts, self.metadata, self._overwrite
+            )
+        except BaseException:
+            self.abort()  # what is left of the staging folder
+            raise
+        finally:
+            self._release()
 
     def abort(self) -> None:
-        """Discard everything written; nothing is left at ``path``."""
-        if self._part is not None:
-            self._part.abort()
-            self._part = None
-        if self._staging is not None:
-            shutil.rmtree(self._staging, ignore_errors=True)
-            self._staging = None
-        self._release()
+        """Discard everything written: nothing is left at ``path`` (an appender's dataset is
+        unchanged), the staging folder is removed and the lock released. Never raises."""
+        part, self._part = getattr(self, "_part", None), None  # None: __init__ did not finish
+        staging, self._staging = getattr(self, "_staging", None), None
+        try:
+            if part is not None:
+                part.abort()
+        finally:
+            try:
+                if staging is not None:
+                    shutil.rmtree(staging, ignore_errors=True)
+            finally:
+                self._release()
 
     def _release(self) -> None:
         """Let the next appender of ``path`` in (an appending writer holds its lock)."""
@@ -296,11 +340,7 @@ class Writer:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
-            try:
-                self.commit()
-            except BaseException:
-                self.abort()  # what is left of the staging folder, and the appenders' lock
-                raise
+            self.commit()  # which aborts if it fails
         else:
             self.abort()
 
