@@ -4,8 +4,9 @@ The epoch's *global order* is a permutation of ``range(n)`` that depends only on
 epoch and ``block_size``. With ``shuffle=True`` it is a :class:`~chute.order.permute.Permutation`
 (a Feistel network), or with ``block_size`` a :class:`~chute.order.blocks.BlockPermutation`;
 neither is ever materialised: each batch's indices are computed alone, O(batch) memory and
-time, so an order over billions of samples costs nothing up front. (Since this changed from ``rng.permutation(n)``, a seed gives another order
-than chute 0.1's; the properties below are the same.)
+time, so an order over billions of samples costs nothing up front. (Since this changed from
+``rng.permutation(n)``, a seed gives another order than chute 0.1's; the properties below are
+the same.)
 
 Global step ``j`` takes the next ``batch_size * world_size`` positions of it and rank ``r``
 takes the ``r``-th contiguous ``batch_size`` of them, so after ``k`` steps on every rank exactly
