@@ -142,7 +142,9 @@ NOTES = """\
 
 
 def run_tests(xml: Path) -> int:
-    files = [str(ROOT / "tests" / "reliability" / f"test_reliability_{m}.py") for m in MODULES]
+    folder = ROOT / "tests" / "reliability"
+    files = [str(folder / f"test_reliability_{m}.py") for m in MODULES]
+    files += sorted(str(f) for f in folder.glob("test_issue15_*.py"))
     cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider"]
     cmd += ["-o", "junit_family=xunit1", f"--junitxml={xml}"]
     print("running:", " ".join(cmd), flush=True)
@@ -167,7 +169,7 @@ def read_junit(xml: Path) -> tuple[list[dict[str, Any]], float]:
         module = (case.get("classname") or "").rsplit(".", 1)[-1]
         rows.append(
             {
-                "module": module.removeprefix("test_reliability_"),
+                "module": module.removeprefix("test_reliability_").removeprefix("test_"),
                 "test": case.get("name", ""),
                 "time": float(case.get("time") or 0.0),
                 "status": status,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _issue15 import issue15_item  # noqa: F401 - autouse: records the item
 
 import chute
 

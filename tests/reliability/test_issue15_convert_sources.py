@@ -14,7 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _issue15 import run_chute
+from _issue15 import (
+    issue15_item,  # noqa: F401 - autouse: records the item
+    run_chute,
+)
 
 import chute
 

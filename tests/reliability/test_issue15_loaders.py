@@ -10,7 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _issue15 import run_python
+from _issue15 import (
+    issue15_item,  # noqa: F401 - autouse: records the item
+    run_python,
+)
 
 import chute
 

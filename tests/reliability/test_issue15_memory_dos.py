@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _issue15 import GiB, capped_cases, sparse_bytes_dataset, sparse_tensor_dataset
+from _issue15 import (
+    GiB,
+    capped_cases,
+    issue15_item,  # noqa: F401 - autouse: records the item
+    sparse_bytes_dataset,
+    sparse_tensor_dataset,
+)
 
 import chute
 

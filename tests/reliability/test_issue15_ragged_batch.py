@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _issue15 import issue15_item  # noqa: F401 - autouse: records the item
 
 import chute
 

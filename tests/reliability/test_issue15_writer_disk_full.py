@@ -15,7 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _issue15 import mount_small_fs, run_chute, run_python
+from _issue15 import (
+    issue15_item,  # noqa: F401 - autouse: records the item
+    mount_small_fs,
+    run_chute,
+    run_python,
+)
 
 import chute
 
