@@ -29,7 +29,10 @@ from .errors import (
     VersionError,
     WorkerError,
 )
-from .format import Bytes, Ragged, String, Tensor
+from .format import Bytes, Image, Ragged, String, Tensor
+from .image.folder import from_image_folder
+from .image.normalize import normalize
+from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .loader.dataloader import dataloader
 from .loader.loader import Loader, LoaderStats
 from .order import Order
@@ -44,6 +47,7 @@ __all__ = [
     "ArgumentError",
     "ArgumentValueError",
     "Bytes",
+    "CenterCrop",
     "ChecksumError",
     "ChuteError",
     "Dataset",
@@ -51,6 +55,7 @@ __all__ = [
     "DatasetExistsError",
     "DatasetNotFoundError",
     "FormatError",
+    "Image",
     "Loader",
     "LoaderStats",
     "MissingDependencyError",
@@ -58,6 +63,9 @@ __all__ = [
     "Order",
     "Ragged",
     "RaggedBatch",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "Resize",
     "SampleIndexError",
     "SchemaError",
     "SourceError",
@@ -72,8 +80,10 @@ __all__ = [
     "convert",
     "dataloader",
     "from_dask",
+    "from_image_folder",
     "from_iterable",
     "from_torch",
+    "normalize",
     "open",
     "to_device",
     "verify",

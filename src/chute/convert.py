@@ -22,6 +22,7 @@ from .errors import DatasetNotFoundError, SourceError
 from .sources.base import FieldsArg, Source, field_map
 from .sources.hdf5 import SUFFIXES as HDF5_SUFFIXES
 from .sources.hdf5 import HDF5Source, is_hdf5
+from .sources.images import ImageFolderSource, is_image_folder
 from .sources.iterable import IterableSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.torch import TorchSource
@@ -29,7 +30,7 @@ from .sources.zarr import ZarrSource, is_zarr
 from .writer.writer import Writer
 
 PathLike = str | os.PathLike
-PathSource = NpySource | NpzSource | NpyFolderSource | HDF5Source | ZarrSource
+PathSource = NpySource | NpzSource | NpyFolderSource | HDF5Source | ZarrSource | ImageFolderSource
 
 
 def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
@@ -84,7 +85,9 @@ def source_kind(path: Path) -> type[PathSource] | None:
     if path.is_dir():
         if is_zarr(path):
             return ZarrSource
-        return NpyFolderSource if next(path.rglob("*.npy"), None) is not None else None
+        if next(path.rglob("*.npy"), None) is not None:
+            return NpyFolderSource
+        return ImageFolderSource if is_image_folder(path) else None  # root/CLASS/x.jpg
     suffix = path.suffix.lower()
     if suffix == ".npy":
         return NpySource

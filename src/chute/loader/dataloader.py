@@ -86,6 +86,7 @@ from ..errors import (
 from ..order import Order
 from ..reader.gatherable import Gatherable
 from ..reader.subset import loadable
+from .decode import tag_epoch, with_decode
 from .passes import OnePass
 from .processes import death_message, exited_workers, worker_init
 from .threads import head
@@ -181,7 +182,7 @@ class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
         self.order = order
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        return iter(self.order.plan())
+        return iter(tag_epoch(self.order.plan(), self.order.epoch))  # for decode=
 
     def __len__(self) -> int:
         return len(self.order)
@@ -312,6 +313,7 @@ def dataloader(
     *,
     drop_last: bool = False,
     block_size: int | None = None,
+    decode: dict[str, Any] | None = None,
     **dataloader_kwargs: Any,
 ) -> ChuteDataLoader:
     """A real ``torch.utils.data.DataLoader`` over chute dataset ``ds``, one gather per batch.
@@ -326,7 +328,8 @@ def dataloader(
     ``worker_init_fn``, ...) go to the DataLoader. ``ds`` may also be a
     ``torch.utils.data.Subset`` of a chute Dataset (nested ones too; ``random_split``'s
     halves): only its samples are read, in an order over ``len(subset)``, as in ``Loader``.
-    Example::
+    ``decode``: image fields decoded per batch in the workers, as in ``Loader`` (not with
+    ``sample_transform``: use ``batch_transform``). Example::
 
         dl = chute.dataloader(ds, 256, num_workers=4, sample_transform=augment,
                               persistent_workers=True, pin_memory=True)
@@ -335,7 +338,11 @@ def dataloader(
             for batch in chute.to_device(dl):
                 step(batch)
     """
-    ds = loadable(ds, "dataloader")
+    ds = with_decode(loadable(ds, "dataloader"), decode, seed)  # chute/loader/decode.py
+    if decode is not None and sample_transform is not None:
+        raise ArgumentValueError(
+            "decode= decodes whole batches: use batch_transform= with it, not sample_transform="
+        )
     clash = sorted(k for k in dataloader_kwargs if k in _OWN)
     if clash:
         raise ArgumentValueError(

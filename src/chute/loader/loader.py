@@ -24,6 +24,7 @@ from ..order import Order
 from ..reader.gatherable import Gatherable
 from ..reader.subset import loadable
 from .buffers import Buffers, Pool, Ring
+from .decode import at_epoch, with_decode
 from .passes import OnePass
 from .threads import LoaderIter, Run
 
@@ -98,7 +99,10 @@ class Loader(OnePass):
     when CUDA is available; ``True`` without CUDA warns and does not pin, as in torch).
     ``pad``: ragged and bytes fields come padded, as with :meth:`Dataset.gather(pad=)
     <chute.Dataset.gather>` (a ``(B, L, ...)`` tensor filled with ``pad`` plus
-    ``FIELD_lengths``), done in the workers. ``shuffle``, ``seed``, ``drop_last``,
+    ``FIELD_lengths``), done in the workers. ``decode``: image fields decoded in the workers,
+    ``{"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip()]}`` -> uint8
+    ``(B, 3, 224, 224)``, random crops and flips a pure function of (``seed``, epoch, sample
+    index): see ``chute/loader/decode.py``. ``shuffle``, ``seed``, ``drop_last``,
     ``block_size``: see :class:`~chute.order.Order`. Example::
 
         loader = chute.Loader(chute.open("train.chute"), batch_size=256, num_workers=2)
@@ -128,8 +132,9 @@ class Loader(OnePass):
         block_size: int | None = None,
         keep: int | None = None,
         pad: float | int | None = None,
+        decode: dict[str, Any] | None = None,
     ) -> None:
-        ds = loadable(ds, "Loader")
+        ds = with_decode(loadable(ds, "Loader"), decode, seed)  # chute/loader/decode.py
         if transform is not None and not callable(transform):
             raise ArgumentError(f"transform must be callable, got {transform!r}")
         if pad is not None:  # a bad value fails here, with gather's message, not mid-epoch
@@ -208,7 +213,7 @@ class Loader(OnePass):
             self._buffers = make(self.dataset, rows, self._items, self.pin_memory)
         order_batches = self.order.batches()  # first: it may move on from a finished epoch
         run = Run(
-            self.dataset,
+            at_epoch(self.dataset, self.order.epoch),  # decode= draws from (seed, epoch, index)
             self._buffers,
             self.order.plan(),
             transform=self.transform,
