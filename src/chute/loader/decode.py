@@ -48,7 +48,7 @@ class EpochIndices(np.ndarray):
         self.epoch = getattr(obj, "epoch", 0)
 
     def __reduce__(self) -> Any:
-        fn, args, state = super().__reduce__()  # type: ignore[misc]
+        fn, args, state = super().__reduce__()  # type: ignore[misc,str-unpack]
         return fn, args, (state, self.epoch)
 
     def __setstate__(self, state: Any) -> None:
@@ -58,7 +58,7 @@ class EpochIndices(np.ndarray):
 
 def tag_epoch(batches: Iterable[np.ndarray], epoch: int) -> list[np.ndarray]:
     """Each index array of ``batches`` as an :class:`EpochIndices` view at ``epoch``."""
-    out = []
+    out: list[np.ndarray] = []
     for b in batches:
         t = np.asarray(b).view(EpochIndices)
         t.epoch = epoch

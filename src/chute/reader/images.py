@@ -31,8 +31,8 @@ class EncodedImages(NamedTuple):
     ``values[offsets[i]:offsets[i+1]]`` (uint8) of an image of ``sizes[i]`` = (height,
     width) (int32). ``len()`` is the batch size, ``eb[i]`` sample ``i``'s bytes (a uint8
     tensor view), ``eb.tolist()`` all of them; ``eb.decode(i)`` decodes one. As with
-    :class:`chute.RaggedBatch`, unpacking and iteration give the three members. A NamedTuple of tensors, so ``pin_memory``,
-    ``to_device`` and ``default_collate`` move it like a :class:`chute.RaggedBatch`."""
+    :class:`chute.RaggedBatch`, unpacking and iteration give the three members: a NamedTuple
+    of tensors, so ``pin_memory``, ``to_device`` and ``default_collate`` move it like one."""
 
     values: torch.Tensor
     offsets: torch.Tensor
