@@ -24,6 +24,9 @@ it would have seen.
 from __future__ import annotations
 
 import copy
+import itertools
+import os
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -95,6 +98,7 @@ class Decoded:
             self.sizes[name] = next(op.out_size for op in checked if hasattr(op, "out_size"))
         self.seed = int(seed)
         self.epoch = int(epoch)
+        self._first: list[bool] | None = None  # set per pass by at_epoch: see _take_first
         self._schema: dict[str, fmt.Field] = {
             k: fmt.Tensor((3, *self.sizes[k]), "uint8") if k in self.ops else f
             for k, f in ds.schema.items()
@@ -152,11 +156,26 @@ class Decoded:
             dst = dst[:b]
         sizes = enc.sizes.numpy()
         p = plan(self.ops[name], sizes[:, 0], sizes[:, 1], idx, self.seed, epoch)
+        h, w, arr = sizes[:, 0], sizes[:, 1], as_numpy(dst)
         try:
-            decode_planned(enc, sizes[:, 0], sizes[:, 1], p, as_numpy(dst), idx)
+            if self._take_first():  # the pass's first batch: split across threads
+                _decode_split(enc, h, w, p, arr, idx)
+            else:
+                decode_planned(enc, h, w, p, arr, idx)
         except FormatError as exc:
             raise FormatError(f"{self._where(name)}: {self._dataset_index(exc)}") from None
         return dst
+
+    def _take_first(self) -> bool:
+        """True for the first decode of this view (one per pass: see :func:`at_epoch`)."""
+        first = self._first
+        if first is None or not first:
+            return False
+        with _LOCK:
+            if not first:
+                return False
+            first.clear()
+            return True
 
     def _where(self, name: str) -> str:
         return f"{getattr(self.dataset, 'path', self.dataset)}: field {name!r}"
@@ -179,9 +198,53 @@ def with_decode(ds: Gatherable, decode: Mapping[str, Any] | None, seed: int) -> 
 
 
 def at_epoch(ds: Gatherable, epoch: int) -> Gatherable:
-    """A :class:`Decoded` view at ``epoch`` (a shallow copy); any other dataset as it is."""
-    if not isinstance(ds, Decoded) or ds.epoch == epoch:
+    """A :class:`Decoded` view for one pass at ``epoch`` (a shallow copy, whose first batch
+    is decoded by several threads); any other dataset as it is."""
+    if not isinstance(ds, Decoded):
         return ds
     view = copy.copy(ds)
     view.epoch = int(epoch)
+    view._first = [True]
     return view
+
+
+_LOCK = threading.Lock()
+FIRST_SPLIT = min(4, os.cpu_count() or 1)  # threads that decode a pass's first batch
+_MIN_SPLIT = 16  # images per thread, at least
+
+
+def _decode_split(
+    enc: Any, h: np.ndarray, w: np.ndarray, p: Any, out: np.ndarray, idx: Any
+) -> None:
+    """``decode_planned`` with the batch cut into :data:`FIRST_SPLIT` slices, decoded by
+    that many threads at once (the GIL is released while decoding): the first batch of a pass
+    arrives sooner, while the loader's workers start on the next ones. Same pixels as one
+    call (a plan depends on each sample's index only)."""
+    from ..image.decode import as_buffers, decode_planned, plan_slice
+
+    n = len(idx)
+    k = min(FIRST_SPLIT, n // _MIN_SPLIT)
+    if k < 2:
+        decode_planned(enc, h, w, p, out, idx)
+        return
+    bufs = as_buffers(enc)
+    cuts = np.linspace(0, n, k + 1).astype(int).tolist()
+    errors: list[BaseException] = []
+
+    def part(a: int, b: int) -> None:
+        try:
+            decode_planned(bufs[a:b], h[a:b], w[a:b], plan_slice(p, a, b), out[a:b], idx[a:b])
+        except BaseException as exc:  # re-raised in the calling thread, first slice first
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=part, args=(a, b), name="chute-decode-first", daemon=True)
+        for a, b in itertools.pairwise(cuts[1:])
+    ]
+    for t in threads:
+        t.start()
+    part(cuts[0], cuts[1])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
