@@ -19,7 +19,9 @@ FFCV is not run (it needs numpy<2, numba and system libraries in a separate venv
 The machine is shared: every row runs once per round, rounds interleaved, and each row
 reports its best round (the load average is printed). Columns: images/s over the epoch,
 first batch s (from the start of the epoch), disk MB (what the row reads: the JPEG folder or
-the chute dataset), peak PSS MB of the process tree above the baseline. Needs
+the chute dataset), peak PSS MB of the process tree above the baseline, CPU ms per image
+(user + system, this process and its DataLoader workers: the fair measure on a busy machine).
+Needs
 ``pip install 'chute[image]' scikit-image`` (and matplotlib for ``--plot``).
 """
 
@@ -30,6 +32,7 @@ import itertools
 import math
 import os
 import random
+import resource
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -60,7 +63,17 @@ COLUMNS = [
     ("first_batch_s", "first batch s", ".3f"),
     ("disk_mb", "disk MB", ".1f"),
     ("peak_pss_mb", "peak PSS MB", ".1f"),
+    ("cpu_ms_per_image", "CPU ms/image", ".2f"),
 ]
+
+
+def cpu_seconds() -> float:
+    """User + system CPU of this process and its waited-for children (DataLoader workers)."""
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 # ------------------------------------------------------------ plain DataLoader + PIL
@@ -166,11 +179,10 @@ def run_chute(path: Path, size: int, batch_size: int, threads: int, epoch: int) 
             yield len(batch)
 
 
-def run_loader(path: Path, size: int, batch_size: int, threads: int, epoch: int) -> Iterator[int]:
-    """What a user writes: chute.Loader with decode=."""
-    ds = chute.open(path)
-    ops = [chute.RandomResizedCrop(size), chute.RandomHorizontalFlip()]
-    loader = chute.Loader(ds, batch_size, num_workers=threads, decode={"image": ops})
+def run_loader(loader: chute.Loader, epoch: int) -> Iterator[int]:
+    """What a user writes: chute.Loader with decode=, one epoch. The Loader is made once per
+    row and reused round after round, as in training: its buffer pool is warm after the first
+    epoch (a new Loader faults in a fresh 20 MB batch buffer for each of its first batches)."""
     loader.set_epoch(epoch)
     for batch in loader:
         yield len(batch["image"])
@@ -178,6 +190,7 @@ def run_loader(path: Path, size: int, batch_size: int, threads: int, epoch: int)
 
 def measure(name: str, make: Callable[[], Iterator[int]], disk_mb: float, n: int) -> dict[str, Any]:
     with peak_pss() as mem:
+        cpu0 = cpu_seconds()
         t0 = time.perf_counter()
         first = None
         count = 0
@@ -186,6 +199,7 @@ def measure(name: str, make: Callable[[], Iterator[int]], disk_mb: float, n: int
             if first is None:
                 first = time.perf_counter() - t0
         dt = time.perf_counter() - t0
+    cpu = cpu_seconds() - cpu0  # the memory sampler's thread adds a little to every row
     assert count == n, (name, count, n)
     return {
         "name": name,
@@ -194,6 +208,7 @@ def measure(name: str, make: Callable[[], Iterator[int]], disk_mb: float, n: int
         "disk_mb": disk_mb,
         "peak_pss_mb": (mem.peak - mem.baseline) / 1e6,
         "seconds": dt,
+        "cpu_ms_per_image": 1e3 * cpu / n,
     }
 
 
@@ -238,20 +253,25 @@ def main() -> None:
         n, bs, size = args.images, args.batch_size, args.size
         for f, _ in files:  # page cache warm for every row
             f.read_bytes()
-        runs: dict[str, tuple[Callable[[], Iterator[int]], float]] = {
-            "DataLoader 0": (lambda: run_dataloader(files, size, bs, 0), folder_mb),
-            "DataLoader 2": (lambda: run_dataloader(files, size, bs, 2), folder_mb),
-            "bare 1": (lambda: run_bare(data, hw, size, 1), ds_mb),
-            "bare 2": (lambda: run_bare(data, hw, size, 2), ds_mb),
-            "direct 1": (lambda: run_chute(ds_path, size, bs, 1, epoch=1), ds_mb),
-            "direct 2": (lambda: run_chute(ds_path, size, bs, 2, epoch=1), ds_mb),
-            "Loader 1": (lambda: run_loader(ds_path, size, bs, 1, epoch=1), ds_mb),
-            "Loader 2": (lambda: run_loader(ds_path, size, bs, 2, epoch=1), ds_mb),
+        runs: dict[str, tuple[Callable[[int], Iterator[int]], float]] = {
+            "DataLoader 0": (lambda e: run_dataloader(files, size, bs, 0), folder_mb),
+            "DataLoader 2": (lambda e: run_dataloader(files, size, bs, 2), folder_mb),
+            "bare 1": (lambda e: run_bare(data, hw, size, 1), ds_mb),
+            "bare 2": (lambda e: run_bare(data, hw, size, 2), ds_mb),
+            "direct 1": (lambda e: run_chute(ds_path, size, bs, 1, e), ds_mb),
+            "direct 2": (lambda e: run_chute(ds_path, size, bs, 2, e), ds_mb),
+            "Loader 1": (lambda e: run_loader(loaders[1], e), ds_mb),
+            "Loader 2": (lambda e: run_loader(loaders[2], e), ds_mb),
+        }
+        ops = [chute.RandomResizedCrop(size), chute.RandomHorizontalFlip()]
+        loaders = {
+            t: chute.Loader(chute.open(ds_path), bs, num_workers=t, decode={"image": ops})
+            for t in (1, 2)
         }
         best: dict[str, dict[str, Any]] = {}
-        for _ in range(args.rounds):
+        for epoch in range(args.rounds):
             for key, (make, mb) in runs.items():
-                row = measure(ROWS[key], make, mb, n)
+                row = measure(ROWS[key], lambda m=make, e=epoch: m(e), mb, n)
                 if key not in best or row["images_per_s"] > best[key]["images_per_s"]:
                     best[key] = row
             load.append(os.getloadavg()[0])
@@ -267,6 +287,9 @@ def main() -> None:
         "Loader 2 threads / DataLoader 2 workers": by["Loader 2"] / by["DataLoader 2"],
         "Loader 2 threads / DataLoader 0 workers": by["Loader 2"] / by["DataLoader 0"],
     }
+    cpu = {k: best[k]["cpu_ms_per_image"] for k in ROWS}
+    ratios["CPU per image, Loader / bare, 1 thread"] = cpu["Loader 1"] / cpu["bare 1"]
+    ratios["CPU per image, Loader / bare, 2 threads"] = cpu["Loader 2"] / cpu["bare 2"]
     print(table(rows, COLUMNS))
     print(
         f"{n} photos, folder {folder_mb:.1f} MB, chute dataset {ds_mb:.1f} MB "

@@ -13,6 +13,8 @@ import pytest
 pytest.importorskip("simplejpeg")
 import torch
 from _image_files import jpeg, kinds, picture, pil_rgb
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image, ImageOps
 
 import chute
@@ -189,3 +191,23 @@ def test_encoded_image_values_are_stored_as_they_are(tmp_path: Path) -> None:
     dst = chute.write(tmp_path / "d.chute", {"image": [e]}, schema={"image": chute.Image()})
     b = chute.open(dst).gather([0])["image"]
     assert bytes(b[0].numpy()) == e.data and b.sizes.tolist() == [[e.height, e.width]]
+
+
+@pytest.fixture(scope="module")
+def parts_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
+    data = [jpeg(8 + i % 5, 9 + i % 3, seed=i) for i in range(23)]
+    dst = tmp_path_factory.mktemp("parts") / "d.chute"
+    chute.write(dst, {"image": data}, schema={"image": chute.Image()}, part_size=6)
+    return dst, data
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(-23, 22), max_size=30))
+def test_gather_is_the_samples_in_order(parts_dataset, indices: list[int]) -> None:
+    """Any indices (repeats, negatives, across parts): each sample's own bytes and size."""
+    dst, data = parts_dataset
+    b = chute.open(dst).gather(np.array(indices, np.int64))["image"]
+    assert len(b) == len(indices)
+    assert [bytes(x.numpy()) for x in b.tolist()] == [data[i] for i in indices]
+    want = [[8 + (i % 23) % 5, 9 + (i % 23) % 3] for i in indices]
+    assert b.sizes.tolist() == want

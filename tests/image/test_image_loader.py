@@ -223,3 +223,16 @@ def test_normalize_cpu() -> None:
         chute.normalize(x.float())
     with pytest.raises(chute.ArgumentError):
         chute.normalize(x, (0.5,), (0.2,))
+
+
+def test_first_batch_split_across_threads_gives_the_same_pixels(
+    images: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import chute.loader.decode as decode
+
+    monkeypatch.setattr(decode, "FIRST_SPLIT", 3)
+    ds = chute.open(images)
+    loader = chute.Loader(ds, 40, seed=2, num_workers=1, decode={"image": OPS})
+    for epoch in (0, 1):  # each pass splits its first batch (40 images: 3 slices)
+        labels, imgs = epoch_images(loader, epoch)
+        assert np.array_equal(imgs, expected(ds, labels, 2, epoch))
