@@ -137,10 +137,7 @@ def gather_fixed(
 
 
 def gather_var(
-    parts: Sequence[Piece],
-    f: fmt.Ragged | fmt.Bytes | fmt.String | fmt.Image,
-    b: int,
-    where: str,
+    parts: Sequence[Piece], f: fmt.Ragged | fmt.Bytes | fmt.String, b: int, where: str
 ) -> RaggedBatch:
     """The ``b`` samples of variable-size field ``f`` that ``parts`` locate. Several parts are
     concatenated in part order, then one more gather restores the batch's order (``where``
