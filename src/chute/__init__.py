@@ -32,7 +32,10 @@ from .errors import (
     WorkerError,
     WriteError,
 )
-from .format import Bytes, Ragged, String, Tensor
+from .format import Bytes, Image, Ragged, String, Tensor
+from .image.folder import from_image_folder
+from .image.normalize import normalize
+from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .loader.dataloader import dataloader
 from .loader.loader import Loader, LoaderStats
 from .order import Order
@@ -49,6 +52,7 @@ __all__ = [
     "ArgumentValueError",
     "Bytes",
     "CacheError",
+    "CenterCrop",
     "ChecksumError",
     "ChuteError",
     "Dataset",
@@ -56,6 +60,7 @@ __all__ = [
     "DatasetExistsError",
     "DatasetNotFoundError",
     "FormatError",
+    "Image",
     "Loader",
     "LoaderStats",
     "MissingDependencyError",
@@ -64,7 +69,10 @@ __all__ = [
     "Order",
     "Ragged",
     "RaggedBatch",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
     "RemoteError",
+    "Resize",
     "SampleIndexError",
     "SchemaError",
     "SourceError",
@@ -80,9 +88,11 @@ __all__ = [
     "convert",
     "dataloader",
     "from_dask",
+    "from_image_folder",
     "from_iterable",
     "from_torch",
     "mix",
+    "normalize",
     "open",
     "to_device",
     "verify",

@@ -22,6 +22,7 @@ from .errors import DatasetNotFoundError, SourceError
 from .sniff import source_kind as sniff_kind
 from .sources.base import FieldsArg, Source, field_map
 from .sources.hdf5 import HDF5Source, is_hdf5_object
+from .sources.images import ImageFolderSource
 from .sources.iterable import IterableSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.torch import TorchSource
@@ -29,13 +30,14 @@ from .sources.zarr import ZarrSource, is_zarr_object
 from .writer.writer import Writer
 
 PathLike = str | os.PathLike
-PathSource = NpySource | NpzSource | NpyFolderSource | HDF5Source | ZarrSource
+PathSource = NpySource | NpzSource | NpyFolderSource | HDF5Source | ZarrSource | ImageFolderSource
 PATH_SOURCES: dict[str, type[PathSource]] = {
     "npy": NpySource,
     "npz": NpzSource,
     "npy_folder": NpyFolderSource,
     "hdf5": HDF5Source,
     "zarr": ZarrSource,
+    "image_folder": ImageFolderSource,
 }
 
 

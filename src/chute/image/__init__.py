@@ -7,11 +7,18 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
   ``plan``
 - :mod:`.decode`: ``decode_batch``, ``decode_planned``
 - :mod:`.folder`: ``ImageFolder``, ``from_image_folder``
+- :mod:`.normalize`: ``normalize`` (device side, after ``chute.to_device``)
+
+The field kind is :class:`chute.Image` (``chute/format.py``); its gathered batches are
+:class:`EncodedImages` (``chute/reader/images.py``); ``decode=`` in the loaders is
+``chute/loader/decode.py``.
 """
 
-from .codec import decode_image, encode_image, is_jpeg, jpeg_size
+from ..reader.images import EncodedImages
+from .codec import EncodedImage, decode_image, encode_image, is_jpeg, jpeg_size
 from .decode import as_buffers, dct_scales, decode_batch, decode_planned, plan_slice
 from .folder import IMAGE_EXTENSIONS, ImageFolder, from_image_folder
+from .normalize import normalize
 from .ops import (
     CenterCrop,
     DecodeOp,
@@ -27,6 +34,8 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "CenterCrop",
     "DecodeOp",
+    "EncodedImage",
+    "EncodedImages",
     "ImageFolder",
     "Plan",
     "RandomHorizontalFlip",
@@ -41,6 +50,7 @@ __all__ = [
     "from_image_folder",
     "is_jpeg",
     "jpeg_size",
+    "normalize",
     "plan",
     "plan_slice",
     "uniforms",

@@ -88,6 +88,7 @@ from ..order import Order
 from ..reader.gather import head
 from ..reader.gatherable import Gatherable, PerEpoch
 from ..reader.subset import loadable
+from .decode import with_decode
 from .passes import OnePass, unknown_keywords
 from .processes import death_message, exited_workers, worker_init
 
@@ -347,6 +348,7 @@ def dataloader(
     drop_last: bool = False,
     block_size: int | None = None,
     pad: float | int | None = None,
+    decode: dict[str, Any] | None = None,
     **dataloader_kwargs: Any,
 ) -> ChuteDataLoader:
     """A real ``torch.utils.data.DataLoader`` over chute dataset ``ds``, one gather per batch.
@@ -365,7 +367,8 @@ def dataloader(
     :class:`~chute.errors.ArgumentError` listing the valid ones. ``ds`` may also be a
     ``torch.utils.data.Subset`` of a chute Dataset (nested ones too; ``random_split``'s
     halves): only its samples are read, in an order over ``len(subset)``, as in ``Loader``.
-    Example::
+    ``decode``: image fields decoded per batch in the workers, as in ``Loader`` (not with
+    ``sample_transform``: use ``batch_transform``). Example::
 
         dl = chute.dataloader(ds, 256, num_workers=4, sample_transform=augment,
                               persistent_workers=True, pin_memory=True)
@@ -374,13 +377,17 @@ def dataloader(
             for batch in chute.to_device(dl):
                 step(batch)
     """
-    ds = loadable(ds, "dataloader")
+    ds = with_decode(loadable(ds, "dataloader"), decode, seed)  # chute/loader/decode.py
     torch_keywords = _torch_keywords()
     unknown = [k for k in dataloader_kwargs if k not in torch_keywords and k not in _OWN]
     if unknown:
         chute_keywords = [k for k in inspect.signature(dataloader).parameters if k != "ds"]
         valid = [k for k in chute_keywords if k != "dataloader_kwargs"] + sorted(torch_keywords)
         raise unknown_keywords("chute.dataloader", unknown, valid)
+    if decode is not None and sample_transform is not None:
+        raise ArgumentValueError(
+            "decode= decodes whole batches: use batch_transform= with it, not sample_transform="
+        )
     clash = sorted(k for k in dataloader_kwargs if k in _OWN)
     if clash:
         raise ArgumentValueError(

@@ -25,6 +25,7 @@ from ..order import Order
 from ..reader.gatherable import Gatherable, PerEpoch
 from ..reader.subset import loadable
 from .buffers import Buffers, Pool, Ring
+from .decode import Decoded, with_decode
 from .passes import OnePass, unknown_keywords
 from .threads import LoaderIter, Run
 
@@ -102,7 +103,10 @@ class Loader(OnePass):
     when CUDA is available; ``True`` without CUDA warns and does not pin, as in torch).
     ``pad``: ragged and bytes fields come padded, as with :meth:`Dataset.gather(pad=)
     <chute.Dataset.gather>` (a ``(B, L, ...)`` tensor filled with ``pad`` plus
-    ``FIELD_lengths``), done in the workers. ``shuffle``, ``seed``, ``drop_last``,
+    ``FIELD_lengths``), done in the workers. ``decode``: image fields decoded in the workers,
+    ``{"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip()]}`` -> uint8
+    ``(B, 3, 224, 224)``, random crops and flips a pure function of (``seed``, epoch, sample
+    index): see ``chute/loader/decode.py``. ``shuffle``, ``seed``, ``drop_last``,
     ``block_size``: see :class:`~chute.order.Order`. Example::
 
         loader = chute.Loader(chute.open("train.chute"), batch_size=256, num_workers=2)
@@ -132,12 +136,13 @@ class Loader(OnePass):
         block_size: int | None = None,
         keep: int | None = None,
         pad: float | int | None = None,
+        decode: dict[str, Any] | None = None,
         **unknown: Any,
     ) -> None:
         if unknown:  # chute's error, with the list of valid keywords (see unknown_keywords)
             valid = [k for k in inspect.signature(Loader).parameters if k not in ("ds", "unknown")]
             raise unknown_keywords("chute.Loader", unknown, valid)
-        ds = loadable(ds, "Loader")
+        ds = with_decode(loadable(ds, "Loader"), decode, seed)  # chute/loader/decode.py
         if transform is not None and not callable(transform):
             raise ArgumentError(f"transform must be callable, got {transform!r}")
         if pad is not None:  # a bad value fails here, with gather's message, not mid-epoch
@@ -216,8 +221,10 @@ class Loader(OnePass):
             self._buffers = make(self.dataset, rows, self._items, self.pin_memory)
         order_batches = self.order.batches()  # first: it may move on from a finished epoch
         ds = self.dataset
-        if isinstance(ds, PerEpoch):  # a chute.Mix: which samples its positions hold is per epoch
+        if isinstance(ds, PerEpoch):  # a mix's samples, decode='s crops: per epoch
             ds = ds.at_epoch(self.order.epoch)
+        if isinstance(ds, Decoded):
+            ds.split_first_batch()  # the pass's first batch, decoded by several threads
         run = Run(
             ds,
             self._buffers,

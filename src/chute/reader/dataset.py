@@ -47,6 +47,7 @@ from .gather import (
     out_of_range,
     out_rows,
 )
+from .images import decode_sample, gather_images, slice_images
 
 Batch = dict[str, Any]
 
@@ -147,7 +148,10 @@ class Dataset(torch.utils.data.Dataset):
                 continue
             offsets = checked_offsets(col, j, j + 1, self._file(part, name, "offsets"))
             values = self._var_values(col, offsets, part, name, f"sample {j} of this part")
-            if isinstance(f, fmt.String):
+            if isinstance(f, fmt.Image):  # decoded, uint8 (3, H, W): chute.reader.images
+                index = self._parts[part].start + j
+                out[name] = decode_sample(values, col["sizes"][j], self.path, name, index)
+            elif isinstance(f, fmt.String):
                 out[name] = values.tobytes().decode("utf-8", errors="replace")
             elif "shapes" in col:
                 shape = col["shapes"][j : j + 1]
@@ -213,6 +217,10 @@ class Dataset(torch.utils.data.Dataset):
             if isinstance(f, fmt.String):
                 out[name] = _strings(values, offsets)
                 continue
+            if isinstance(f, fmt.Image):  # encoded: chute.reader.images.EncodedImages
+                where = self._file(part, name, "sizes")
+                out[name] = slice_images(values, offsets, col["sizes"][a:b], where)
+                continue
             shapes = None
             if "shapes" in col:
                 rows = col["shapes"][a:b]
@@ -273,6 +281,10 @@ class Dataset(torch.utils.data.Dataset):
         for name, f in self.schema.items():
             if isinstance(f, fmt.Tensor):
                 batch[name] = self._gather_fixed(name, f, split, b, out)
+                continue
+            if isinstance(f, fmt.Image):  # encoded: chute.reader.images.EncodedImages
+                pieces = self._pieces(name, split)
+                batch[name] = gather_images(pieces, b)
                 continue
             rb = self._gather_var(name, f, split, b)
             if isinstance(f, fmt.String):

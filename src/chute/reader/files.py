@@ -130,7 +130,7 @@ def _data_nbytes(f: fmt.Field, role: str, n: int) -> int | None:
     shape = fmt.expected_shape(f, role, n)
     if shape is None or role == "values":
         return None
-    itemsize = fmt.storage_dtype(f.dtype).itemsize if role == "data" else 8
+    itemsize = fmt.storage_dtype(fmt.role_dtype(f, role)).itemsize
     return math.prod(shape) * itemsize
 
 
@@ -273,4 +273,6 @@ class Files:
             col["shapes"] = self._load(
                 folder / files["shapes"], "int64", (n, 1 + len(f.inner_shape))
             )
+        if "sizes" in files:  # an Image field: (height, width) per sample
+            col["sizes"] = self._load(folder / files["sizes"], "int32", (n, 2))
         return col

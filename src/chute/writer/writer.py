@@ -36,7 +36,8 @@ Schema = Mapping[str, fmt.Field]
 
 
 def infer_schema(sample: Mapping[str, Any]) -> dict[str, fmt.Field]:
-    """The schema of one sample: arrays -> Tensor, ``str`` -> String, bytes -> Bytes."""
+    """The schema of one sample: arrays -> Tensor, ``str`` -> String, bytes -> Bytes, a PIL
+    image -> Image."""
     if not isinstance(sample, Mapping) or not sample:
         raise SchemaError(
             f"a sample must be a non-empty dict of field -> value, got {type(sample)}"
@@ -52,7 +53,7 @@ def _check_schema(schema: Mapping[str, Any]) -> dict[str, fmt.Field]:
     out = {}
     for name, f in schema.items():
         fmt.check_field_name(name)
-        if not isinstance(f, (fmt.Tensor, fmt.Ragged, fmt.Bytes, fmt.String)):
+        if not isinstance(f, (fmt.Tensor, fmt.Ragged, fmt.Bytes, fmt.String, fmt.Image)):
             raise SchemaError(f"field {name!r}: {f!r} is not a chute field kind")
         out[name] = f
     return out
