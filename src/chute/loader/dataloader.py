@@ -85,6 +85,7 @@ from ..errors import (
 )
 from ..order import Order
 from ..reader.gatherable import Gatherable, PerEpoch
+from ..reader.remote import needs_spawn
 from ..reader.subset import loadable
 from .passes import OnePass
 from .processes import death_message, exited_workers, worker_init
@@ -373,6 +374,8 @@ def dataloader(
     order = Order(len(ds), batch_size, shuffle, seed, rank, world_size, drop_last, block_size)
     workers = default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
     dataloader_kwargs.setdefault("pin_memory", torch.cuda.is_available())
+    if workers and needs_spawn(ds):  # obstore does not survive fork(): see chute/reader/remote.py
+        dataloader_kwargs.setdefault("multiprocessing_context", "forkserver")
     dataset = BatchDataset(
         ds, sample_transform, batch_transform, dataloader_kwargs.pop("collate_fn", None)
     )

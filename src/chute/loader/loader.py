@@ -21,7 +21,7 @@ import torch
 from .._args import check_int, default_workers, dist_defaults
 from ..errors import ArgumentError
 from ..order import Order
-from ..reader.gatherable import Gatherable, PerEpoch
+from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.subset import loadable
 from .buffers import Buffers, Pool, Ring
 from .passes import OnePass
@@ -223,6 +223,10 @@ class Loader(OnePass):
             epoch=self.order.epoch,
             first_step=self.order.consumed // self.order.step_samples,
         )
+        if isinstance(ds, Prefetching):  # in object storage: fetch this pass's parts ahead
+            feed = ds.prefetch(run.plan)
+            if feed is not None:
+                run.on_stop.append(feed.close)
         it = LoaderIter(run, order_batches)  # made first: its finalizer stops the run
         run.start()
         self._track(it)
