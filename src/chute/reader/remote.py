@@ -104,14 +104,16 @@ class RemoteDataset(Dataset):
 
     def __init__(
         self,
-        url: str,
+        url: str | Store,
         fields: Sequence[str] | None = None,
         *,
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ):
-        cache = RemoteCache(Store(url, storage_options), cache_dir, cache_limit)
+        # a Store: its retries, backoff and timeout (chute.open passes a URL)
+        store = url if isinstance(url, Store) else Store(url, storage_options)
+        cache = RemoteCache(store, cache_dir, cache_limit)
         cache.open()
         self._init(cache, None if fields is None else list(fields), False)
 
