@@ -25,7 +25,7 @@ def read_rank(
     url: str, cache_dir: str, env: dict[str, str], rank: int, world: int, epochs: int, out: str
 ) -> None:
     """One rank of a simulated multi-node job: the part-aware shuffle, ``epochs`` epochs;
-    write the sample ids of each epoch and the bytes this process downloaded."""
+    write the sample ids of each epoch and the bytes this process downloaded by its end."""
     os.environ.update(env)
     import chute
 
@@ -33,12 +33,12 @@ def read_rank(
     loader = chute.Loader(
         ds, 10, shuffle="parts", seed=3, rank=rank, world_size=world, num_workers=2
     )
-    epochs_seen = []
+    epochs_seen, downloaded = [], []
     for e in range(epochs):
         loader.set_epoch(e)
         seen: list[int] = []
         for b in loader:
             seen += b["x"][:, 0].long().tolist()
         epochs_seen.append(seen)
-    stats = ds.cache.store.stats
-    Path(out).write_text(json.dumps({"epochs": epochs_seen, "bytes": stats["bytes_in"]}))
+        downloaded.append(ds.cache.store.stats["bytes_in"])  # this process, so far
+    Path(out).write_text(json.dumps({"epochs": epochs_seen, "bytes": downloaded}))

@@ -166,6 +166,38 @@ def test_cache_limit_is_kept_within_the_parts_in_use(
             peak = max(peak, ds.cache.usage())
     assert peak <= limit + 2 * part  # beyond the limit: at most parts pinned while read
     assert ds.cache.usage() <= limit + 2 * part
+    got = ids(chute.Loader(ds, 25, shuffle="parts", seed=4, num_workers=2))
+    assert sorted(got) == list(range(600))  # shuffled, and within the limit: part-aware
+
+
+def test_two_nodes_two_ranks_part_aware_each_node_downloads_its_half(
+    s3: S3Server, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A simulated 2-node x 2-rank job: 4 processes, a cache folder per node."""
+    url = url_for(request)
+    small_dataset(url, n=800, part_size=50)  # 16 parts
+    total = sum(f.nbytes for p in chute.open(url).parts for f in p.files.values())
+    env = {k: os.environ[k] for k in ENV_VARS}
+    outs, procs = [], []
+    for rank in range(4):
+        node = tmp_path / f"node{rank // 2}"
+        out = tmp_path / f"rank{rank}.json"
+        outs.append(out)
+        args = (url, str(node), env, rank, 4, 2, str(out))
+        procs.append(SPAWN.Process(target=children.read_rank, args=args))
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(180)
+        assert p.exitcode == 0
+    results = [json.loads(o.read_text()) for o in outs]
+    for e in range(2):
+        seen = [i for r in results for i in r["epochs"][e]]
+        assert sorted(seen) == list(range(800)), e  # every sample once per epoch
+        assert len({len(r["epochs"][e]) for r in results}) == 1  # equal steps
+    for node in range(2):  # in the first epoch (the next deals the parts anew)
+        got = results[2 * node]["bytes"][0] + results[2 * node + 1]["bytes"][0]
+        assert 0.4 * total < got < 0.6 * total, (node, got, total)  # its half, not all
 
 
 def test_server_stopped_mid_epoch_is_a_chute_error_not_a_hang(

@@ -21,6 +21,7 @@ import torch
 from .._args import check_int, default_workers, dist_defaults
 from ..errors import ArgumentError
 from ..order import Order
+from ..order.parts import order_options
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.subset import loadable
 from .buffers import Buffers, Pool, Ring
@@ -99,7 +100,9 @@ class Loader(OnePass):
     ``pad``: ragged and bytes fields come padded, as with :meth:`Dataset.gather(pad=)
     <chute.Dataset.gather>` (a ``(B, L, ...)`` tensor filled with ``pad`` plus
     ``FIELD_lengths``), done in the workers. ``shuffle``, ``seed``, ``drop_last``,
-    ``block_size``: see :class:`~chute.order.Order`. Example::
+    ``block_size``: see :class:`~chute.order.Order`; ``shuffle="parts"`` is the part-aware
+    shuffle (``chute/order/parts.py``: each rank reads its own share of the parts, for data
+    in object storage; see ``docs/remote.md``). Example::
 
         loader = chute.Loader(chute.open("train.chute"), batch_size=256, num_workers=2)
         for epoch in range(epochs):
@@ -115,7 +118,7 @@ class Loader(OnePass):
         self,
         ds: Gatherable,
         batch_size: int,
-        shuffle: bool = True,
+        shuffle: bool | str = True,
         seed: int = 0,
         num_workers: int | None = None,
         prefetch: int | None = None,
@@ -156,7 +159,15 @@ class Loader(OnePass):
             self.pin_memory = False
         rank, world_size = dist_defaults(rank, world_size)
         self.order = Order(
-            len(ds), batch_size, shuffle, seed, rank, world_size, drop_last, block_size
+            len(ds),
+            batch_size,
+            bool(shuffle),
+            seed,
+            rank,
+            world_size,
+            drop_last,
+            block_size,
+            **order_options(ds, shuffle),  # shuffle="parts": chute/order/parts.py
         )
         self.group, self._items = self._geometry()
         self._buffers: Buffers | None = None  # made on the first iter()

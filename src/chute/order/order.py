@@ -47,6 +47,7 @@ import numpy as np
 
 from .._args import check_int
 from ..errors import ArgumentValueError, SampleIndexError
+from .parts import part_shuffle
 from .permute import Permutation, check_materialise
 
 __all__ = ["Order", "Plan"]
@@ -57,7 +58,18 @@ _PLAN_CACHE = 1 << 22  # index values a Plan keeps of the batches it computed (3
 _INSTEAD = "iterate over Order.plan() / Order.batches(), which compute one batch at a time"
 
 STATE_VERSION = 1  # of state_dict(); a state without "version" (chute 0.1) loads as version 1
-_STATE_KEYS = ("epoch", "consumed", "version", "n", "seed", "shuffle", "block_size", "window")
+_STATE_KEYS = (
+    "epoch",
+    "consumed",
+    "version",
+    "n",
+    "seed",
+    "shuffle",
+    "block_size",
+    "window",
+    "parts",
+    "layout",
+)
 
 
 class Order:
@@ -81,6 +93,7 @@ class Order:
         block_size: int | None = None,
         *,
         window: int = 4,
+        parts: Sequence[int] | None = None,
     ) -> None:
         self.n = check_int("n", n, 0)
         self.batch_size = check_int("batch_size", batch_size, 1)
@@ -95,6 +108,14 @@ class Order:
         self.window = check_int("window", window, 1)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
+        # the part-aware shuffle (chute/order/parts.py): samples per part, in dataset order
+        self.parts = None if parts is None else [int(c) for c in parts]
+        if self.parts is not None and (sum(self.parts) != self.n or block_size is not None):
+            raise ArgumentValueError(
+                f"parts= must count the {self.n} samples part by part (got {sum(self.parts)}), "
+                "and excludes block_size"
+            )
+        self._layout: tuple[int, int, int] | None = None  # (epoch, world, batch) of a resume
         self._epoch = 0
         self._consumed = 0
         # set_epoch / load_state_dict chose this position: a finished epoch stays put (above)
@@ -157,7 +178,11 @@ class Order:
         epoch = self._epoch if epoch is None else check_int("epoch", epoch, 0)
         if self._cache is not None and self._cache[0] == epoch:
             return self._cache[1]
-        if not self.shuffle:
+        if self.shuffle and self.parts is not None:
+            world, batch = self._layout_of(epoch)
+            rng = np.random.default_rng([self.seed, epoch])
+            perm = part_shuffle(self.parts, batch, world, self.window, rng)
+        elif not self.shuffle:
             check_materialise(self.n, 8, "Order.global_order()", _INSTEAD)
             perm = np.arange(self.n, dtype=np.int64)
         elif self.block_size is None:
@@ -180,6 +205,13 @@ class Order:
         self._cache = (epoch, perm)
         return perm
 
+    def _layout_of(self, epoch: int) -> tuple[int, int]:
+        """(world size, batch size) that the part-aware order of ``epoch`` is laid out for:
+        this order's, or a resumed epoch's own (see chute/order/parts.py)."""
+        if self._layout is not None and self._layout[0] == epoch:
+            return self._layout[1], self._layout[2]
+        return self.world_size, self.batch_size
+
     def _permutation(self, epoch: int) -> Permutation:
         """The lazy global order of ``epoch`` for ``shuffle=True`` without ``block_size``."""
         return Permutation(self.n, (self.seed, epoch))
@@ -195,7 +227,7 @@ class Order:
         lookup: Callable[[np.ndarray], np.ndarray]
         if not self.shuffle:
             lookup = _identity
-        elif self.block_size is None:
+        elif self.block_size is None and self.parts is None:
             lookup = self._permutation(self._epoch).__getitem__
         else:
             lookup = self.global_order().__getitem__
@@ -233,6 +265,7 @@ class Order:
 
     def _next_epoch(self) -> None:
         self._epoch += 1
+        self._layout = None
         self._consumed = 0
         self._chosen = False
 
@@ -248,7 +281,11 @@ class Order:
             "shuffle": self.shuffle,
             "block_size": self.block_size,
             "window": self.window,
+            **({} if self.parts is None else self._parts_state()),
         }
+
+    def _parts_state(self) -> dict[str, Any]:
+        return {"parts": len(self.parts or ()), "layout": list(self._layout_of(self._epoch))}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume at a saved position, exactly, with any batch size or world size.
@@ -273,11 +310,12 @@ class Order:
                 f"the saved order state has version {version!r}; this chute reads version "
                 f"{STATE_VERSION}: resume with the chute that saved it"
             )
-        for key in _STATE_KEYS[3:]:  # what the order depends on
-            if key in state and state[key] != getattr(self, key):
+        mine = {**self.state_dict(), "parts": None if self.parts is None else len(self.parts)}
+        for key in _STATE_KEYS[3:9]:  # what the order depends on
+            if key in state and state[key] != mine[key]:
                 raise ArgumentValueError(
                     f"the saved order has {key}={state[key]!r} but this one has "
-                    f"{key}={getattr(self, key)!r}; resume with the same dataset and {key}"
+                    f"{key}={mine[key]!r}; resume with the same dataset and {key}"
                 )
         epoch = check_int("state['epoch']", state["epoch"], 0)
         consumed = check_int("state['consumed']", state["consumed"], 0)
@@ -287,6 +325,9 @@ class Order:
             )
         self._epoch, self._consumed = epoch, consumed
         self._chosen = True
+        layout = state.get("layout")
+        self._layout = None if layout is None else (epoch, int(layout[0]), int(layout[1]))
+        self._cache = None
 
     def __repr__(self) -> str:
         return (
