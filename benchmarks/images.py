@@ -47,12 +47,12 @@ from _photos import photo_folder
 from PIL import Image
 
 import chute
+from chute import from_image_folder
 from chute.image import (
     RandomHorizontalFlip,
     RandomResizedCrop,
     dct_scales,
     decode_planned,
-    from_image_folder,
     plan,
     plan_slice,
 )

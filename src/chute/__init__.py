@@ -33,16 +33,17 @@ from .errors import (
     WriteError,
 )
 from .format import Bytes, Image, Ragged, String, Tensor
-from .image.folder import from_image_folder
 from .image.normalize import normalize
 from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .loader.dataloader import dataloader
 from .loader.loader import Loader, LoaderStats
 from .order import Order
 from .reader.dataset import Dataset, open
+from .reader.images import EncodedImages
 from .reader.mix import Mix, mix
 from .reader.verify import verify
 from .sources.dask import from_dask
+from .sources.image_folder import from_image_folder
 from .writer.writer import Writer, write
 
 __version__ = "0.1.0"
@@ -59,6 +60,7 @@ __all__ = [
     "DatasetChangedError",
     "DatasetExistsError",
     "DatasetNotFoundError",
+    "EncodedImages",
     "FormatError",
     "Image",
     "Loader",

@@ -27,6 +27,7 @@ from .sources.iterable import IterableSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.torch import TorchSource
 from .sources.zarr import ZarrSource, is_zarr_object
+from .store.url import is_url
 from .writer.writer import Writer
 
 PathLike = str | os.PathLike
@@ -108,7 +109,7 @@ def write_source(
     overwrite: bool = False,
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
-) -> Path:
+) -> Path | str:
     """Write every batch of ``source`` into a new dataset at ``dst``, atomically.
 
     The dataset's metadata is the source's own (e.g. HDF5 attributes) updated with
@@ -121,7 +122,7 @@ def write_source(
         for batch in source.batches():
             w.extend(batch)
             bar.update(len(w) - bar.n)
-    return Path(dst)
+    return str(dst) if is_url(dst) else Path(dst)  # a URL: the Writer uploaded it
 
 
 def convert(
@@ -133,7 +134,7 @@ def convert(
     *,
     metadata: Mapping[str, Any] | None = None,
     **options: Any,
-) -> Path:
+) -> Path | str:
     """Convert ``src`` into a chute dataset at ``dst``; returns ``dst``.
 
     >>> chute.convert("train.h5", "train.chute", fields={"images": "image", "labels": "label"})
@@ -181,7 +182,7 @@ def from_torch(
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
     multiprocessing_context: Any = None,
-) -> Path:
+) -> Path | str:
     """Convert a map-style torch ``Dataset``, calling ``__getitem__`` in worker processes.
 
     >>> chute.from_torch(ImageFolder("imgs/"), "imgs.chute", num_workers=8, names=("img", "y"))
@@ -213,7 +214,7 @@ def from_iterable(
     overwrite: bool = False,
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
-) -> Path:
+) -> Path | str:
     """Convert the samples of any iterable (a generator, an ``IterableDataset``...).
 
     >>> chute.from_iterable(({"tokens": t, "text": s} for t, s in corpus), "corpus.chute")

@@ -1,4 +1,4 @@
-"""chute.image.folder: an ImageFolder tree of real files -> samples and a chute dataset."""
+"""chute.sources.image_folder: an ImageFolder tree of real files -> samples and a chute dataset."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import torch
 from _image_files import jpeg, kinds
 
 import chute
-from chute import SourceError
-from chute.image import ImageFolder, decode_image, from_image_folder
+from chute import SourceError, from_image_folder
+from chute.image import decode_image
+from chute.sources.image_folder import ImageFolder
 
 
 @pytest.fixture

@@ -85,8 +85,10 @@ from ..errors import (
     WorkerError,
 )
 from ..order import Order
+from ..order.parts import order_options
 from ..reader.gather import head
 from ..reader.gatherable import Gatherable, PerEpoch
+from ..reader.remote import needs_spawn
 from ..reader.subset import loadable
 from .decode import with_decode
 from .passes import OnePass, unknown_keywords
@@ -337,7 +339,7 @@ def _torch_keywords() -> set[str]:
 def dataloader(
     ds: Gatherable,
     batch_size: int,
-    shuffle: bool = True,
+    shuffle: bool | str = True,
     seed: int = 0,
     num_workers: int | None = None,
     sample_transform: Callable[[Sample], Any] | None = None,
@@ -406,9 +408,21 @@ def dataloader(
             "to count exactly what was consumed"
         )
     rank, world_size = dist_defaults(rank, world_size)
-    order = Order(len(ds), batch_size, shuffle, seed, rank, world_size, drop_last, block_size)
+    order = Order(
+        len(ds),
+        batch_size,
+        bool(shuffle),
+        seed,
+        rank,
+        world_size,
+        drop_last,
+        block_size,
+        **order_options(ds, shuffle),  # shuffle="parts": chute/order/parts.py
+    )
     workers = default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
     dataloader_kwargs.setdefault("pin_memory", torch.cuda.is_available())
+    if workers and needs_spawn(ds):  # obstore does not survive fork(): see chute/reader/remote.py
+        dataloader_kwargs.setdefault("multiprocessing_context", "forkserver")
     dataset = BatchDataset(
         ds, sample_transform, batch_transform, dataloader_kwargs.pop("collate_fn", None), pad
     )

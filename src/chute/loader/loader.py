@@ -22,7 +22,8 @@ import torch
 from .._args import check_int, default_workers, dist_defaults
 from ..errors import ArgumentError
 from ..order import Order
-from ..reader.gatherable import Gatherable, PerEpoch
+from ..order.parts import order_options
+from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.subset import loadable
 from .buffers import Buffers, Pool, Ring
 from .decode import Decoded, with_decode
@@ -107,7 +108,9 @@ class Loader(OnePass):
     ``{"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip()]}`` -> uint8
     ``(B, 3, 224, 224)``, random crops and flips a pure function of (``seed``, epoch, sample
     index): see ``chute/loader/decode.py``. ``shuffle``, ``seed``, ``drop_last``,
-    ``block_size``: see :class:`~chute.order.Order`. Example::
+    ``block_size``: see :class:`~chute.order.Order`; ``shuffle="parts"`` is the part-aware
+    shuffle (``chute/order/parts.py``: each rank reads its own share of the parts, for data
+    in object storage; see ``docs/remote.md``). Example::
 
         loader = chute.Loader(chute.open("train.chute"), batch_size=256, num_workers=2)
         for epoch in range(epochs):
@@ -123,7 +126,7 @@ class Loader(OnePass):
         self,
         ds: Gatherable,
         batch_size: int,
-        shuffle: bool = True,
+        shuffle: bool | str = True,
         seed: int = 0,
         num_workers: int | None = None,
         prefetch: int | None = None,
@@ -169,7 +172,15 @@ class Loader(OnePass):
             self.pin_memory = False
         rank, world_size = dist_defaults(rank, world_size)
         self.order = Order(
-            len(ds), batch_size, shuffle, seed, rank, world_size, drop_last, block_size
+            len(ds),
+            batch_size,
+            bool(shuffle),
+            seed,
+            rank,
+            world_size,
+            drop_last,
+            block_size,
+            **order_options(ds, shuffle),  # shuffle="parts": chute/order/parts.py
         )
         self.group, self._items = self._geometry()
         self._buffers: Buffers | None = None  # made on the first iter()
@@ -238,6 +249,10 @@ class Loader(OnePass):
             epoch=self.order.epoch,
             first_step=self.order.consumed // self.order.step_samples,
         )
+        if isinstance(ds, Prefetching):  # in object storage: fetch this pass's parts ahead
+            feed = ds.prefetch(run.plan)
+            if feed is not None:
+                run.on_stop.append(feed.close)
         it = LoaderIter(run, order_batches)  # made first: its finalizer stops the run
         run.start()
         self._track(it)

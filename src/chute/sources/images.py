@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from .. import format as fmt
-from ..image.folder import ImageFolder
 from ..sniff import NOUNS
 from .base import Batch, FieldsArg, Source, field_map
+from .image_folder import ImageFolder
 
 __all__ = ["ImageFolderSource"]
 

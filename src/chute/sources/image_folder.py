@@ -20,9 +20,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .. import format as fmt
 from ..errors import ArgumentError, ChuteError, DatasetNotFoundError, SourceError
+from ..image.codec import EncodedImage, encode_image
 from ..sniff import IMAGE_EXTENSIONS
-from .codec import EncodedImage, encode_image
+from ..writer.writer import Writer
 
 __all__ = ["IMAGE_EXTENSIONS", "ImageFolder", "from_image_folder"]
 
@@ -149,16 +151,14 @@ def from_image_folder(
     """
     import numpy as np
 
-    import chute
-
     folder = ImageFolder(root, max_side, quality, num_workers, on_error, progress)
     schema: dict[str, Any] = {
-        "image": chute.Image(max_side, quality),
-        "label": chute.Tensor((), "int64"),
-        "path": chute.String(),
+        "image": fmt.Image(max_side, quality),
+        "label": fmt.Tensor((), "int64"),
+        "path": fmt.String(),
     }
     meta = {"classes": folder.classes, "ignored": folder.ignored}
-    with chute.Writer(dst, schema, overwrite=overwrite, metadata=meta) as w:
+    with Writer(dst, schema, overwrite=overwrite, metadata=meta) as w:
         batch: list[dict[str, Any]] = []
         for sample in folder:
             batch.append(sample)
