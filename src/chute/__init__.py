@@ -32,14 +32,18 @@ from .errors import (
     WorkerError,
     WriteError,
 )
-from .format import Bytes, Ragged, String, Tensor
+from .format import Bytes, Image, Ragged, String, Tensor
+from .image.normalize import normalize
+from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .loader.dataloader import dataloader
 from .loader.loader import Loader, LoaderStats
 from .order import Order
 from .reader.dataset import Dataset, open
+from .reader.images import EncodedImages
 from .reader.mix import Mix, mix
 from .reader.verify import verify
 from .sources.dask import from_dask
+from .sources.image_folder import from_image_folder
 from .writer.writer import Writer, write
 
 __version__ = "0.1.0"
@@ -49,13 +53,16 @@ __all__ = [
     "ArgumentValueError",
     "Bytes",
     "CacheError",
+    "CenterCrop",
     "ChecksumError",
     "ChuteError",
     "Dataset",
     "DatasetChangedError",
     "DatasetExistsError",
     "DatasetNotFoundError",
+    "EncodedImages",
     "FormatError",
+    "Image",
     "Loader",
     "LoaderStats",
     "MissingDependencyError",
@@ -64,7 +71,10 @@ __all__ = [
     "Order",
     "Ragged",
     "RaggedBatch",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
     "RemoteError",
+    "Resize",
     "SampleIndexError",
     "SchemaError",
     "SourceError",
@@ -80,9 +90,11 @@ __all__ = [
     "convert",
     "dataloader",
     "from_dask",
+    "from_image_folder",
     "from_iterable",
     "from_torch",
     "mix",
+    "normalize",
     "open",
     "to_device",
     "verify",

@@ -92,41 +92,38 @@ class RaggedBatch:
         )
 
 
-def _flatten(rb: RaggedBatch) -> tuple[list[Any], None]:
-    return [rb.values, rb.offsets, rb.shapes], None
-
-
-def _unflatten(parts: Any, _context: Any) -> RaggedBatch:
-    return RaggedBatch(*parts)
-
-
-def _collate(batch: Sequence[RaggedBatch], *, collate_fn_map: Any = None) -> RaggedBatch:
-    """``default_collate`` of RaggedBatches: part by part (stacked values, offsets, shapes)."""
-    from torch.utils.data._utils.collate import collate
-
-    def part(name: str) -> Any:
-        got = [getattr(rb, name) for rb in batch]
-        return None if got[0] is None else collate(got, collate_fn_map=collate_fn_map)
-
-    return RaggedBatch(part("values"), part("offsets"), part("shapes"))
-
-
-def _register() -> None:
-    # torch's extension points: pytree (tree_map, torch.compile) sees the three parts, and
-    # default_collate collates them part by part; both are registrations in a table, nothing
-    # runs. Private modules of torch, so a torch without them simply lacks the integration.
+def register_batch_type(cls: type[RaggedBatch]) -> None:
+    """Let torch see ``cls`` (RaggedBatch or a subclass) by its parts (``cls._fields``):
+    pytree (``tree_map``, ``torch.compile``) flattens it, ``default_collate`` collates it part
+    by part. Both are registrations in a table of torch's, nothing runs; they are private
+    modules of torch, so a torch without them simply lacks the integration."""
     try:
         from torch.utils import _pytree
-        from torch.utils.data._utils.collate import default_collate_fn_map
+        from torch.utils.data._utils.collate import collate, default_collate_fn_map
     except ImportError:  # pragma: no cover
         return
+    names = cls._fields
+
+    def flatten(rb: Any) -> tuple[list[Any], None]:
+        return [getattr(rb, n) for n in names], None
+
+    def unflatten(parts: Any, _context: Any) -> Any:
+        return cls(*parts)
+
+    def collate_parts(batch: Sequence[Any], *, collate_fn_map: Any = None) -> Any:
+        def part(name: str) -> Any:
+            got = [getattr(rb, name) for rb in batch]
+            return None if got[0] is None else collate(got, collate_fn_map=collate_fn_map)
+
+        return cls(*map(part, names))
+
     _pytree.register_pytree_node(
-        RaggedBatch, _flatten, _unflatten, serialized_type_name="chute.RaggedBatch"
+        cls, flatten, unflatten, serialized_type_name=f"chute.{cls.__name__}"
     )
-    default_collate_fn_map.setdefault(RaggedBatch, _collate)
+    default_collate_fn_map.setdefault(cls, collate_parts)
 
 
-_register()
+register_batch_type(RaggedBatch)
 
 
 def check_pad(value: Any, dtype: torch.dtype, field: str) -> None:

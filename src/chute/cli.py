@@ -1,4 +1,4 @@
-"""The ``chute`` command line: ``chute info|verify|convert|bench|demo ...``.
+"""The ``chute`` command line: ``chute info|verify|convert|upload|download|bench|demo ...``.
 
 Each subcommand is a thin argparse front over a library function; the logic lives in the
 library, so everything the CLI does can be done from Python too.
@@ -80,10 +80,11 @@ def _describe(f: fmt.Field) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .reader.dataset import Dataset
+    from .reader.dataset import open as open_dataset
 
-    ds = Dataset(args.path)
-    print(f"{ds.path}: {len(ds)} samples, {len(ds.parts)} part(s), {_human(ds.nbytes)} on disk")
+    ds = open_dataset(args.path)  # a URL reads the manifest only
+    where = getattr(ds, "url", ds.path)
+    print(f"{where}: {len(ds)} samples, {len(ds.parts)} part(s), {_human(ds.nbytes)} on disk")
     width = max(len(n) for n in ds.schema)
     for name, f in ds.schema.items():
         print(f"  {name:<{width}}  {_describe(f)}")
@@ -120,6 +121,22 @@ def cmd_convert(args: argparse.Namespace) -> int:
             f"{args.dst} already exists; pass --overwrite to replace it"
         ) from None
     print(f"{path}: written")
+    return 0
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    from .transfer import upload
+
+    store = upload(args.src, args.url, compression=args.compression, overwrite=args.overwrite)
+    print(f"{args.src} -> {store.url}: uploaded ({_human(store.stats['bytes_out'])} sent)")
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from .transfer import download
+
+    path = download(args.url, args.dst, overwrite=args.overwrite)
+    print(f"{args.url} -> {path}: downloaded")
     return 0
 
 
@@ -249,6 +266,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-compound", action="store_true", help="compound members as fields")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("upload", help="copy a local dataset to a URL (s3://, gs://, az://)")
+    p.add_argument("src", help="a local chute dataset")
+    p.add_argument("url", help="e.g. s3://bucket/path/train.chute")
+    p.add_argument("--compression", choices=["zstd"], help="store the files zstd-compressed")
+    p.add_argument("--overwrite", action="store_true", help="replace a dataset at url")
+    p.set_defaults(func=cmd_upload)
+
+    p = sub.add_parser("download", help="copy a dataset at a URL into a local folder")
+    p.add_argument("url")
+    p.add_argument("dst")
+    p.add_argument("--overwrite", action="store_true", help="replace dst if it exists")
+    p.set_defaults(func=cmd_download)
 
     p = sub.add_parser("bench", help="chute vs memmap vs HDF5 vs Zarr on your data: table, plot")
     _bench_arguments(p)

@@ -22,20 +22,23 @@ from .errors import DatasetNotFoundError, SourceError
 from .sniff import source_kind as sniff_kind
 from .sources.base import FieldsArg, Source, field_map
 from .sources.hdf5 import HDF5Source, is_hdf5_object
+from .sources.images import ImageFolderSource
 from .sources.iterable import IterableSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.torch import TorchSource
 from .sources.zarr import ZarrSource, is_zarr_object
+from .store.url import is_url
 from .writer.writer import Writer
 
 PathLike = str | os.PathLike
-PathSource = NpySource | NpzSource | NpyFolderSource | HDF5Source | ZarrSource
+PathSource = NpySource | NpzSource | NpyFolderSource | HDF5Source | ZarrSource | ImageFolderSource
 PATH_SOURCES: dict[str, type[PathSource]] = {
     "npy": NpySource,
     "npz": NpzSource,
     "npy_folder": NpyFolderSource,
     "hdf5": HDF5Source,
     "zarr": ZarrSource,
+    "image_folder": ImageFolderSource,
 }
 
 
@@ -106,7 +109,7 @@ def write_source(
     overwrite: bool = False,
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
-) -> Path:
+) -> Path | str:
     """Write every batch of ``source`` into a new dataset at ``dst``, atomically.
 
     The dataset's metadata is the source's own (e.g. HDF5 attributes) updated with
@@ -119,7 +122,7 @@ def write_source(
         for batch in source.batches():
             w.extend(batch)
             bar.update(len(w) - bar.n)
-    return Path(dst)
+    return str(dst) if is_url(dst) else Path(dst)  # a URL: the Writer uploaded it
 
 
 def convert(
@@ -131,7 +134,7 @@ def convert(
     *,
     metadata: Mapping[str, Any] | None = None,
     **options: Any,
-) -> Path:
+) -> Path | str:
     """Convert ``src`` into a chute dataset at ``dst``; returns ``dst``.
 
     >>> chute.convert("train.h5", "train.chute", fields={"images": "image", "labels": "label"})
@@ -179,7 +182,7 @@ def from_torch(
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
     multiprocessing_context: Any = None,
-) -> Path:
+) -> Path | str:
     """Convert a map-style torch ``Dataset``, calling ``__getitem__`` in worker processes.
 
     >>> chute.from_torch(ImageFolder("imgs/"), "imgs.chute", num_workers=8, names=("img", "y"))
@@ -211,7 +214,7 @@ def from_iterable(
     overwrite: bool = False,
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
-) -> Path:
+) -> Path | str:
     """Convert the samples of any iterable (a generator, an ``IterableDataset``...).
 
     >>> chute.from_iterable(({"tokens": t, "text": s} for t, s in corpus), "corpus.chute")

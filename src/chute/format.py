@@ -145,8 +145,38 @@ class String:
     variable_dims = False
 
 
-Field = Union[Tensor, Ragged, Bytes, String]  # noqa: UP007 - a runtime alias, py3.10 safe
-VarField = (Ragged, Bytes, String)  # kinds stored as values + offsets
+@dataclass(frozen=True)
+class Image:
+    """An encoded image per sample (JPEG), plus its ``(height, width)``, so that crops are
+    planned before decoding. ``ds[i]`` decodes it to uint8 ``(3, H, W)``; the loaders decode
+    batches with ``decode=`` (see :mod:`chute.image`).
+
+    Written from PIL images, encoded bytes or uint8 arrays: a JPEG within ``max_side`` is kept
+    as it is, anything else is converted to RGB, shrunk so its longer side is ``max_side``
+    (None: never) and encoded at ``quality`` (see :func:`chute.image.encode_image`). Stored as
+    ``NAME.values.npy`` + ``NAME.offsets.npy`` (the bytes, as :class:`Bytes`) and
+    ``NAME.sizes.npy`` (int32, N x 2: height, width).
+    """
+
+    max_side: int | None = None
+    quality: int = 90
+    kind = "image"
+    codec = "jpeg"
+    dtype = "uint8"
+    inner_shape: tuple[int | None, ...] = field(default=(), init=False)
+    variable_dims = False
+
+    def __post_init__(self) -> None:
+        m, q = self.max_side, self.quality
+        if m is not None and (type(m) is not int or not 1 <= m < 2**31):
+            raise SchemaError(f"Image: max_side must be a positive int or None, got {m!r}")
+        if type(q) is not int or not 1 <= q <= 100:
+            raise SchemaError(f"Image: quality must be an int in 1..100, got {q!r}")
+
+
+Field = Union[Tensor, Ragged, Bytes, String, Image]  # noqa: UP007 - a runtime alias, py3.10 safe
+VarField = (Ragged, Bytes, String, Image)  # kinds stored as values + offsets
+IMAGE_CODECS = ("jpeg",)
 
 
 def _check_shape(shape: Any, *, allow_none: bool) -> tuple:
@@ -178,7 +208,17 @@ def field_files(name: str, f: Field) -> dict[str, str]:
     files = {"values": f"{name}.values.npy", "offsets": f"{name}.offsets.npy"}
     if f.variable_dims:
         files["shapes"] = f"{name}.shapes.npy"
+    if isinstance(f, Image):
+        files["sizes"] = f"{name}.sizes.npy"
     return files
+
+
+def role_dtype(f: Field, role: str) -> str:
+    """The dtype name of file ``role`` of field ``f``: the field's own for ``data`` and
+    ``values``, int64 for ``offsets`` and ``shapes``, int32 for an image's ``sizes``."""
+    if role in ("data", "values"):
+        return f.dtype
+    return "int32" if role == "sizes" else "int64"
 
 
 def field_to_json(f: Field) -> dict[str, Any]:
@@ -186,6 +226,8 @@ def field_to_json(f: Field) -> dict[str, Any]:
         return {"kind": f.kind, "dtype": f.dtype, "shape": list(f.shape)}
     if isinstance(f, Ragged):
         return {"kind": f.kind, "dtype": f.dtype, "inner_shape": list(f.inner_shape)}
+    if isinstance(f, Image):
+        return {"kind": f.kind, "codec": f.codec, "max_side": f.max_side, "quality": f.quality}
     return {"kind": f.kind}
 
 
@@ -208,7 +250,22 @@ def field_from_json(name: str, obj: Any) -> Field:
         return Bytes()
     if kind == "string":
         return String()
+    if kind == "image":
+        return _image_from_json(name, obj)
     raise FormatError(f"field {name!r}: unknown kind {kind!r}")
+
+
+def _image_from_json(name: str, obj: dict) -> Image:
+    codec = obj.get("codec")
+    if codec not in IMAGE_CODECS:
+        raise FormatError(
+            f"field {name!r}: image codec {codec!r} is not supported by this chute (reads "
+            f"{list(IMAGE_CODECS)}); upgrade chute"
+        )
+    try:
+        return Image(obj.get("max_side"), obj.get("quality", 90))
+    except SchemaError as exc:
+        raise FormatError(f"field {name!r}: {exc}") from None
 
 
 def _list(obj: dict, key: str) -> list:
@@ -373,6 +430,8 @@ def expected_shape(f: Field, role: str, n: int, total: int | None = None) -> tup
         return (n + 1,)
     if role == "shapes":
         return (n, 1 + len(f.inner_shape))
+    if role == "sizes":
+        return (n, 2)
     if total is None:
         return None
     if f.variable_dims:

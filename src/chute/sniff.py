@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 import zipfile
+from itertools import islice
 from pathlib import Path
 
 from . import format as fmt
@@ -28,7 +29,12 @@ NOUNS = {
     "npy_folder": "a folder of .npy files",
     "hdf5": "an HDF5 file",
     "zarr": "a Zarr store",
+    "image_folder": "an image folder",
 }
+
+# torchvision.datasets.folder.IMG_EXTENSIONS
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+_PROBE_FILES = 64  # files looked at per class folder to detect an image folder
 
 
 def source_kind(path: Path, max_entries: int | None = None) -> str | None:
@@ -43,7 +49,9 @@ def source_kind(path: Path, max_entries: int | None = None) -> str | None:
     if path.is_dir():
         if is_zarr(path):
             return "zarr"
-        return "npy_folder" if _has_npy(path, max_entries) else None
+        if _has_npy(path, max_entries):
+            return "npy_folder"
+        return "image_folder" if is_image_folder(path) else None  # root/CLASS/x.jpg
     suffix = path.suffix.lower()
     if suffix == ".npy":
         return "npy"
@@ -114,3 +122,21 @@ def not_a_dataset(path: Path) -> str | None:
     if path.is_file():
         return f"{path} is a file, not a chute dataset (a folder holding {fmt.MANIFEST})"
     return None
+
+
+def is_image_folder(path: Path) -> bool:
+    """Whether ``path`` looks like an ImageFolder: class folders holding image files (by
+    extension), no image files at the root. Looks at a few files per folder only."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return False
+    if any(e.is_file() and e.name.lower().endswith(IMAGE_EXTENSIONS) for e in entries):
+        return False
+    for e in entries:
+        if not e.is_dir():
+            continue
+        for _, _, files in islice(os.walk(e.path), _PROBE_FILES):
+            if any(f.lower().endswith(IMAGE_EXTENSIONS) for f in files[:_PROBE_FILES]):
+                return True
+    return False

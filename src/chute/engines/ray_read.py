@@ -128,7 +128,8 @@ def _block(batch: Mapping[str, Any], schema: Mapping[str, fmt.Field]) -> pa.Tabl
         elif isinstance(f, fmt.String):
             cols[name] = pa.array(v, pa.large_string())
         else:
-            cols[name] = _var_column(name, f, v)
+            # an Image field: its JPEG bytes, as a Bytes field would be
+            cols[name] = _var_column(name, fmt.Bytes() if isinstance(f, fmt.Image) else f, v)
     return pa.table(cols)
 
 

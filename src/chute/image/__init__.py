@@ -6,12 +6,17 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
 - :mod:`.ops`: ``RandomResizedCrop``, ``CenterCrop``, ``Resize``, ``RandomHorizontalFlip``,
   ``plan``
 - :mod:`.decode`: ``decode_batch``, ``decode_planned``
-- :mod:`.folder`: ``ImageFolder``, ``from_image_folder``
+- :mod:`.normalize`: ``normalize`` (device side, after ``chute.to_device``)
+
+The field kind is :class:`chute.Image` (``chute/format.py``); its gathered batches are
+:class:`chute.EncodedImages` (``chute/reader/images.py``); ``decode=`` in the loaders is
+``chute/loader/decode.py``; ImageFolder trees are read by ``chute/sources/image_folder.py``
+(:func:`chute.from_image_folder`, ``chute convert``).
 """
 
-from .codec import decode_image, encode_image, is_jpeg, jpeg_size
+from .codec import EncodedImage, decode_image, encode_image, is_jpeg, jpeg_size
 from .decode import as_buffers, dct_scales, decode_batch, decode_planned, plan_slice
-from .folder import IMAGE_EXTENSIONS, ImageFolder, from_image_folder
+from .normalize import normalize
 from .ops import (
     CenterCrop,
     DecodeOp,
@@ -24,10 +29,9 @@ from .ops import (
 )
 
 __all__ = [
-    "IMAGE_EXTENSIONS",
     "CenterCrop",
     "DecodeOp",
-    "ImageFolder",
+    "EncodedImage",
     "Plan",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
@@ -38,9 +42,9 @@ __all__ = [
     "decode_image",
     "decode_planned",
     "encode_image",
-    "from_image_folder",
     "is_jpeg",
     "jpeg_size",
+    "normalize",
     "plan",
     "plan_slice",
     "uniforms",

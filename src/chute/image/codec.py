@@ -24,13 +24,25 @@ from __future__ import annotations
 
 import io
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import ArgumentError, FormatError, require
 
-__all__ = ["decode_image", "encode_image", "is_jpeg", "jpeg_size"]
+__all__ = ["EncodedImage", "decode_image", "encode_image", "is_jpeg", "jpeg_size"]
+
+
+class EncodedImage(NamedTuple):
+    """What :func:`encode_image` returns and a :class:`chute.Image` field stores per sample:
+    the JPEG bytes and the upright image's height and width. A :class:`chute.Writer` stores
+    one as it is (it was checked when it was made), so encoding can happen elsewhere, e.g. in
+    a pool of threads (:func:`chute.from_image_folder` does)."""
+
+    data: bytes
+    height: int
+    width: int
+
 
 _SOI = b"\xff\xd8\xff"
 # JPEG colour spaces (as simplejpeg names them) that decode to RGB exactly as PIL's
@@ -86,8 +98,9 @@ def _open(data: Any) -> Any:
     return im
 
 
-def encode_image(x: Any, max_side: int | None = None, quality: int = 90) -> tuple[bytes, int, int]:
-    """Encode one image for storage; returns ``(jpeg_bytes, height, width)``.
+def encode_image(x: Any, max_side: int | None = None, quality: int = 90) -> EncodedImage:
+    """Encode one image for storage; returns ``(jpeg_bytes, height, width)`` (an
+    :class:`EncodedImage`).
 
     ``x``: a PIL image, encoded bytes of any format PIL reads, or a uint8 array ``(H, W, 3)``,
     ``(3, H, W)`` or ``(H, W)``. See the module docstring for what is kept as is and what is
@@ -104,7 +117,7 @@ def encode_image(x: Any, max_side: int | None = None, quality: int = 90) -> tupl
         if is_jpeg(data):
             kept = _keep_as_is(data, max_side)
             if kept is not None:
-                return data, kept[0], kept[1]
+                return EncodedImage(data, kept[0], kept[1])
         im = _open_for_encode(data, max_side)
     elif isinstance(x, Image.Image):
         im = x
@@ -186,7 +199,7 @@ def _upright_rgb(im: Any) -> Any:
     return im
 
 
-def _encode(im: Any, max_side: int | None, quality: int) -> tuple[bytes, int, int]:
+def _encode(im: Any, max_side: int | None, quality: int) -> EncodedImage:
     Image = _pil()
     w, h = im.size
     if max_side is not None and max(h, w) > max_side:
@@ -196,4 +209,4 @@ def _encode(im: Any, max_side: int | None, quality: int) -> tuple[bytes, int, in
         w, h = im.size
     buf = io.BytesIO()
     im.save(buf, "JPEG", quality=quality)
-    return buf.getvalue(), h, w
+    return EncodedImage(buf.getvalue(), h, w)

@@ -85,9 +85,12 @@ from ..errors import (
     WorkerError,
 )
 from ..order import Order
+from ..order.parts import order_options
 from ..reader.gather import head
 from ..reader.gatherable import Gatherable, PerEpoch
+from ..reader.remote import needs_spawn
 from ..reader.subset import loadable
+from .decode import with_decode
 from .passes import OnePass, unknown_keywords
 from .processes import death_message, exited_workers, worker_init
 
@@ -336,7 +339,7 @@ def _torch_keywords() -> set[str]:
 def dataloader(
     ds: Gatherable,
     batch_size: int,
-    shuffle: bool = True,
+    shuffle: bool | str = True,
     seed: int = 0,
     num_workers: int | None = None,
     sample_transform: Callable[[Sample], Any] | None = None,
@@ -347,6 +350,7 @@ def dataloader(
     drop_last: bool = False,
     block_size: int | None = None,
     pad: float | int | None = None,
+    decode: dict[str, Any] | None = None,
     **dataloader_kwargs: Any,
 ) -> ChuteDataLoader:
     """A real ``torch.utils.data.DataLoader`` over chute dataset ``ds``, one gather per batch.
@@ -365,7 +369,8 @@ def dataloader(
     :class:`~chute.errors.ArgumentError` listing the valid ones. ``ds`` may also be a
     ``torch.utils.data.Subset`` of a chute Dataset (nested ones too; ``random_split``'s
     halves): only its samples are read, in an order over ``len(subset)``, as in ``Loader``.
-    Example::
+    ``decode``: image fields decoded per batch in the workers, as in ``Loader`` (not with
+    ``sample_transform``: use ``batch_transform``). Example::
 
         dl = chute.dataloader(ds, 256, num_workers=4, sample_transform=augment,
                               persistent_workers=True, pin_memory=True)
@@ -374,13 +379,17 @@ def dataloader(
             for batch in chute.to_device(dl):
                 step(batch)
     """
-    ds = loadable(ds, "dataloader")
+    ds = with_decode(loadable(ds, "dataloader"), decode, seed)  # chute/loader/decode.py
     torch_keywords = _torch_keywords()
     unknown = [k for k in dataloader_kwargs if k not in torch_keywords and k not in _OWN]
     if unknown:
         chute_keywords = [k for k in inspect.signature(dataloader).parameters if k != "ds"]
         valid = [k for k in chute_keywords if k != "dataloader_kwargs"] + sorted(torch_keywords)
         raise unknown_keywords("chute.dataloader", unknown, valid)
+    if decode is not None and sample_transform is not None:
+        raise ArgumentValueError(
+            "decode= decodes whole batches: use batch_transform= with it, not sample_transform="
+        )
     clash = sorted(k for k in dataloader_kwargs if k in _OWN)
     if clash:
         raise ArgumentValueError(
@@ -399,9 +408,21 @@ def dataloader(
             "to count exactly what was consumed"
         )
     rank, world_size = dist_defaults(rank, world_size)
-    order = Order(len(ds), batch_size, shuffle, seed, rank, world_size, drop_last, block_size)
+    order = Order(
+        len(ds),
+        batch_size,
+        bool(shuffle),
+        seed,
+        rank,
+        world_size,
+        drop_last,
+        block_size,
+        **order_options(ds, shuffle),  # shuffle="parts": chute/order/parts.py
+    )
     workers = default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
     dataloader_kwargs.setdefault("pin_memory", torch.cuda.is_available())
+    if workers and needs_spawn(ds):  # obstore does not survive fork(): see chute/reader/remote.py
+        dataloader_kwargs.setdefault("multiprocessing_context", "forkserver")
     dataset = BatchDataset(
         ds, sample_transform, batch_transform, dataloader_kwargs.pop("collate_fn", None), pad
     )

@@ -22,9 +22,11 @@ import torch
 from .._args import check_int, default_workers, dist_defaults
 from ..errors import ArgumentError
 from ..order import Order
-from ..reader.gatherable import Gatherable, PerEpoch
+from ..order.parts import order_options
+from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.subset import loadable
 from .buffers import Buffers, Pool, Ring
+from .decode import Decoded, with_decode
 from .passes import OnePass, unknown_keywords
 from .threads import LoaderIter, Run
 
@@ -102,8 +104,13 @@ class Loader(OnePass):
     when CUDA is available; ``True`` without CUDA warns and does not pin, as in torch).
     ``pad``: ragged and bytes fields come padded, as with :meth:`Dataset.gather(pad=)
     <chute.Dataset.gather>` (a ``(B, L, ...)`` tensor filled with ``pad`` plus
-    ``FIELD_lengths``), done in the workers. ``shuffle``, ``seed``, ``drop_last``,
-    ``block_size``: see :class:`~chute.order.Order`. Example::
+    ``FIELD_lengths``), done in the workers. ``decode``: image fields decoded in the workers,
+    ``{"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip()]}`` -> uint8
+    ``(B, 3, 224, 224)``, random crops and flips a pure function of (``seed``, epoch, sample
+    index): see ``chute/loader/decode.py``. ``shuffle``, ``seed``, ``drop_last``,
+    ``block_size``: see :class:`~chute.order.Order`; ``shuffle="parts"`` is the part-aware
+    shuffle (``chute/order/parts.py``: each rank reads its own share of the parts, for data
+    in object storage; see ``docs/remote.md``). Example::
 
         loader = chute.Loader(chute.open("train.chute"), batch_size=256, num_workers=2)
         for epoch in range(epochs):
@@ -119,7 +126,7 @@ class Loader(OnePass):
         self,
         ds: Gatherable,
         batch_size: int,
-        shuffle: bool = True,
+        shuffle: bool | str = True,
         seed: int = 0,
         num_workers: int | None = None,
         prefetch: int | None = None,
@@ -132,12 +139,13 @@ class Loader(OnePass):
         block_size: int | None = None,
         keep: int | None = None,
         pad: float | int | None = None,
+        decode: dict[str, Any] | None = None,
         **unknown: Any,
     ) -> None:
         if unknown:  # chute's error, with the list of valid keywords (see unknown_keywords)
             valid = [k for k in inspect.signature(Loader).parameters if k not in ("ds", "unknown")]
             raise unknown_keywords("chute.Loader", unknown, valid)
-        ds = loadable(ds, "Loader")
+        ds = with_decode(loadable(ds, "Loader"), decode, seed)  # chute/loader/decode.py
         if transform is not None and not callable(transform):
             raise ArgumentError(f"transform must be callable, got {transform!r}")
         if pad is not None:  # a bad value fails here, with gather's message, not mid-epoch
@@ -164,7 +172,15 @@ class Loader(OnePass):
             self.pin_memory = False
         rank, world_size = dist_defaults(rank, world_size)
         self.order = Order(
-            len(ds), batch_size, shuffle, seed, rank, world_size, drop_last, block_size
+            len(ds),
+            batch_size,
+            bool(shuffle),
+            seed,
+            rank,
+            world_size,
+            drop_last,
+            block_size,
+            **order_options(ds, shuffle),  # shuffle="parts": chute/order/parts.py
         )
         self.group, self._items = self._geometry()
         self._buffers: Buffers | None = None  # made on the first iter()
@@ -216,8 +232,10 @@ class Loader(OnePass):
             self._buffers = make(self.dataset, rows, self._items, self.pin_memory)
         order_batches = self.order.batches()  # first: it may move on from a finished epoch
         ds = self.dataset
-        if isinstance(ds, PerEpoch):  # a chute.Mix: which samples its positions hold is per epoch
+        if isinstance(ds, PerEpoch):  # a mix's samples, decode='s crops: per epoch
             ds = ds.at_epoch(self.order.epoch)
+        if isinstance(ds, Decoded):
+            ds.split_first_batch()  # the pass's first batch, decoded by several threads
         run = Run(
             ds,
             self._buffers,
@@ -231,6 +249,10 @@ class Loader(OnePass):
             epoch=self.order.epoch,
             first_step=self.order.consumed // self.order.step_samples,
         )
+        if isinstance(ds, Prefetching):  # in object storage: fetch this pass's parts ahead
+            feed = ds.prefetch(run.plan)
+            if feed is not None:
+                run.on_stop.append(feed.close)
         it = LoaderIter(run, order_batches)  # made first: its finalizer stops the run
         run.start()
         self._track(it)

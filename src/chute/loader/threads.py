@@ -123,6 +123,7 @@ class Run:
         self.samples = 0
         self.scheduled = 0
         self.threads: list[threading.Thread] = []
+        self.on_stop: list[Callable[[], Any]] = []  # e.g. a remote dataset's prefetch feed
 
     def start(self) -> None:
         """Start the workers (none with ``num_workers=0``) and give them the first items."""
@@ -197,6 +198,8 @@ class Run:
                 t.join()
         while not self.results.empty():  # drop batches and exceptions (and their frames)
             self.results.get()
+        for fn in self.on_stop:
+            fn()
 
     def elapsed(self) -> float:
         """Seconds from ``iter()`` to the end of the pass (or now)."""

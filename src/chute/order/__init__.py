@@ -2,6 +2,7 @@
 world size) (``order``); permutations that are never materialised (``permute``); the exact
 per-source counts of a mix of datasets (``counts``)."""
 
-from .order import Order, Plan
+from .order import Order
+from .plan import Plan
 
 __all__ = ["Order", "Plan"]

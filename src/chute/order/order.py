@@ -39,26 +39,36 @@ Example::
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 
 from .._args import check_int
-from ..errors import ArgumentValueError, SampleIndexError
+from ..errors import ArgumentValueError
 from .blocks import BlockPermutation
+from .parts import part_shuffle
 from .permute import Permutation, check_materialise
+from .plan import Plan
 
 __all__ = ["Order", "Plan"]
 
 _CHUNK = 1 << 20  # positions computed at once by global_order()
-_PLAN_CACHE = 1 << 22  # index values a Plan keeps of the batches it computed (32 MB)
 _INSTEAD = "iterate over Order.plan() / Order.batches(), which compute one batch at a time"
 
 STATE_VERSION = 1  # of state_dict(); a state without "version" (chute 0.1) loads as version 1
-_STATE_KEYS = ("epoch", "consumed", "version", "n", "seed", "shuffle", "block_size", "window")
+_STATE_KEYS = (
+    "epoch",
+    "consumed",
+    "version",
+    "n",
+    "seed",
+    "shuffle",
+    "block_size",
+    "window",
+    "parts",
+    "layout",
+)
 
 
 class Order:
@@ -82,6 +92,7 @@ class Order:
         block_size: int | None = None,
         *,
         window: int = 4,
+        parts: Sequence[int] | None = None,
     ) -> None:
         self.n = check_int("n", n, 0)
         self.batch_size = check_int("batch_size", batch_size, 1)
@@ -96,6 +107,14 @@ class Order:
         self.window = check_int("window", window, 1)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
+        # the part-aware shuffle (chute/order/parts.py): samples per part, in dataset order
+        self.parts = None if parts is None else [int(c) for c in parts]
+        if self.parts is not None and (sum(self.parts) != self.n or block_size is not None):
+            raise ArgumentValueError(
+                f"parts= must count the {self.n} samples part by part (got {sum(self.parts)}), "
+                "and excludes block_size"
+            )
+        self._layout: tuple[int, int, int] | None = None  # (epoch, world, batch) of a resume
         self._epoch = 0
         self._consumed = 0
         # set_epoch / load_state_dict chose this position: a finished epoch stays put (above)
@@ -152,14 +171,18 @@ class Order:
         """The (read-only, int64) global order of ``epoch`` (default: the current one).
 
         Materialised: O(n) memory (8 bytes a sample; a :class:`~chute.errors.ChuteError` if
-        that exceeds half the machine's RAM). The loaders never call it: :meth:`plan` computes
-        each batch alone.
+        that exceeds half the machine's RAM). The loaders call it only for the part-aware order
+        (``parts=``); otherwise :meth:`plan` computes each batch alone.
         """
         epoch = self._epoch if epoch is None else check_int("epoch", epoch, 0)
         if self._cache is not None and self._cache[0] == epoch:
             return self._cache[1]
         check_materialise(self.n, 8, "Order.global_order()", _INSTEAD)
-        if not self.shuffle:
+        if self.shuffle and self.parts is not None:
+            world, batch = self._layout_of(epoch)
+            rng = np.random.default_rng([self.seed, epoch])
+            perm = part_shuffle(self.parts, batch, world, self.window, rng)
+        elif not self.shuffle:
             perm = np.arange(self.n, dtype=np.int64)
         else:
             lazy: Permutation | BlockPermutation = (
@@ -178,6 +201,13 @@ class Order:
         assert self.block_size is not None
         return BlockPermutation(self.n, self.block_size, self.window, self.seed, epoch)
 
+    def _layout_of(self, epoch: int) -> tuple[int, int]:
+        """(world size, batch size) that the part-aware order of ``epoch`` is laid out for:
+        this order's, or a resumed epoch's own (see chute/order/parts.py)."""
+        if self._layout is not None and self._layout[0] == epoch:
+            return self._layout[1], self._layout[2]
+        return self.world_size, self.batch_size
+
     def _permutation(self, epoch: int) -> Permutation:
         """The lazy global order of ``epoch`` for ``shuffle=True`` without ``block_size``."""
         return Permutation(self.n, (self.seed, epoch))
@@ -186,13 +216,15 @@ class Order:
         """This rank's remaining batches of the current epoch; pure, the state does not move.
 
         A :class:`Plan`: a sequence of int64 index arrays, each computed when indexed (O(batch)
-        memory, with or without ``block_size``). Used by
+        memory, with or without ``block_size``; the part-aware order is materialised). Used by
         loaders that prefetch: they gather ahead from the plan and let ``batches()`` track what
         the consumer actually received.
         """
         lookup: Callable[[np.ndarray], np.ndarray]
         if not self.shuffle:
             lookup = _identity
+        elif self.parts is not None:  # the part-aware order: materialised, see parts.py
+            lookup = self.global_order().__getitem__
         elif self.block_size is None:
             lookup = self._permutation(self._epoch).__getitem__
         else:
@@ -231,6 +263,7 @@ class Order:
 
     def _next_epoch(self) -> None:
         self._epoch += 1
+        self._layout = None
         self._consumed = 0
         self._chosen = False
 
@@ -246,7 +279,11 @@ class Order:
             "shuffle": self.shuffle,
             "block_size": self.block_size,
             "window": self.window,
+            **({} if self.parts is None else self._parts_state()),
         }
+
+    def _parts_state(self) -> dict[str, Any]:
+        return {"parts": len(self.parts or ()), "layout": list(self._layout_of(self._epoch))}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume at a saved position, exactly, with any batch size or world size.
@@ -271,11 +308,12 @@ class Order:
                 f"the saved order state has version {version!r}; this chute reads version "
                 f"{STATE_VERSION}: resume with the chute that saved it"
             )
-        for key in _STATE_KEYS[3:]:  # what the order depends on
-            if key in state and state[key] != getattr(self, key):
+        mine = {**self.state_dict(), "parts": None if self.parts is None else len(self.parts)}
+        for key in _STATE_KEYS[3:9]:  # what the order depends on
+            if key in state and state[key] != mine[key]:
                 raise ArgumentValueError(
                     f"the saved order has {key}={state[key]!r} but this one has "
-                    f"{key}={getattr(self, key)!r}; resume with the same dataset and {key}"
+                    f"{key}={mine[key]!r}; resume with the same dataset and {key}"
                 )
         epoch = check_int("state['epoch']", state["epoch"], 0)
         consumed = check_int("state['consumed']", state["consumed"], 0)
@@ -285,6 +323,9 @@ class Order:
             )
         self._epoch, self._consumed = epoch, consumed
         self._chosen = True
+        layout = state.get("layout")
+        self._layout = None if layout is None else (epoch, int(layout[0]), int(layout[1]))
+        self._cache = None
 
     def __repr__(self) -> str:
         return (
@@ -297,70 +338,3 @@ class Order:
 
 def _identity(positions: np.ndarray) -> np.ndarray:
     return positions
-
-
-class Plan(Sequence[np.ndarray]):
-    """One rank's remaining batches of one epoch (what :meth:`Order.plan` returns): a sequence
-    of read-only int64 index arrays, batch ``j`` computed when ``plan[j]`` is asked for, from
-    ``lookup(positions)`` (the epoch's global order at those positions). Recently computed
-    batches are kept (up to :data:`_PLAN_CACHE` indices), as a loader asks for a batch more
-    than once (to gather it, then to count it). Thread-safe."""
-
-    def __init__(
-        self,
-        lookup: Callable[[np.ndarray], np.ndarray],
-        n: int,
-        start: int,
-        batch_size: int,
-        rank: int,
-        world_size: int,
-        drop_last: bool,
-    ) -> None:
-        self._lookup = lookup
-        self._n, self._start, self._bs, self._rank = n, start, batch_size, rank
-        self._step = batch_size * world_size
-        self._full = (n - start) // self._step
-        rest = n - start - self._full * self._step
-        self._share = math.ceil(rest / world_size) if rest and not drop_last else 0
-        self._len = self._full + (1 if self._share else 0)
-        self._kept: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._kept_size = 0
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return self._len
-
-    @overload
-    def __getitem__(self, j: int) -> np.ndarray: ...
-
-    @overload
-    def __getitem__(self, j: slice) -> list[np.ndarray]: ...
-
-    def __getitem__(self, j: int | slice) -> np.ndarray | list[np.ndarray]:
-        if isinstance(j, slice):
-            return [self[k] for k in range(*j.indices(self._len))]
-        k = int(j) + (self._len if j < 0 else 0)
-        if not 0 <= k < self._len:
-            raise SampleIndexError(f"batch {j} is out of range for a plan of {self._len}")
-        with self._lock:
-            idx = self._kept.get(k)
-        if idx is not None:
-            return idx
-        if k < self._full:
-            first = self._start + k * self._step + self._rank * self._bs
-            pos = np.arange(first, first + self._bs, dtype=np.int64)
-        else:  # the short last step; positions past the end wrap to the start: the padding
-            first = self._start + self._full * self._step + self._rank * self._share
-            pos = np.arange(first, first + self._share, dtype=np.int64) % self._n
-        idx = np.asarray(self._lookup(pos), dtype=np.int64)  # fresh: each lookup makes one
-        idx.setflags(write=False)
-        with self._lock:
-            self._kept[k] = idx
-            self._kept_size += len(idx)
-            while self._kept_size > _PLAN_CACHE and len(self._kept) > 1:
-                self._kept_size -= len(self._kept.popitem(last=False)[1])
-        return idx
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        for k in range(self._len):
-            yield self[k]

@@ -34,6 +34,7 @@ from .._args import check_path
 from .._torch import TORCH_DTYPES, to_torch
 from ..batch import RaggedBatch, pad_batch
 from ..errors import ArgumentError, SchemaError
+from ..store.url import is_url
 from .files import Part, Snapshot, check, snapshot
 from .gather import (
     Piece,
@@ -47,6 +48,7 @@ from .gather import (
     out_of_range,
     out_rows,
 )
+from .images import decode_sample, gather_images, slice_images
 
 Batch = dict[str, Any]
 
@@ -147,7 +149,10 @@ class Dataset(torch.utils.data.Dataset):
                 continue
             offsets = checked_offsets(col, j, j + 1, self._file(part, name, "offsets"))
             values = self._var_values(col, offsets, part, name, f"sample {j} of this part")
-            if isinstance(f, fmt.String):
+            if isinstance(f, fmt.Image):  # decoded, uint8 (3, H, W): chute.reader.images
+                index = self._parts[part].start + j
+                out[name] = decode_sample(values, col["sizes"][j], self.path, name, index)
+            elif isinstance(f, fmt.String):
                 out[name] = values.tobytes().decode("utf-8", errors="replace")
             elif "shapes" in col:
                 shape = col["shapes"][j : j + 1]
@@ -213,6 +218,10 @@ class Dataset(torch.utils.data.Dataset):
             if isinstance(f, fmt.String):
                 out[name] = _strings(values, offsets)
                 continue
+            if isinstance(f, fmt.Image):  # encoded: chute.reader.images.EncodedImages
+                where = self._file(part, name, "sizes")
+                out[name] = slice_images(values, offsets, col["sizes"][a:b], where)
+                continue
             shapes = None
             if "shapes" in col:
                 rows = col["shapes"][a:b]
@@ -273,6 +282,10 @@ class Dataset(torch.utils.data.Dataset):
         for name, f in self.schema.items():
             if isinstance(f, fmt.Tensor):
                 batch[name] = self._gather_fixed(name, f, split, b, out)
+                continue
+            if isinstance(f, fmt.Image):  # encoded: chute.reader.images.EncodedImages
+                pieces = self._pieces(name, split)
+                batch[name] = gather_images(pieces, b)
                 continue
             rb = self._gather_var(name, f, split, b)
             if isinstance(f, fmt.String):
@@ -387,10 +400,40 @@ def _strings(values: np.ndarray, offsets: np.ndarray) -> list[str]:
     return [raw[i:j].decode("utf-8", "replace") for i, j in itertools.pairwise(offsets.tolist())]
 
 
-def open(path: str | bytes | os.PathLike, fields: Sequence[str] | None = None) -> Dataset:
+def open(
+    path: str | bytes | os.PathLike,
+    fields: Sequence[str] | None = None,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    cache_limit: int | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Dataset:
     """Open the dataset at ``path`` lazily: O(1) in its size (reads the manifest only).
 
     ``fields`` restricts reading to some fields. The path is made absolute, so a later
     ``chdir`` does not change which files are read.
+
+    ``path`` may be a URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``file://``): parts
+    are then downloaded into a node-local cache under ``cache_dir`` (default
+    ``$CHUTE_CACHE_DIR`` or ``~/.cache/chute``) when first read, keeping at most
+    ``cache_limit`` bytes (``"20GB"``; None: no eviction); ``storage_options`` go to the
+    storage client (credentials come from the provider's environment variables otherwise).
+    See ``docs/remote.md`` and :mod:`chute.reader.remote`.
     """
+    if is_url(path):
+        from .remote import RemoteDataset  # a Dataset subclass: imported when used
+
+        assert isinstance(path, str)
+        return RemoteDataset(
+            path,
+            fields,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            storage_options=storage_options,
+        )
+    if cache_dir is not None or cache_limit is not None or storage_options is not None:
+        raise ArgumentError(
+            f"cache_dir, cache_limit and storage_options apply to URLs (s3://...), not to "
+            f"the local path {path!r}"
+        )
     return Dataset(path, fields)

@@ -75,12 +75,15 @@ def check(
     fields: Sequence[str] | None,
     in_memory: bool,
     opened: Mapping[str, Identity] | None,
+    files: Files | None = None,
 ) -> Snapshot:
     """The dataset of ``manifest`` at ``path``, its fields ``fields`` (None: all) selected and
-    every file of them stat'ed. ``opened``: the file identities seen by the ``open()`` this
-    copy comes from (unpickling, to_memory). A file that is not the one ``open()`` saw is not
-    an error here but makes every read raise: in a spawned worker an error while unpickling
-    kills the process without a message, while an error in a read reaches the main process."""
+    every file of them stat'ed (by ``files``, default a local :class:`Files`; a remote
+    dataset's cache passes its own: :mod:`chute.reader.remote`). ``opened``: the file
+    identities seen by the ``open()`` this copy comes from (unpickling, to_memory). A file
+    that is not the one ``open()`` saw is not an error here but makes every read raise: in a
+    spawned worker an error while unpickling kills the process without a message, while an
+    error in a read reaches the main process."""
     if isinstance(fields, str):
         raise SchemaError("fields= takes a list of field names, not a string")
     unknown = [f for f in fields or () if f not in manifest.fields]
@@ -89,7 +92,7 @@ def check(
             f"{path}: no field(s) {unknown}; the dataset has {sorted(manifest.fields)}"
         )
     schema = {k: v for k, v in manifest.fields.items() if fields is None or k in fields}
-    files = Files(path, in_memory, opened)
+    files = Files(path, in_memory, opened) if files is None else files
     parts = []
     start = 0
     for info in manifest.parts:
@@ -130,7 +133,7 @@ def _data_nbytes(f: fmt.Field, role: str, n: int) -> int | None:
     shape = fmt.expected_shape(f, role, n)
     if shape is None or role == "values":
         return None
-    itemsize = fmt.storage_dtype(f.dtype).itemsize if role == "data" else 8
+    itemsize = fmt.storage_dtype(fmt.role_dtype(f, role)).itemsize
     return math.prod(shape) * itemsize
 
 
@@ -155,6 +158,7 @@ class Files:
         self.stale: Path | None = None  # a file replaced since open()
         # (part name, field) -> its mapped files (path, identity): rechecked per read
         self._mapped: dict[tuple[str, str], tuple[tuple[str, Identity], ...]] = {}
+        self._loaded: dict[str, Identity] = {}  # identity of each file when it was mapped
 
     def check_part(self, part: Part, schema: Mapping[str, fmt.Field]) -> None:
         """Check the files of the fields ``schema`` in ``part``."""
@@ -193,6 +197,11 @@ class Files:
                 f"{data} bytes of data plus a header; the manifest does not describe this file"
             )
 
+    def same_file(self, file: Path, st: os.stat_result) -> bool:
+        """Whether the open ``file`` (its ``fstat``) is the file ``open()`` checked: same
+        device, inode, size and mtime (a remote cache compares with the manifest instead)."""
+        return file_identity(st) == self.identity[str(file)]
+
     def changed(self, file: Path) -> DatasetChangedError:
         """The error for ``file`` not being the file ``open()`` saw."""
         return DatasetChangedError(
@@ -207,8 +216,9 @@ class Files:
         try:
             with builtins.open(file, "rb") as f:
                 st = os.fstat(f.fileno())
-                if file_identity(st) != self.identity[str(file)]:
+                if not self.same_file(file, st):
                     raise self.changed(file)
+                self._loaded[str(file)] = file_identity(st)  # what recheck compares with
                 got, got_shape, offset = read_header(f, str(file))
                 if got != want or (shape is not None and got_shape != shape):
                     raise FormatError(
@@ -252,12 +262,15 @@ class Files:
         (and ``shapes``), checked against the manifest."""
         if self.stale is not None:
             raise self.changed(self.stale)
+        col = self._column(part, name, f)
+        if not self.in_memory:
+            paths = [str(part.folder / fn) for fn in fmt.field_files(name, f).values()]
+            self._mapped[part.name, name] = tuple((p, self._loaded[p]) for p in paths)
+        return col
+
+    def _column(self, part: Part, name: str, f: fmt.Field) -> dict[str, np.ndarray]:
         folder, n = part.folder, part.num_samples
         files = fmt.field_files(name, f)
-        if not self.in_memory:
-            self._mapped[part.name, name] = tuple(
-                (str(folder / fn), self.identity[str(folder / fn)]) for fn in files.values()
-            )
         if isinstance(f, fmt.Tensor):
             return {"data": self._load(folder / files["data"], f.dtype, (n, *f.shape))}
         offsets = self._load(folder / files["offsets"], "int64", (n + 1,))
@@ -273,4 +286,6 @@ class Files:
             col["shapes"] = self._load(
                 folder / files["shapes"], "int64", (n, 1 + len(f.inner_shape))
             )
+        if "sizes" in files:  # an Image field: (height, width) per sample
+            col["sizes"] = self._load(folder / files["sizes"], "int32", (n, 2))
         return col

@@ -5,9 +5,10 @@ mix of datasets) can be loaded, shuffled, sharded and resumed the same way."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from .. import format as fmt
@@ -47,3 +48,16 @@ class PerEpoch(Protocol):
     that no shared epoch can race between passes or worker processes."""
 
     def at_epoch(self, epoch: int) -> Gatherable: ...
+
+
+@runtime_checkable
+class Prefetching(Protocol):
+    """A :class:`Gatherable` that can fetch ahead (a dataset in object storage): the loaders
+    call ``prefetch(batches)`` with the index arrays of a pass, in order, when it starts,
+    and ``close()`` the result (None: nothing to fetch) when the pass ends."""
+
+    def prefetch(self, batches: Iterable[np.ndarray]) -> Closeable | None: ...
+
+
+class Closeable(Protocol):
+    def close(self) -> None: ...

@@ -59,6 +59,7 @@ from ..order.counts import source_counts
 from ..order.permute import Permutation
 from .dataset import Dataset
 from .gather import Piece, check_indices, gather_var, out_rows
+from .images import gather_images
 from .subset import SubsetDataset, loadable
 
 __all__ = ["Mix", "mix"]
@@ -362,16 +363,22 @@ def _fixed(
 
 
 def _merge_ragged(
-    f: fmt.Ragged | fmt.Bytes, b: int, parts: list[tuple[np.ndarray, RaggedBatch]], name: str
+    f: fmt.Ragged | fmt.Bytes | fmt.Image,
+    b: int,
+    parts: list[tuple[np.ndarray, RaggedBatch]],
+    name: str,
 ) -> RaggedBatch:
-    """One RaggedBatch of the sources' ones, samples at their positions: the reader's ragged
-    gather (:func:`~chute.reader.gather.gather_var`) over the sub-batches as pieces."""
+    """One RaggedBatch (EncodedImages for an image field) of the sources' ones, samples at
+    their positions: the reader's gathers over the sub-batches as pieces."""
     where = Path(f"mix field {name!r}")
     pieces = []
     for pos, rb in parts:
         arrays = {"values": as_numpy(rb.values), "offsets": rb.offsets.numpy()}
-        if rb.shapes is not None:
-            arrays["shapes"] = rb.shapes.numpy()
-        files = dict.fromkeys(("values", "offsets", "shapes"), where)
+        for part in ("shapes", "sizes"):
+            if getattr(rb, part, None) is not None:
+                arrays[part] = getattr(rb, part).numpy()
+        files = dict.fromkeys(("values", "offsets", "shapes", "sizes"), where)
         pieces.append(Piece(arrays, files, pos, np.arange(len(rb), dtype=np.int64)))
+    if isinstance(f, fmt.Image):
+        return gather_images(pieces, b)
     return gather_var(pieces, f, b)

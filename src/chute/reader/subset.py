@@ -15,7 +15,7 @@ plus the indices, 8 bytes a sample of the subset.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ import torch
 from .. import format as fmt
 from ..errors import ArgumentError, ArgumentValueError
 from .gather import check_indices
-from .gatherable import Gatherable, PerEpoch
+from .gatherable import Closeable, Gatherable, PerEpoch, Prefetching
 
 __all__ = ["SubsetDataset", "loadable"]
 
@@ -65,6 +65,13 @@ class SubsetDataset:
         """Sample at position ``i`` of the subset (an int)."""
         (j,) = self.indices[check_indices([i], len(self.indices), self)]
         return self.dataset[int(j)]
+
+    def prefetch(self, batches: Iterable[np.ndarray]) -> Closeable | None:
+        """Fetch ahead for the dataset's samples of these positions, if it fetches at all."""
+        base = self.dataset
+        if not isinstance(base, Prefetching):
+            return None
+        return base.prefetch(self.indices[b] for b in batches)
 
     def __repr__(self) -> str:
         return f"chute.SubsetDataset({self.dataset!r}, {len(self)} samples)"

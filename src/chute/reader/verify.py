@@ -9,15 +9,20 @@ from tqdm.auto import tqdm
 from .. import format as fmt
 from ..errors import ChecksumError
 from ..manifest import file_checksum
-from .dataset import Dataset
+from .dataset import open as open_dataset
+from .remote import RemoteDataset
 
 
 def verify(path: str | os.PathLike, progress: bool = False) -> int:
     """Check sizes, headers and checksums of every file; returns the bytes checked.
 
-    Raises :class:`chute.ChecksumError` naming every file whose content changed.
+    Raises :class:`chute.ChecksumError` naming every file whose content changed. ``path``
+    may be a URL: every file is downloaded into the cache (checked), then checked again there.
     """
-    with Dataset(path) as ds:  # checks the manifest, paths and sizes
+    ds = open_dataset(path)  # checks the manifest, paths and sizes
+    if isinstance(ds, RemoteDataset):  # a URL: download every file (each checked) first
+        ds.fetch()
+    with ds:
         bad = []
         total = ds.nbytes
         bar = tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc="verify")

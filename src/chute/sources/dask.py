@@ -21,6 +21,8 @@ from tqdm.auto import tqdm
 
 from .. import format as fmt
 from ..errors import SchemaError, SourceError, require
+from ..store.upload import Staged
+from ..store.url import is_url
 from ..writer.commit import commit, new_staging_dir
 from ..writer.writer import write_part
 from .base import array_field, check_name
@@ -42,7 +44,7 @@ def from_dask(
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
     scheduler: Any = None,
-) -> Path:
+) -> Path | str:
     """Write Dask arrays (samples along axis 0) as a dataset, one part per chunk of rows.
 
     >>> x = dask.array.from_zarr("big.zarr")            # or any lazy Dask computation
@@ -58,8 +60,20 @@ def from_dask(
     ``dst`` must be on a filesystem that the client and every worker mount at the same path
     (NFS, Lustre, GPFS, CephFS...): workers write their parts straight into the staging folder
     ``.NAME.tmp-*`` beside ``dst``, and the client commits. Object stores (S3, GCS) are not
-    supported. A retried task rewrites its part from scratch.
+    supported as the workers' destination; a URL ``dst`` (``s3://...``) is staged in a local
+    folder (``CACHE_DIR/.staging``: the workers must share it, as above), then uploaded, the
+    manifest last. A retried task rewrites its part from scratch.
     """
+    if is_url(dst):  # written to a local staging folder (client and workers), then uploaded
+        staged = Staged(str(dst), overwrite=overwrite)
+        try:
+            from_dask(
+                arrays, staged.local, progress=progress, metadata=metadata, scheduler=scheduler
+            )
+        except BaseException:
+            staged.discard()
+            raise
+        return staged.upload()
     da = require("dask.array", "dask")
     dask = require("dask", "dask")
     if not isinstance(arrays, Mapping) or not arrays:

@@ -115,6 +115,8 @@ class FieldWriter:
         if f.variable_dims:
             ndim = 1 + len(f.inner_shape)
             self.files["shapes"] = _ArrayFile(folder / names["shapes"], fmt.SHAPES_DTYPE, (ndim,))
+        if "sizes" in names:  # an Image field: (height, width) per sample
+            self.files["sizes"] = _ArrayFile(folder / names["sizes"], np.dtype("<i4"), (2,))
         self.files["offsets"].write(np.zeros(1, np.int64))
 
     def write(self, batch: np.ndarray | VarBatch) -> None:
@@ -126,6 +128,8 @@ class FieldWriter:
         self.total += int(batch.lengths.sum())
         if batch.shapes is not None:
             self.files["shapes"].write(batch.shapes)
+        if batch.sizes is not None:
+            self.files["sizes"].write(batch.sizes)
 
     def close(self) -> dict[str, fmt.FileInfo]:
         names = fmt.field_files(self.name, self.field)

@@ -96,6 +96,10 @@ def infer_field(name: str, value: Any, batch: bool = False) -> fmt.Field:
         return fmt.String()
     if isinstance(value, (bytes, bytearray, memoryview)):
         return fmt.Bytes()
+    from .images import is_image  # a PIL image (or an encoded one): an Image field
+
+    if is_image(value):
+        return fmt.Image()
     arr, dt, _ = to_array(value, name, 0)
     return fmt.Tensor(arr.shape[1:] if batch else arr.shape, dt)
 
@@ -192,11 +196,13 @@ class Promote(Exception):
 
 
 class VarBatch(NamedTuple):
-    """A batch of a values+offsets field: flat values, per-sample lengths, optional shapes."""
+    """A batch of a values+offsets field: flat values, per-sample lengths, optional shapes
+    (a Ragged field's) or sizes (an Image field's (N, 2) int32 height, width)."""
 
     values: np.ndarray
     lengths: np.ndarray
     shapes: np.ndarray | None
+    sizes: np.ndarray | None = None
 
 
 def _widen(
@@ -229,6 +235,10 @@ def _widen(
 
 def prepare(values: Any, f: fmt.Field, name: str, start: int, auto: bool) -> np.ndarray | VarBatch:
     """Check and convert a batch of ``values`` for field ``f`` (raises Promote / SchemaError)."""
+    if isinstance(f, fmt.Image):
+        from .images import prepare_images  # encodes: PIL, bytes, arrays -> JPEG + sizes
+
+        return prepare_images(values, f, name, start)
     if isinstance(f, fmt.Tensor):
         if isinstance(values, (list, tuple)):
             rows = []

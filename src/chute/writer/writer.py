@@ -28,6 +28,8 @@ from .. import format as fmt
 from .._args import check_path
 from ..errors import ArgumentValueError, SchemaError, WriteError
 from ..manifest import read_manifest
+from ..store.upload import Staged
+from ..store.url import is_url
 from .commit import DatasetLock, commit, commit_append, new_staging_dir, writing
 from .field_files import FieldWriter, promote
 from .values import Promote, flatten, infer_field, prepare, sample_count
@@ -36,7 +38,8 @@ Schema = Mapping[str, fmt.Field]
 
 
 def infer_schema(sample: Mapping[str, Any]) -> dict[str, fmt.Field]:
-    """The schema of one sample: arrays -> Tensor, ``str`` -> String, bytes -> Bytes."""
+    """The schema of one sample: arrays -> Tensor, ``str`` -> String, bytes -> Bytes, a PIL
+    image -> Image."""
     if not isinstance(sample, Mapping) or not sample:
         raise SchemaError(
             f"a sample must be a non-empty dict of field -> value, got {type(sample)}"
@@ -52,7 +55,7 @@ def _check_schema(schema: Mapping[str, Any]) -> dict[str, fmt.Field]:
     out = {}
     for name, f in schema.items():
         fmt.check_field_name(name)
-        if not isinstance(f, (fmt.Tensor, fmt.Ragged, fmt.Bytes, fmt.String)):
+        if not isinstance(f, (fmt.Tensor, fmt.Ragged, fmt.Bytes, fmt.String, fmt.Image)):
             raise SchemaError(f"field {name!r}: {f!r} is not a chute field kind")
         out[name] = f
     return out
@@ -149,9 +152,20 @@ class Writer:
         metadata: Mapping[str, Any] | None = None,
         part_size: int | None = None,
         append: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
     ):
         if part_size is not None and (type(part_size) is not int or part_size < 1):  # not bool
             raise ArgumentValueError(f"part_size must be a positive int, got {part_size!r}")
+        # A URL (s3://...): written to a local staging folder, uploaded on commit.
+        self._remote: Staged | None = None
+        if is_url(path):
+            if append:
+                raise ArgumentValueError(
+                    f"append=True to a URL ({path}) is not supported: write the dataset "
+                    "locally, append there, then upload it (chute upload LOCAL URL)"
+                )
+            self._remote = Staged(str(path), overwrite=overwrite, storage_options=storage_options)
+            path = self._remote.local
         # Absolute: the staging folder and the final rename must not follow a later chdir.
         self.path = check_path(path).absolute()
         self.metadata = dict(metadata or {})
@@ -166,6 +180,8 @@ class Writer:
             self._start(schema, overwrite, part_size, append)
         except BaseException:
             self._release()
+            if self._remote is not None:
+                self._remote.discard()
             raise
 
     def _start(
@@ -288,8 +304,9 @@ class Writer:
             )
         self._schema[name] = new
 
-    def commit(self) -> Path:
-        """Finish writing and move the dataset into place."""
+    def commit(self) -> Path | str:
+        """Finish writing and move the dataset into place (for a URL: upload it, the
+        manifest last; returns the URL)."""
         if self._staging is None:
             raise ArgumentValueError(f"writer for {self.path} is already closed")
         if self._schema is None:
@@ -306,7 +323,7 @@ class Writer:
             if self._base is not None:
                 new = fmt.Manifest(self._schema, tuple(self._parts), self.metadata)
                 return commit_append(staging, self.path, self._base, new)
-            return commit(
+            done = commit(
                 staging, self.path, self._schema, self._parts, self.metadata, self._overwrite
             )
         except BaseException:
@@ -314,12 +331,18 @@ class Writer:
             raise
         finally:
             self._release()
+        if self._remote is not None:  # parts, then the manifest; the local copy is removed
+            remote, self._remote = self._remote, None
+            return remote.upload()
+        return done
 
     def abort(self) -> None:
         """Discard everything written: nothing is left at ``path`` (an appender's dataset is
-        unchanged), the staging folder is removed and the lock released. Never raises."""
+        unchanged; for a URL, nothing was uploaded), the staging folder is removed and the
+        lock released. Never raises."""
         part, self._part = getattr(self, "_part", None), None  # None: __init__ did not finish
         staging, self._staging = getattr(self, "_staging", None), None
+        remote, self._remote = getattr(self, "_remote", None), None
         try:
             if part is not None:
                 part.abort()
@@ -327,6 +350,8 @@ class Writer:
             try:
                 if staging is not None:
                     shutil.rmtree(staging, ignore_errors=True)
+                if remote is not None:
+                    remote.discard()
             finally:
                 self._release()
 
@@ -358,7 +383,7 @@ def write(
     metadata: Mapping[str, Any] | None = None,
     part_size: int | None = None,
     chunk_bytes: int = 64 << 20,
-) -> Path:
+) -> Path | str:
     """Write a dict of equal-length arrays / tensors / lists as a dataset at ``path``.
 
     >>> chute.write("cifar.chute", {"image": images, "label": labels})
@@ -367,7 +392,7 @@ def write(
     RAM work too. Nested dicts give ``group/name`` fields. With ``part_size`` the data is split
     into ``part-NNNNN`` folders of at most that many samples, as with :class:`Writer`.
     """
-    path = check_path(path)
+    path = str(path) if is_url(path) else check_path(path)  # a URL: see Writer
     arrays = flatten(arrays)
     if not isinstance(arrays, Mapping) or not arrays:
         raise SchemaError("write() takes a non-empty dict of field name -> array")

@@ -1,10 +1,11 @@
 """torchvision's ImageFolder layout (``root/CLASS/.../file.jpg``) -> chute samples.
 
 :class:`ImageFolder` scans the folder (class names sorted, files sorted, files that are not
-images by extension listed apart) and, iterated, yields ``{"image": bytes, "height": int,
-"width": int, "label": int, "path": str}`` per image, encoded with
-:func:`chute.image.encode_image` in a pool of threads (PIL and simplejpeg release the GIL), in
-file order, with a progress bar. :func:`from_image_folder` writes them with ``chute.Writer``.
+images by extension listed apart) and, iterated, yields ``{"image": EncodedImage, "label":
+int, "path": str}`` per image, encoded with :func:`chute.image.encode_image` in a pool of
+threads (PIL and simplejpeg release the GIL), in file order, with a progress bar: samples a
+:class:`chute.Writer` with a :class:`chute.Image` field stores as they are.
+:func:`from_image_folder` writes them.
 
 A file that cannot be decoded raises :class:`chute.SourceError` naming it
 (``on_error="raise"``), or is left out and recorded in ``skipped`` (``on_error="skip"``).
@@ -19,13 +20,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .. import format as fmt
 from ..errors import ArgumentError, ChuteError, DatasetNotFoundError, SourceError
-from .codec import encode_image
+from ..image.codec import EncodedImage, encode_image
+from ..sniff import IMAGE_EXTENSIONS
+from ..writer.writer import Writer
 
 __all__ = ["IMAGE_EXTENSIONS", "ImageFolder", "from_image_folder"]
-
-# torchvision.datasets.folder.IMG_EXTENSIONS
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
 class ImageFolder:
@@ -50,6 +51,10 @@ class ImageFolder:
             raise ArgumentError(f'on_error must be "raise" or "skip", got {on_error!r}')
         if num_workers is not None and (type(num_workers) is not int or num_workers < 0):
             raise ArgumentError(f"num_workers must be an int >= 0 or None, got {num_workers!r}")
+        if max_side is not None and (type(max_side) is not int or max_side < 1):
+            raise ArgumentError(f"max_side must be a positive int or None, got {max_side!r}")
+        if type(quality) is not int or not 1 <= quality <= 100:
+            raise ArgumentError(f"quality must be an int in 1..100, got {quality!r}")
         self.root = Path(root)
         if not self.root.is_dir():
             raise DatasetNotFoundError(f"{self.root}: no such folder")
@@ -75,7 +80,7 @@ class ImageFolder:
     def __len__(self) -> int:
         return len(self.files)
 
-    def _encode(self, rel: str) -> tuple[bytes, int, int] | str:
+    def _encode(self, rel: str) -> EncodedImage | str:
         """Encoded image, or the reason it failed (a string) when skipping."""
         path = self.root / rel
         try:
@@ -99,10 +104,9 @@ class ImageFolder:
                 if isinstance(res, str):
                     self.skipped.append((rel, res))
                     continue
-                data, h, w = res
-                yield {"image": data, "height": h, "width": w, "label": label, "path": rel}
+                yield {"image": res, "label": label, "path": rel}
 
-    def _results(self) -> Iterator[tuple[bytes, int, int] | str]:
+    def _results(self) -> Iterator[EncodedImage | str]:
         """Encoded files in order, at most ``4 * num_workers`` in flight (bounded memory)."""
         if self.num_workers == 0:
             yield from (self._encode(rel) for rel, _ in self.files)
@@ -134,32 +138,27 @@ def from_image_folder(
     progress: bool = True,
     batch_size: int = 256,
 ) -> Path:
-    """Convert an ImageFolder tree to a chute dataset at ``dst``.
+    """Convert an ImageFolder tree (``root/CLASS/.../file.jpg``) to a chute dataset at ``dst``.
 
-    Fields: ``image`` (the stored JPEG bytes, see :func:`chute.image.encode_image`),
-    ``image_height`` and ``image_width`` (int32), ``label`` (int64), ``path`` (the file's path
-    relative to ``root``). Metadata: ``classes`` (label -> class name), ``skipped`` (files
-    left out with ``on_error="skip"``, with the reason), ``ignored`` (files that are not
-    images), ``image`` (``max_side``, ``quality``).
+    Fields: ``image`` (:class:`chute.Image`: JPEGs within ``max_side`` kept byte for byte,
+    others converted to RGB, shrunk to ``max_side`` and encoded at ``quality``, see
+    :func:`chute.image.encode_image`), ``label`` (int64, the class's position in the sorted
+    class folders), ``path`` (the file's path relative to ``root``). Encoded in
+    ``num_workers`` threads (default: one per CPU). Metadata: ``classes`` (label -> class
+    name), ``skipped`` (files left out with ``on_error="skip"``, with the reason),
+    ``ignored`` (files that are not images by extension). A file that fails to decode raises
+    :class:`chute.SourceError` naming it (``on_error="raise"``); nothing is left at ``dst``.
     """
     import numpy as np
 
-    import chute
-
     folder = ImageFolder(root, max_side, quality, num_workers, on_error, progress)
     schema: dict[str, Any] = {
-        "image": chute.Bytes(),
-        "image_height": chute.Tensor((), "int32"),
-        "image_width": chute.Tensor((), "int32"),
-        "label": chute.Tensor((), "int64"),
-        "path": chute.String(),
+        "image": fmt.Image(max_side, quality),
+        "label": fmt.Tensor((), "int64"),
+        "path": fmt.String(),
     }
-    meta = {
-        "classes": folder.classes,
-        "ignored": folder.ignored,
-        "image": {"max_side": max_side, "quality": quality},
-    }
-    with chute.Writer(dst, schema, overwrite=overwrite, metadata=meta) as w:
+    meta = {"classes": folder.classes, "ignored": folder.ignored}
+    with Writer(dst, schema, overwrite=overwrite, metadata=meta) as w:
         batch: list[dict[str, Any]] = []
         for sample in folder:
             batch.append(sample)
@@ -175,8 +174,6 @@ def from_image_folder(
 def _columns(batch: list[dict[str, Any]], np: Any) -> dict[str, Any]:
     return {
         "image": [s["image"] for s in batch],
-        "image_height": np.array([s["height"] for s in batch], np.int32),
-        "image_width": np.array([s["width"] for s in batch], np.int32),
         "label": np.array([s["label"] for s in batch], np.int64),
         "path": [s["path"] for s in batch],
     }

@@ -1,0 +1,118 @@
+"""Where the time of a decoded image goes: simplejpeg's DCT-scaled decode, PIL's crop+resize,
+the copy into the batch (HWC -> CHW, flip), and everything else (Python, plan, gather), for
+RandomResizedCrop(160) + flip over the benchmark's photos, one thread.
+
+    python benchmarks/image_profile.py [--images 1000] [--size 160]
+        [--json benchmarks/results/image_profile.json]
+
+Each stage is timed per image with ``perf_counter`` around the same calls ``decode_planned``
+makes; the "whole" rows time ``decode_planned`` itself and the Loader (1 thread) on the same
+images, so "other" is what is neither decode, resize nor copy. Needs scikit-image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import RESULTS, table, write_json
+from _photos import photo_folder
+from PIL import Image
+
+import chute
+from chute.image import RandomHorizontalFlip, RandomResizedCrop, dct_scales, decode_planned, plan
+
+
+def stages(data: list[bytes], hw: np.ndarray, size: int) -> dict[str, float]:
+    """Seconds per stage over all images (one pass), as decode_planned does them."""
+    import simplejpeg
+
+    ops = [RandomResizedCrop(size), RandomHorizontalFlip()]
+    p = plan(ops, hw[:, 0], hw[:, 1], np.arange(len(data)), 0, 1)
+    d = dct_scales(p)
+    dh, dw = -(-hw[:, 0] // d), -(-hw[:, 1] // d)
+    boxes = (p.boxes * np.stack([dw / hw[:, 1], dh / hw[:, 0]] * 2, axis=1)).tolist()
+    out = np.empty((len(data), 3, size, size), np.uint8)
+    scratch = np.empty(int((dh * dw).max()) * 4, np.uint8)
+    t = {"decode": 0.0, "resize": 0.0, "copy": 0.0}
+    clock = time.perf_counter
+    for i, buf in enumerate(data):
+        t0 = clock()
+        x = simplejpeg.decode_jpeg(
+            buf, "RGBX", min_height=int(dh[i]), min_width=int(dw[i]), buffer=scratch
+        )
+        t1 = clock()
+        im = Image.frombuffer("RGBX", (x.shape[1], x.shape[0]), x, "raw", "RGBX", 0, 1)
+        small = np.asarray(im.resize((size, size), Image.Resampling.BILINEAR, box=boxes[i]))
+        t2 = clock()
+        out[i] = (small[:, ::-1, :3] if p.flips[i] else small[:, :, :3]).transpose(2, 0, 1)
+        t3 = clock()
+        t["decode"] += t1 - t0
+        t["resize"] += t2 - t1
+        t["copy"] += t3 - t2
+    return t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--images", type=int, default=1000)
+    ap.add_argument("--size", type=int, default=160)
+    ap.add_argument("--json", default=str(RESULTS / "image_profile.json"))
+    args = ap.parse_args()
+    n, size = args.images, args.size
+    with tempfile.TemporaryDirectory() as tmp:
+        root = photo_folder(Path(tmp) / "folder", n)
+        ds = chute.open(chute.from_image_folder(root, Path(tmp) / "ds.chute", progress=False))
+        enc = ds.gather(np.arange(n))["image"]
+        data = [bytes(x.numpy()) for x in enc.tolist()]
+        hw = enc.sizes.numpy().astype(np.int64)
+        ops = [RandomResizedCrop(size), RandomHorizontalFlip()]
+        best: dict[str, float] = {}
+        for _ in range(3):  # best of 3: the machine is shared
+            for k, v in stages(data, hw, size).items():
+                best[k] = min(best.get(k, 1e9), v)
+            p = plan(ops, hw[:, 0], hw[:, 1], np.arange(n), 0, 1)
+            out = np.empty((n, 3, size, size), np.uint8)
+            t0 = time.perf_counter()
+            decode_planned(enc, hw[:, 0], hw[:, 1], p, out)
+            best["decode_planned"] = min(best.get("decode_planned", 1e9), time.perf_counter() - t0)
+            loader = chute.Loader(ds, 256, num_workers=1, decode={"image": ops})
+            t0 = time.perf_counter()
+            for _b in loader:
+                pass
+            best["Loader, 1 thread"] = min(
+                best.get("Loader, 1 thread", 1e9), time.perf_counter() - t0
+            )
+    parts = best["decode"] + best["resize"] + best["copy"]
+    rows = [
+        {"stage": k, "us_per_image": 1e6 * best[k] / n, "share": best[k] / parts}
+        for k in ("decode", "resize", "copy")
+    ]
+    for k in ("decode_planned", "Loader, 1 thread"):
+        rows.append(
+            {
+                "stage": f"whole: {k}",
+                "us_per_image": 1e6 * best[k] / n,
+                "share": best[k] / parts,
+            }
+        )
+    print(
+        table(
+            rows,
+            [
+                ("stage", "", "s"),
+                ("us_per_image", "us/image", ".0f"),
+                ("share", "of decode+resize+copy", ".2f"),
+            ],
+        )
+    )
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"wrote {write_json(args.json, {'images': n, 'size': size, 'rows': rows})}")
+
+
+if __name__ == "__main__":
+    main()

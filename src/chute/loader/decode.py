@@ -1,0 +1,227 @@
+"""``decode=``: image fields decoded (cropped, resized, flipped) in the loaders' workers.
+
+``chute.Loader(ds, 256, decode={"image": [chute.RandomResizedCrop(160),
+chute.RandomHorizontalFlip()]})`` hands out ``batch["image"]`` as uint8 ``(B, 3, 160, 160)``.
+:func:`with_decode` wraps the dataset in a :class:`Decoded` view whose schema says so: the
+decoded field is a fixed-shape ``Tensor((3, H, W), "uint8")``, so the loader's buffers (its
+pool of fresh buffers, or its ring with ``keep=k``) hold it like any fixed field, and
+``gather(idx, out=)`` decodes straight into ``out[name]`` (no per-batch allocation with
+``keep``; a pooled buffer by default). The rest of the batch is the dataset's own gather.
+
+Where it runs. In :class:`~chute.Loader` the gather, and so the decode, runs in the worker
+threads: simplejpeg's decode, PIL's resize and numpy's copy release the GIL (see
+:mod:`chute.image.decode`). In :func:`chute.dataloader` it runs in the worker processes.
+
+Randomness. A sample's crop and flip are a pure function of (the loader's ``seed``, the epoch,
+its index: the position the loader's order gives, i.e. the position in a Subset), see
+:func:`chute.image.plan`. The Loader gives each pass a view at its epoch
+(:meth:`Decoded.at_epoch`); ``chute.dataloader``'s batch sampler sends each batch's epoch with
+its indices to the worker process (fork or spawn, also with ``persistent_workers``), which
+takes a view at that epoch. So a run resumed from ``state_dict()`` sees exactly the pixels it
+would have seen.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import format as fmt
+from .._torch import as_numpy
+from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
+from ..reader.gatherable import Gatherable, PerEpoch
+
+__all__ = ["Decoded", "with_decode"]
+
+
+class Decoded:
+    """``ds`` with the image fields of ``ops`` decoded by their decode ops (a Gatherable:
+    ``len``, ``schema``, ``gather``, ``empty_batch``, ``ds[i]``). Made by :func:`with_decode`."""
+
+    def __init__(self, ds: Gatherable, ops: Mapping[str, Any], seed: int, epoch: int = 0):
+        from ..image.ops import check_ops
+
+        if not isinstance(ops, Mapping) or not ops:
+            raise ArgumentError(
+                "decode= takes a dict field -> decode ops, e.g. {'image': "
+                "[chute.RandomResizedCrop(224), chute.RandomHorizontalFlip()]}"
+            )
+        self.dataset = ds
+        self.ops: dict[str, tuple[Any, ...]] = {}
+        self.sizes: dict[str, tuple[int, int]] = {}
+        for name, field_ops in ops.items():
+            f = ds.schema.get(name)
+            if not isinstance(f, fmt.Image):
+                what = "no such field" if f is None else f"a {f.kind} field"
+                images = [k for k, v in ds.schema.items() if isinstance(v, fmt.Image)]
+                raise SchemaError(
+                    f"decode={{{name!r}: ...}}: {what}; decode= takes the dataset's "
+                    f"chute.Image fields ({images})"
+                )
+            checked = check_ops(field_ops)
+            self.ops[name] = checked
+            self.sizes[name] = next(op.out_size for op in checked if hasattr(op, "out_size"))
+        self.seed = int(seed)
+        self.epoch = int(epoch)
+        self._first: list[bool] | None = None  # set by split_first_batch: see _take_first
+        self._schema: dict[str, fmt.Field] = {
+            k: fmt.Tensor((3, *self.sizes[k]), "uint8") if k in self.ops else f
+            for k, f in ds.schema.items()
+        }
+
+    @property
+    def schema(self) -> Mapping[str, fmt.Field]:
+        return self._schema
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
+        out = self.dataset.empty_batch(batch_size, pin_memory=pin_memory)
+        for name, (h, w) in self.sizes.items():
+            out[name] = torch.empty((batch_size, 3, h, w), dtype=torch.uint8, pin_memory=pin_memory)
+        return {k: out[k] for k in self._schema if k in out}
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """Sample ``i``: the dataset's, its decoded fields as this view decodes them."""
+        sample = self.dataset[i]
+        (j,) = np.asarray([i], np.int64) % max(1, len(self))
+        got = self.gather(np.array([j]))
+        return {k: got[k][0] if k in self.ops else v for k, v in sample.items()}
+
+    def gather(
+        self,
+        indices: Any,
+        out: Mapping[str, torch.Tensor] | None = None,
+        pad: float | int | None = None,
+    ) -> dict[str, Any]:
+        """The dataset's gather, each decoded field decoded into ``out[name]`` when given
+        (else a new tensor), with the crops of :attr:`epoch` (see :meth:`at_epoch`)."""
+        epoch = self.epoch
+        inner = None if out is None else {k: v for k, v in out.items() if k not in self.ops}
+        batch = self.dataset.gather(indices, out=inner, pad=pad)
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        idx = np.where(idx < 0, idx + len(self), idx)
+        for name in self.ops:
+            dst = None if out is None else out.get(name)
+            batch[name] = self._decode(name, batch[name], idx, epoch, dst)
+        return batch
+
+    def _decode(
+        self, name: str, enc: Any, idx: np.ndarray, epoch: int, dst: torch.Tensor | None
+    ) -> torch.Tensor:
+        from ..image.decode import decode_planned
+        from ..image.ops import plan
+
+        b = len(idx)
+        h, w = self.sizes[name]
+        if dst is None:
+            dst = torch.empty((b, 3, h, w), dtype=torch.uint8)
+        elif len(dst) != b:
+            dst = dst[:b]
+        sizes = enc.sizes.numpy()
+        p = plan(self.ops[name], sizes[:, 0], sizes[:, 1], idx, self.seed, epoch)
+        h, w, arr = sizes[:, 0], sizes[:, 1], as_numpy(dst)
+        try:
+            if self._take_first():  # the pass's first batch: split across threads
+                _decode_split(enc, h, w, p, arr, idx)
+            else:
+                decode_planned(enc, h, w, p, arr, idx)
+        except FormatError as exc:
+            raise FormatError(f"{self._where(name)}: {self._dataset_index(exc)}") from None
+        return dst
+
+    def at_epoch(self, epoch: int) -> Decoded:
+        """This view with the crops and flips of ``epoch`` (a shallow copy; a mix underneath
+        is bound to ``epoch`` too): the loaders take one per pass, or per batch in a worker
+        process (:class:`~chute.reader.gatherable.PerEpoch`)."""
+        view = copy.copy(self)
+        view.epoch = int(epoch)
+        view._first = None
+        if isinstance(self.dataset, PerEpoch):
+            view.dataset = self.dataset.at_epoch(epoch)
+        return view
+
+    def split_first_batch(self) -> None:
+        """Decode the next batch with several threads (a pass's first batch: the consumer
+        waits for it while the other workers have nothing to do yet)."""
+        self._first = [True]
+
+    def _take_first(self) -> bool:
+        """True for the first decode after :meth:`split_first_batch`."""
+        first = self._first
+        if first is None or not first:
+            return False
+        with _LOCK:
+            if not first:
+                return False
+            first.clear()
+            return True
+
+    def _where(self, name: str) -> str:
+        return f"{getattr(self.dataset, 'path', self.dataset)}: field {name!r}"
+
+    def _dataset_index(self, exc: ChuteError) -> str:
+        """The error's message; its sample index is a position in a Subset: say so."""
+        indices = getattr(self.dataset, "indices", None)
+        return str(exc) + ("" if indices is None else " (a position in the Subset)")
+
+    def __repr__(self) -> str:
+        ops = {k: list(v) for k, v in self.ops.items()}
+        return f"chute.loader.decode.Decoded({self.dataset!r}, decode={ops}, seed={self.seed})"
+
+
+def with_decode(ds: Gatherable, decode: Mapping[str, Any] | None, seed: int) -> Gatherable:
+    """``ds`` decoding the fields of ``decode`` (None: ``ds`` itself)."""
+    if decode is None:
+        return ds
+    return Decoded(ds, decode, seed)
+
+
+_LOCK = threading.Lock()
+FIRST_SPLIT = min(4, os.cpu_count() or 1)  # threads that decode a pass's first batch
+_MIN_SPLIT = 16  # images per thread, at least
+
+
+def _decode_split(
+    enc: Any, h: np.ndarray, w: np.ndarray, p: Any, out: np.ndarray, idx: Any
+) -> None:
+    """``decode_planned`` with the batch cut into :data:`FIRST_SPLIT` slices, decoded by
+    that many threads at once (the GIL is released while decoding): the first batch of a pass
+    arrives sooner, while the loader's workers start on the next ones. Same pixels as one
+    call (a plan depends on each sample's index only)."""
+    from ..image.decode import as_buffers, decode_planned, plan_slice
+
+    n = len(idx)
+    k = min(FIRST_SPLIT, n // _MIN_SPLIT)
+    if k < 2:
+        decode_planned(enc, h, w, p, out, idx)
+        return
+    bufs = as_buffers(enc)
+    cuts = np.linspace(0, n, k + 1).astype(int).tolist()
+    errors: list[BaseException] = []
+
+    def part(a: int, b: int) -> None:
+        try:
+            decode_planned(bufs[a:b], h[a:b], w[a:b], plan_slice(p, a, b), out[a:b], idx[a:b])
+        except BaseException as exc:  # re-raised in the calling thread, first slice first
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=part, args=(a, b), name="chute-decode-first", daemon=True)
+        for a, b in itertools.pairwise(cuts[1:])
+    ]
+    for t in threads:
+        t.start()
+    part(cuts[0], cuts[1])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

@@ -1,0 +1,70 @@
+"""The writer's side of :class:`chute.Image` fields: user images -> JPEG bytes + sizes.
+
+A value may be a PIL image, encoded bytes (any format PIL reads), a uint8 array or tensor
+(``(H, W, 3)``, ``(3, H, W)`` or ``(H, W)``), or an :class:`~chute.image.codec.EncodedImage`
+(already encoded: stored as it is). Each is encoded by :func:`chute.image.encode_image` with
+the field's ``max_side`` and ``quality``; a batch of several images that need work is encoded
+in a few threads (PIL and libjpeg-turbo release the GIL), in order.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from .. import format as fmt
+from ..errors import ArgumentError, FormatError, SchemaError
+from ..image.codec import EncodedImage, encode_image
+from .values import VarBatch
+
+__all__ = ["is_image", "prepare_images"]
+
+_POOL: ThreadPoolExecutor | None = None
+_PID = 0
+
+
+def is_image(value: Any) -> bool:
+    """Whether ``value`` is a PIL image or an :class:`EncodedImage` (what infers an Image
+    field; encoded bytes stay :class:`chute.Bytes` unless the schema says Image)."""
+    if isinstance(value, EncodedImage):
+        return True
+    pil = sys.modules.get("PIL.Image")  # only loaded if the caller uses PIL
+    return pil is not None and isinstance(value, pil.Image)
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL, _PID
+    if _POOL is None or os.getpid() != _PID:  # a forked child gets a pool of its own
+        _POOL = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="chute-encode")
+        _PID = os.getpid()
+    return _POOL
+
+
+def prepare_images(values: Any, f: fmt.Image, name: str, start: int) -> VarBatch:
+    """Encode a batch of images for field ``name`` (samples ``start``...): the bytes,
+    their lengths and the (N, 2) int32 sizes. A value that is not an image is a
+    :class:`~chute.SchemaError` naming the field and sample."""
+    values = list(values)
+
+    def one(i: int) -> EncodedImage:
+        v = values[i]
+        if isinstance(v, EncodedImage):
+            return v
+        try:
+            return encode_image(v, f.max_side, f.quality)
+        except (ArgumentError, FormatError) as exc:
+            raise SchemaError(f"field {name!r}, sample {start + i}: {exc}") from None
+
+    todo = sum(not isinstance(v, EncodedImage) for v in values)
+    if todo >= 4:
+        encoded = list(_pool().map(one, range(len(values))))
+    else:
+        encoded = [one(i) for i in range(len(values))]
+    lengths = np.array([len(e.data) for e in encoded], np.int64)
+    flat = np.frombuffer(b"".join(e.data for e in encoded), np.uint8)
+    sizes = np.array([(e.height, e.width) for e in encoded], np.int32).reshape(-1, 2)
+    return VarBatch(flat, lengths, None, sizes)
