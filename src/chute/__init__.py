@@ -38,9 +38,10 @@ from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resi
 from .loader.dataloader import dataloader
 from .loader.loader import Loader, LoaderStats
 from .order import Order
-from .reader.dataset import Dataset, open
+from .reader.dataset import Dataset
 from .reader.images import EncodedImages
 from .reader.mix import Mix, mix
+from .reader.opening import open
 from .reader.verify import verify
 from .sources.dask import from_dask
 from .sources.image_folder import from_image_folder

@@ -22,7 +22,7 @@ from ._args import check_path
 from .convert import convert
 from .errors import SchemaError, SourceError
 from .reader.dataset import Dataset
-from .reader.dataset import open as open_dataset
+from .reader.opening import open as open_dataset
 from .writer.commit import DatasetLock
 
 KEY = "cache_key"  # the metadata entry that holds the key

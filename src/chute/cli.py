@@ -80,7 +80,7 @@ def _describe(f: fmt.Field) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .reader.dataset import open as open_dataset
+    from .reader.opening import open as open_dataset
 
     ds = open_dataset(args.path)  # a URL reads the manifest only
     where = getattr(ds, "url", ds.path)

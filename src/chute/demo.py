@@ -31,7 +31,7 @@ from .convert import convert
 from .device import to_device
 from .errors import SchemaError, require
 from .loader.loader import Loader
-from .reader.dataset import open as open_dataset
+from .reader.opening import open as open_dataset
 
 IMAGE = (32, 32, 3)
 CLASSES = 10

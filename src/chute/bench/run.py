@@ -18,7 +18,7 @@ from .._args import check_int, default_workers
 from .._torch import as_numpy
 from ..errors import DatasetNotFoundError, SchemaError
 from ..order import Order
-from ..reader.dataset import open as open_dataset
+from ..reader.opening import open as open_dataset
 from ..writer.writer import Writer
 from .contenders import CONTENDERS, Contender, Setup
 from .machine import machine

@@ -19,15 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._args import check_int, default_workers, dist_defaults
+from .._args import check_int, default_workers
 from ..errors import ArgumentError
-from ..order import Order
-from ..order.parts import order_options
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.subset import loadable
 from .buffers import Buffers, Pool, Ring
 from .decode import Decoded, with_decode
-from .passes import OnePass, unknown_keywords
+from .passes import OnePass, make_order, unknown_keywords
 from .threads import LoaderIter, Run
 
 __all__ = ["Loader", "LoaderStats"]
@@ -170,17 +168,8 @@ class Loader(OnePass):
                 stacklevel=2,
             )
             self.pin_memory = False
-        rank, world_size = dist_defaults(rank, world_size)
-        self.order = Order(
-            len(ds),
-            batch_size,
-            bool(shuffle),
-            seed,
-            rank,
-            world_size,
-            drop_last,
-            block_size,
-            **order_options(ds, shuffle),  # shuffle="parts": chute/order/parts.py
+        self.order = make_order(
+            ds, batch_size, shuffle, seed, rank, world_size, drop_last, block_size
         )
         self.group, self._items = self._geometry()
         self._buffers: Buffers | None = None  # made on the first iter()

@@ -13,8 +13,11 @@ import weakref
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from .._args import dist_defaults
 from ..errors import ArgumentError
 from ..order import Order
+from ..order.parts import order_options
+from ..reader.gatherable import Gatherable
 
 
 def unknown_keywords(who: str, unknown: Iterable[str], valid: Iterable[str]) -> ArgumentError:
@@ -76,3 +79,31 @@ class OnePass:
         a live pass."""
         self.order.load_state_dict(state)
         self._end_active(f"load_state_dict() moved the {self._name} to a saved position")
+
+
+def make_order(
+    ds: Gatherable,
+    batch_size: int,
+    shuffle: bool | str,
+    seed: int,
+    rank: int | None,
+    world_size: int | None,
+    drop_last: bool,
+    block_size: int | None,
+) -> Order:
+    """The :class:`~chute.order.Order` a loader of ``ds`` follows: ``rank`` / ``world_size``
+    from torch.distributed or the launcher's environment when not given
+    (:func:`chute._args.dist_defaults`), ``shuffle="parts"`` the part-aware order
+    (``chute/order/parts.py``)."""
+    rank, world_size = dist_defaults(rank, world_size)
+    return Order(
+        len(ds),
+        batch_size,
+        bool(shuffle),
+        seed,
+        rank,
+        world_size,
+        drop_last,
+        block_size,
+        **order_options(ds, shuffle),
+    )

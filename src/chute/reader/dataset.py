@@ -17,7 +17,6 @@ path: no copy but that one). This module holds the indexing: which part and rows
 
 from __future__ import annotations
 
-import itertools
 import os
 import pickle
 import threading
@@ -31,15 +30,15 @@ import torch
 
 from .. import format as fmt
 from .._args import check_path
-from .._torch import TORCH_DTYPES, to_torch
+from .._torch import empty_buffers, to_torch
 from ..batch import RaggedBatch, pad_batch
-from ..errors import ArgumentError, SchemaError
-from ..store.url import is_url
+from ..errors import ArgumentError
 from .files import Part, Snapshot, check, snapshot
 from .gather import (
     Piece,
     Split,
     check_backed,
+    check_gather_args,
     check_indices,
     check_shapes,
     checked_offsets,
@@ -47,6 +46,7 @@ from .gather import (
     gather_var,
     out_of_range,
     out_rows,
+    strings,
 )
 from .images import decode_sample, gather_images, slice_images
 
@@ -216,7 +216,7 @@ class Dataset(torch.utils.data.Dataset):
             values = self._var_values(col, offsets, part, name, f"samples {a}..{b - 1}")
             offsets = offsets - offsets[0]
             if isinstance(f, fmt.String):
-                out[name] = _strings(values, offsets)
+                out[name] = strings(values, offsets)
                 continue
             if isinstance(f, fmt.Image):  # encoded: chute.reader.images.EncodedImages
                 where = self._file(part, name, "sizes")
@@ -263,19 +263,7 @@ class Dataset(torch.utils.data.Dataset):
         dtype exactly (no silent truncation or overflow).
         """
         idx = check_indices(indices, self._len, self.path)
-        if out is not None and (not isinstance(out, Mapping) or not self._fixed.issuperset(out)):
-            raise SchemaError(
-                f"out= takes a dict of buffers for fixed-shape fields {sorted(self._fixed)} (see "
-                f"empty_batch()); got {sorted(out) if isinstance(out, Mapping) else type(out)}"
-            )
-        if pad is not None:
-            for name, f in self.schema.items():
-                if isinstance(f, (fmt.Ragged, fmt.Bytes)) and f"{name}_lengths" in self.schema:
-                    raise SchemaError(
-                        f"pad= would add {name + '_lengths'!r} (the lengths of field {name!r}), "
-                        "but the dataset has a field of that name; open it with fields= "
-                        "without one of them, or pad yourself from the RaggedBatch"
-                    )
+        check_gather_args(self.schema, out, pad, "open it with fields=")
         b = len(idx)
         split = self._split(idx)
         batch: Batch = {}
@@ -289,7 +277,7 @@ class Dataset(torch.utils.data.Dataset):
                 continue
             rb = self._gather_var(name, f, split, b)
             if isinstance(f, fmt.String):
-                batch[name] = _strings(rb.values.numpy(), rb.offsets.numpy())
+                batch[name] = strings(rb.values.numpy(), rb.offsets.numpy())
             elif pad is not None:
                 batch[name], batch[f"{name}_lengths"] = pad_batch(rb, pad, name)
             else:
@@ -326,13 +314,7 @@ class Dataset(torch.utils.data.Dataset):
 
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
         """Pre-allocated ``out=`` buffers for :meth:`gather`, one per fixed-shape field."""
-        return {
-            name: torch.empty(
-                (batch_size, *f.shape), dtype=TORCH_DTYPES[f.dtype], pin_memory=pin_memory
-            )
-            for name, f in self.schema.items()
-            if isinstance(f, fmt.Tensor)
-        }
+        return empty_buffers(self.schema, batch_size, pin_memory)
 
     def to_memory(self) -> Dataset:
         """The same dataset read fully into RAM (sequential reads, at disk speed): the files
@@ -393,47 +375,3 @@ class Dataset(torch.utils.data.Dataset):
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}: {v}" for k, v in self.schema.items())
         return f"chute.Dataset({str(self.path)!r}, {self._len} samples, {{{fields}}})"
-
-
-def _strings(values: np.ndarray, offsets: np.ndarray) -> list[str]:
-    raw = values.tobytes()
-    return [raw[i:j].decode("utf-8", "replace") for i, j in itertools.pairwise(offsets.tolist())]
-
-
-def open(
-    path: str | bytes | os.PathLike,
-    fields: Sequence[str] | None = None,
-    *,
-    cache_dir: str | os.PathLike | None = None,
-    cache_limit: int | str | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-) -> Dataset:
-    """Open the dataset at ``path`` lazily: O(1) in its size (reads the manifest only).
-
-    ``fields`` restricts reading to some fields. The path is made absolute, so a later
-    ``chdir`` does not change which files are read.
-
-    ``path`` may be a URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``file://``): parts
-    are then downloaded into a node-local cache under ``cache_dir`` (default
-    ``$CHUTE_CACHE_DIR`` or ``~/.cache/chute``) when first read, keeping at most
-    ``cache_limit`` bytes (``"20GB"``; None: no eviction); ``storage_options`` go to the
-    storage client (credentials come from the provider's environment variables otherwise).
-    See ``docs/remote.md`` and :mod:`chute.reader.remote`.
-    """
-    if is_url(path):
-        from .remote import RemoteDataset  # a Dataset subclass: imported when used
-
-        assert isinstance(path, str)
-        return RemoteDataset(
-            path,
-            fields,
-            cache_dir=cache_dir,
-            cache_limit=cache_limit,
-            storage_options=storage_options,
-        )
-    if cache_dir is not None or cache_limit is not None or storage_options is not None:
-        raise ArgumentError(
-            f"cache_dir, cache_limit and storage_options apply to URLs (s3://...), not to "
-            f"the local path {path!r}"
-        )
-    return Dataset(path, fields)

@@ -15,6 +15,7 @@ Nothing is allocated for samples that the values file cannot back (:func:`check_
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -285,3 +286,31 @@ def check_shapes(shapes: np.ndarray, lengths: np.ndarray, inner: tuple, where: P
             f"{where}: a sample's shape {shapes[i].tolist()} does not fit its {int(lengths[i])} "
             f"values and the inner shape {inner}; the dataset is corrupt"
         )
+
+
+def check_gather_args(
+    schema: Mapping[str, fmt.Field], out: Any, pad: float | int | None, narrow: str
+) -> None:
+    """``out=`` holds buffers of fixed-shape fields only, and ``pad=`` would add no
+    ``FIELD_lengths`` that is already a field (``narrow``: how to leave one out, e.g. "open it
+    with fields="); else a SchemaError."""
+    fixed = {k for k, f in schema.items() if isinstance(f, fmt.Tensor)}
+    if out is not None and (not isinstance(out, Mapping) or not fixed.issuperset(out)):
+        raise SchemaError(
+            f"out= takes a dict of buffers for fixed-shape fields {sorted(fixed)} (see "
+            f"empty_batch()); got {sorted(out) if isinstance(out, Mapping) else type(out)}"
+        )
+    if pad is not None:
+        for name, f in schema.items():
+            if isinstance(f, (fmt.Ragged, fmt.Bytes)) and f"{name}_lengths" in schema:
+                raise SchemaError(
+                    f"pad= would add {name + '_lengths'!r} (the lengths of field {name!r}), but "
+                    f"there is a field of that name; {narrow} without one of them, or pad "
+                    "yourself from the RaggedBatch"
+                )
+
+
+def strings(values: np.ndarray, offsets: np.ndarray) -> list[str]:
+    """The UTF-8 strings ``values[offsets[i]:offsets[i+1]]`` of a String field's batch."""
+    raw = values.tobytes()
+    return [raw[i:j].decode("utf-8", "replace") for i, j in itertools.pairwise(offsets.tolist())]

@@ -52,13 +52,13 @@ import torch
 
 from .. import format as fmt
 from .._args import check_int
-from .._torch import TORCH_DTYPES, as_numpy, to_torch
+from .._torch import as_numpy, empty_buffers, to_torch
 from ..batch import RaggedBatch, pad_batch
 from ..errors import ArgumentError, SchemaError
 from ..order.counts import source_counts
 from ..order.permute import Permutation
 from .dataset import Dataset
-from .gather import Piece, check_indices, gather_var, out_rows
+from .gather import Piece, check_gather_args, check_indices, gather_var, out_rows
 from .images import gather_images
 from .subset import SubsetDataset, loadable
 
@@ -201,20 +201,7 @@ class Mix:
         """Positions ``indices`` of ``epoch`` (default :attr:`epoch`) as one batch, in the order
         given, as :meth:`chute.Dataset.gather` returns it (``out=``, ``pad=`` likewise), plus
         ``source`` (int64, an index into :attr:`sources`). One gather per source hit."""
-        fixed = [k for k, f in self.schema.items() if isinstance(f, fmt.Tensor)]
-        if out is not None and (not isinstance(out, Mapping) or not set(out) <= set(fixed)):
-            raise SchemaError(
-                f"out= takes a dict of buffers for fixed-shape fields {sorted(fixed)} (see "
-                f"empty_batch()); got {sorted(out) if isinstance(out, Mapping) else type(out)}"
-            )
-        if pad is not None:
-            for name, f in self.schema.items():
-                if isinstance(f, (fmt.Ragged, fmt.Bytes)) and f"{name}_lengths" in self.schema:
-                    raise SchemaError(
-                        f"pad= would add {name + '_lengths'!r} (the lengths of field {name!r}), "
-                        "but the mix has a field of that name; mix with fields= without one of "
-                        "them, or pad yourself from the RaggedBatch"
-                    )
+        check_gather_args(self.schema, out, pad, "mix with fields=")
         src, idx = self.locate(indices, epoch)
         b = len(idx)
         parts = []  # (positions in the batch, the source's sub-batch)
@@ -254,13 +241,7 @@ class Mix:
 
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
         """Pre-allocated ``out=`` buffers for :meth:`gather`, one per fixed-shape field."""
-        return {
-            name: torch.empty(
-                (batch_size, *f.shape), dtype=TORCH_DTYPES[f.dtype], pin_memory=pin_memory
-            )
-            for name, f in self.schema.items()
-            if isinstance(f, fmt.Tensor)
-        }
+        return empty_buffers(self.schema, batch_size, pin_memory)
 
     def __repr__(self) -> str:
         parts = ", ".join(

@@ -9,7 +9,7 @@ from tqdm.auto import tqdm
 from .. import format as fmt
 from ..errors import ChecksumError
 from ..manifest import file_checksum
-from .dataset import open as open_dataset
+from .opening import open as open_dataset
 from .remote import RemoteDataset
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...loader.dataloader import dataloader
 from ...loader.loader import Loader
-from ...reader.dataset import open as open_dataset
+from ...reader.opening import open as open_dataset
 from .base import Batch, Contender, Setup
 
 
