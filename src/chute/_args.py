@@ -34,9 +34,9 @@ def is_url(path: str) -> bool:
 
 def check_path(path: Any) -> Path:
     """A local dataset path given by the user (``str``, ``bytes`` or ``os.PathLike``, not
-    empty). Every stage that opens or writes a dataset (``open``, ``write``, ``Writer``,
-    ``convert``, ``cache``) takes its path through here, so a URL is refused in one place
-    rather than becoming a local folder named ``s3:``."""
+    empty). Every stage that opens or writes a local dataset takes its path through here
+    (``open``, ``write``, ``Writer`` and ``convert`` route URLs to object storage first), so a
+    URL anywhere else is refused in one place rather than becoming a local folder ``s3:``."""
     raw = path
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
@@ -51,8 +51,9 @@ def check_path(path: Any) -> Path:
     if is_url(path):
         scheme = path.partition("://")[0]
         raise ArgumentValueError(
-            f"{path}: remote datasets ({scheme}://) are not supported here yet; copy the "
-            "dataset to a local folder (or a mounted filesystem) and give that path"
+            f"{path}: this takes a local path; remote datasets ({scheme}://) are opened with "
+            "chute.open(url) and written with chute.write / chute.Writer / chute.convert to "
+            "a URL, and `chute upload` / `chute download` copy them (docs/remote.md)"
         )
     return Path(path)
 

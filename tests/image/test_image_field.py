@@ -111,14 +111,19 @@ def test_round_trip_pil_bytes_arrays(tmp_path: Path, how: str) -> None:
     assert b["image"].sizes.tolist() == [list(ref.shape[1:]) for ref in refs[:2]]
 
 
-def test_pil_images_infer_an_image_field_and_bytes_stay_bytes(tmp_path: Path) -> None:
+def test_encoded_images_infer_an_image_field_pil_stays_lossless(tmp_path: Path) -> None:
+    """Only an explicit choice makes JPEGs: chute.Image() in the schema, or values already
+    encoded (chute.image.encode_image). A PIL image alone stays its exact pixels; bytes stay
+    Bytes."""
     ims = [Image.fromarray(picture(30, 40, seed=s)) for s in range(3)]
-    dst = chute.write(tmp_path / "a.chute", {"image": ims, "raw": [jpeg()] * 3})
-    ds = chute.open(dst)
-    assert ds.schema == {"image": chute.Image(), "raw": chute.Bytes()}
+    encoded = [encode_image(im) for im in ims]
+    dst = chute.write(tmp_path / "a.chute", {"image": encoded, "raw": [jpeg()] * 3})
+    assert chute.open(dst).schema == {"image": chute.Image(), "raw": chute.Bytes()}
     with chute.Writer(tmp_path / "b.chute") as w:
         w.append({"image": ims[0]})
-    assert chute.open(tmp_path / "b.chute").schema["image"] == chute.Image()
+    ds = chute.open(tmp_path / "b.chute")
+    assert ds.schema["image"] == chute.Tensor((30, 40, 3), "uint8")
+    np.testing.assert_array_equal(ds[0]["image"].numpy(), np.asarray(ims[0]))
 
 
 def test_ds_i_equals_pil_decode(tmp_path: Path) -> None:

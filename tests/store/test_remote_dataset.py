@@ -104,7 +104,10 @@ def test_prefetch_fetches_ahead_in_order_and_is_released(
     loader = chute.Loader(ds, 20, shuffle=False, num_workers=2)
     assert ids(loader) == list(range(400))
     order = [k for m, k in s3.log[start:] if m == "GET" and k.endswith("/x.npy")]
-    assert order == [f"{key}/part-{i:05d}/x.npy" for i in range(10)]  # in read order, once
+    want = [f"{key}/part-{i:05d}/x.npy" for i in range(10)]
+    assert sorted(order) == want  # each part once
+    # in read order, up to the parts fetched concurrently (the prefetch depth)
+    assert all(abs(order.index(k) - i) <= 2 for i, k in enumerate(want)), order
     assert ds._feed is None or ds._feed.closed  # the pass ended: its pins were released
     ds.close()
     assert ds.cache.evict(10**9) > 0  # nothing is pinned any more: all evictable

@@ -96,9 +96,12 @@ def infer_field(name: str, value: Any, batch: bool = False) -> fmt.Field:
         return fmt.String()
     if isinstance(value, (bytes, bytearray, memoryview)):
         return fmt.Bytes()
-    from .images import is_image  # a PIL image (or an encoded one): an Image field
+    from ..image.codec import EncodedImage
 
-    if is_image(value):
+    # An image already encoded (chute.image.encode_image) is an Image field. A PIL image is
+    # not: without a declared chute.Image() it stays its pixels (lossless, as before), never a
+    # JPEG re-encoded behind the caller's back.
+    if isinstance(value, EncodedImage):
         return fmt.Image()
     arr, dt, _ = to_array(value, name, 0)
     return fmt.Tensor(arr.shape[1:] if batch else arr.shape, dt)
