@@ -143,7 +143,7 @@ def litdata_row(args: argparse.Namespace, images: np.ndarray, labels: np.ndarray
     def s3store_http(*a: Any, client_options: dict | None = None, **kw: Any) -> Any:
         return s3store(*a, client_options={**(client_options or {}), "allow_http": True}, **kw)
 
-    obstore.store.S3Store = s3store_http
+    obstore.store.S3Store = s3store_http  # type: ignore[misc,assignment]
     from litdata.streaming.writer import BinaryWriter
 
     local = Path(args.cache_dir).parent / "litdata-written"
