@@ -231,6 +231,7 @@ def main() -> None:
     ap.add_argument("--streaming-python", help="default: .venv-streaming/bin/python")
     ap.add_argument("--litdata-python", help="default: .venv-litdata/bin/python")
     ap.add_argument("--rows", default="chute,local,streaming,litdata", help="which rows to run")
+    ap.add_argument("--plot", help="write a bar chart here (e.g. docs/remote.png)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "remote.json"))
     args = ap.parse_args()
 
@@ -319,6 +320,35 @@ def main() -> None:
             "targets": {k: t for k, (_, t) in TARGETS.items()},
         },
     )
+    print(f"wrote {path}")
+    if args.plot:
+        plot(list(rows.values()), args.plot)
+
+
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    """Cold and warm samples/s per row, side by side (log scale: they differ 100x)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if "cold_samples_per_s" in r]
+    names = [r["name"] for r in rows][::-1]
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for k, (key, label, color) in enumerate(
+        [("cold_samples_per_s", "cold epoch", "#dd8452"), ("warm_samples_per_s", "warm", "#4c72b0")]
+    ):
+        ys = [i + 0.2 - 0.4 * k for i in range(len(names))]
+        rates = [r[key] for r in rows][::-1]
+        ax.barh(ys, rates, height=0.38, color=color, label=label)
+        for y, v in zip(ys, rates, strict=True):
+            ax.text(v, y, f" {v:,.0f}", va="center", fontsize=7)
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xscale("log")
+    ax.set_xlabel("samples/s (one moto S3 server on 127.0.0.1, 2 workers; shared machine)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     print(f"wrote {path}")
 
 
