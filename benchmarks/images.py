@@ -416,9 +416,16 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
     names = [r["name"] for r in rows]
     rates = [r["images_per_s"] for r in rows]
     colors = [
-        "#999999" if "DataLoader" in n else "#4c72b0" if "bare" in n else "#dd8452" for n in names
+        "#999999"
+        if "DataLoader" in n
+        else "#8172b3"
+        if "FFCV" in n
+        else "#4c72b0"
+        if "bare" in n
+        else "#dd8452"
+        for n in names
     ]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(10, 4))
     ax.barh(names[::-1], rates[::-1], color=colors[::-1])
     for y, v in enumerate(rates[::-1]):
         ax.text(v, y, f" {v:,.0f}", va="center", fontsize=8)
