@@ -148,11 +148,23 @@ def decode_planned(
         im = frombuffer("RGBX", (iw, ih), rgbx, "raw", "RGBX", 0, 1)
         small = im.resize(size, bilinear, box=dbox[i])
         if flips[i]:
-            hwc = np.asarray(small)
-            out[i] = hwc[:, ::-1, :3].transpose(2, 0, 1)
+            out[i] = _rgbx(small, plane)[:, ::-1, :3].transpose(2, 0, 1)
         else:
             _copy_planes(small, planes[i], plane)
     return out
+
+
+def _rgbx(im: Any, plane: int) -> np.ndarray:
+    """An RGBX PIL image as a (H, W, 4) uint8 array: PIL's raw packer in one call (what
+    ``np.asarray`` does through ``tobytes``, in 64 KB chunks joined after)."""
+    from PIL import Image
+
+    enc = Image._getencoder("RGBX", "raw", "RGBX")
+    enc.setimage(im.im, (0, 0, *im.size))
+    _, status, data = enc.encode(4 * plane)
+    if status != 1:  # not all at once (never seen)
+        return np.asarray(im)
+    return np.frombuffer(data, np.uint8).reshape(im.size[1], im.size[0], 4)
 
 
 def _copy_planes(im: Any, dst: np.ndarray, plane: int) -> None:
