@@ -1,7 +1,7 @@
 """Where the time of a decoded image goes: simplejpeg's DCT-scaled decode, PIL's crop+resize,
-the copy into the batch (unflipped: PIL's band packer, one plane at a time; flipped:
-``np.asarray`` then numpy's HWC -> CHW copy with the flip), and everything else (Python,
-plan, gather), for RandomResizedCrop(160) + flip over the benchmark's photos, one thread.
+the copy into the batch (unflipped: PIL's band packer, one plane at a time; flipped: PIL's
+raw packer in one call, then numpy's HWC -> CHW copy with the flip), and everything else
+(Python, plan, gather), for RandomResizedCrop(160) + flip over the benchmark's photos, one thread.
 
     python benchmarks/image_profile.py [--images 1000] [--size 160]
         [--json benchmarks/results/image_profile.json]
@@ -26,7 +26,7 @@ from PIL import Image
 
 import chute
 from chute.image import RandomHorizontalFlip, RandomResizedCrop, dct_scales, decode_planned, plan
-from chute.image.decode import _copy_planes
+from chute.image.decode import _copy_planes, _rgbx
 
 
 def stages(data: list[bytes], hw: np.ndarray, size: int) -> dict[str, float]:
@@ -53,7 +53,7 @@ def stages(data: list[bytes], hw: np.ndarray, size: int) -> dict[str, float]:
         small = im.resize((size, size), Image.Resampling.BILINEAR, box=boxes[i])
         t2 = clock()
         if p.flips[i]:
-            out[i % 256] = np.asarray(small)[:, ::-1, :3].transpose(2, 0, 1)
+            out[i % 256] = _rgbx(small, size * size)[:, ::-1, :3].transpose(2, 0, 1)
         else:
             _copy_planes(small, planes[i % 256], size * size)
         t3 = clock()
