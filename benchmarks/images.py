@@ -11,10 +11,15 @@ side by side in one run over the same ImageFolder of real photos (``_photos.py``
 - ``chute.Loader(ds, 256, decode={"image": [RandomResizedCrop(160),
   RandomHorizontalFlip()]})``, 1 and 2 worker threads: what a user runs.
 
-FFCV is not run (it needs numpy<2, numba and system libraries in a separate venv).
+- FFCV 1.0.2, ``RandomResizedCropRGBImageDecoder`` + flip, 2 threads, over a ``.beton``
+  written from the same folder: run by ``_ffcv_epochs.py`` in the Python of a separate venv
+  (``--ffcv-python``, default ``$FFCV_PYTHON``; FFCV needs numpy<2, numba, opencv and
+  libturbojpeg), one process kept across rounds; its first batch is the first epoch's
+  (numba's compile included). Skipped, with the reason, when that Python is missing.
 
     python benchmarks/images.py [--images 2000] [--batch-size 256] [--size 160] [--rounds 3]
-        [--json benchmarks/results/images.json] [--plot docs/images.png]
+        [--ffcv-python /work/ffcv-venv/bin/python] [--json benchmarks/results/images.json]
+        [--plot docs/images.png]
 
 The machine is shared: every row runs once per round, rounds interleaved, and each row
 reports its best round (the load average is printed). Columns: images/s over the epoch,
@@ -29,10 +34,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import os
 import random
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -56,6 +64,7 @@ from chute.image import (
     plan,
     plan_slice,
 )
+from chute.sources.image_folder import ImageFolder
 
 COLUMNS = [
     ("name", "", "s"),
@@ -212,6 +221,70 @@ def measure(name: str, make: Callable[[], Iterator[int]], disk_mb: float, n: int
     }
 
 
+class FFCV:
+    """The FFCV row: ``_ffcv_epochs.py`` in FFCV's own venv, one epoch per request."""
+
+    def __init__(self, python: str, folder: Path, beton: Path, bs: int, size: int, threads: int):
+        script = Path(__file__).with_name("_ffcv_epochs.py")
+        cmd = [python, str(script), str(folder), str(beton), "--batch-size", str(bs)]
+        cmd += ["--size", str(size), "--threads", str(threads)]
+        self.log = open(beton.with_suffix(".log"), "w")  # noqa: SIM115 (closed in close())
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
+        )
+        self.ready = self._reply()
+        self.first_cold: float | None = None
+
+    def _reply(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.log.flush()
+            tail = Path(self.log.name).read_text()[-2000:]
+            raise RuntimeError(f"FFCV's process ended: {tail}")
+        return json.loads(line)
+
+    def epoch(self, name: str, n: int, epoch: int) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        with peak_pss() as mem:
+            self.proc.stdin.write(f"epoch {epoch}\n")
+            self.proc.stdin.flush()
+            r = self._reply()
+        assert r["images"] == n, (r, n)
+        if self.first_cold is None:  # the first epoch: numba compiles the pipeline
+            self.first_cold = r["first_batch_s"]
+        return {
+            "name": name,
+            "images_per_s": n / r["seconds"],
+            "first_batch_s": self.first_cold,
+            "first_batch_warm_s": r["first_batch_s"],
+            "disk_mb": self.ready["disk_mb"],
+            "peak_pss_mb": (mem.peak - mem.baseline) / 1e6,
+            "seconds": r["seconds"],
+            "cpu_ms_per_image": 1e3 * r["cpu_s"] / n,
+        }
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(60)
+        self.log.close()
+
+
+def start_ffcv(python: str | None, *args: Any) -> tuple[FFCV | None, str]:
+    """FFCV's runner, or None and why not."""
+    if not python:
+        return None, "not run: no --ffcv-python / $FFCV_PYTHON (a venv with ffcv==1.0.2)"
+    if not Path(python).exists():
+        return None, f"not run: {python} does not exist"
+    try:
+        f = FFCV(python, *args)
+    except (OSError, RuntimeError, ValueError) as exc:
+        return None, f"not run: {exc}"
+    r = f.ready
+    return f, f"ffcv {r['ffcv']}, numpy {r['numpy']}, .beton written in {r['write_s']:.1f} s"
+
+
 def du(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
 
@@ -219,6 +292,7 @@ def du(path: Path) -> float:
 ROWS = {
     "DataLoader 0": "torch DataLoader + PIL, 0 workers",
     "DataLoader 2": "torch DataLoader + PIL, 2 workers",
+    "FFCV 2": "FFCV 1.0.2 RandomResizedCropRGBImageDecoder, 2 threads",
     "bare 1": "bare decode+crop+resize, 1 thread",
     "bare 2": "bare decode+crop+resize, 2 threads",
     "direct 1": "chute decode_planned, 1 thread",
@@ -235,6 +309,7 @@ def main() -> None:
     p.add_argument("--size", type=int, default=160)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--work-dir", default=None)
+    p.add_argument("--ffcv-python", default=os.environ.get("FFCV_PYTHON"))
     p.add_argument("--json", default=str(RESULTS / "images.json"))
     p.add_argument("--plot", default=None, help="write a bar chart here (e.g. docs/images.png)")
     args = p.parse_args()
@@ -244,7 +319,7 @@ def main() -> None:
         t = time.perf_counter()
         ds_path = from_image_folder(root, Path(tmp) / "ds.chute", progress=False)
         convert_s = time.perf_counter() - t
-        files = [(root / rel, label) for rel, label in chute.image.ImageFolder(root).files]
+        files = [(root / rel, label) for rel, label in ImageFolder(root).files]
         ds = chute.open(ds_path)
         enc = ds.gather(np.arange(len(ds)))["image"]
         data = [bytes(memoryview(x.numpy())) for x in enc.tolist()]
@@ -268,15 +343,25 @@ def main() -> None:
             t: chute.Loader(chute.open(ds_path), bs, num_workers=t, decode={"image": ops})
             for t in (1, 2)
         }
+        ffcv, ffcv_note = start_ffcv(args.ffcv_python, root, Path(tmp) / "ffcv.beton", bs, size, 2)
+        print(f"FFCV: {ffcv_note}", file=sys.stderr)
         best: dict[str, dict[str, Any]] = {}
         for epoch in range(args.rounds):
-            for key, (make, mb) in runs.items():
-                row = measure(ROWS[key], lambda m=make, e=epoch: m(e), mb, n)
+            for key in ROWS:
+                if key == "FFCV 2":
+                    if ffcv is None:
+                        continue
+                    row = ffcv.epoch(ROWS[key], n, epoch)
+                else:
+                    make, mb = runs[key]
+                    row = measure(ROWS[key], lambda m=make, e=epoch: m(e), mb, n)
                 if key not in best or row["images_per_s"] > best[key]["images_per_s"]:
                     best[key] = row
             load.append(os.getloadavg()[0])
-    rows = [best[k] for k in ROWS]
-    by = {k: best[k]["images_per_s"] for k in ROWS}
+        if ffcv is not None:
+            ffcv.close()
+    rows = [best[k] for k in ROWS if k in best]
+    by = {k: best[k]["images_per_s"] for k in best}
     ratios = {
         "bare 2 threads / 1 thread": by["bare 2"] / by["bare 1"],
         "Loader 2 threads / 1 thread": by["Loader 2"] / by["Loader 1"],
@@ -287,13 +372,15 @@ def main() -> None:
         "Loader 2 threads / DataLoader 2 workers": by["Loader 2"] / by["DataLoader 2"],
         "Loader 2 threads / DataLoader 0 workers": by["Loader 2"] / by["DataLoader 0"],
     }
-    cpu = {k: best[k]["cpu_ms_per_image"] for k in ROWS}
+    if "FFCV 2" in by:
+        ratios["Loader 2 threads / FFCV 2 threads"] = by["Loader 2"] / by["FFCV 2"]
+    cpu = {k: best[k]["cpu_ms_per_image"] for k in best}
     ratios["CPU per image, Loader / bare, 1 thread"] = cpu["Loader 1"] / cpu["bare 1"]
     ratios["CPU per image, Loader / bare, 2 threads"] = cpu["Loader 2"] / cpu["bare 2"]
     print(table(rows, COLUMNS))
     print(
         f"{n} photos, folder {folder_mb:.1f} MB, chute dataset {ds_mb:.1f} MB "
-        f"({ds_mb / folder_mb:.3f}x), from_image_folder {convert_s:.1f} s; FFCV: not run; "
+        f"({ds_mb / folder_mb:.3f}x), from_image_folder {convert_s:.1f} s; FFCV: {ffcv_note}; "
         f"best of {args.rounds} rounds; load average {min(load):.1f}-{max(load):.1f} on "
         f"{os.cpu_count()} CPUs"
     )
@@ -312,7 +399,7 @@ def main() -> None:
             "dataset_mb": ds_mb,
             "rows": rows,
             "ratios": ratios,
-            "ffcv": "not run: needs numpy<2, numba, libturbojpeg/opencv in a separate venv",
+            "ffcv": ffcv_note,
         },
     )
     print(f"wrote {path}")
@@ -329,9 +416,16 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
     names = [r["name"] for r in rows]
     rates = [r["images_per_s"] for r in rows]
     colors = [
-        "#999999" if "DataLoader" in n else "#4c72b0" if "bare" in n else "#dd8452" for n in names
+        "#999999"
+        if "DataLoader" in n
+        else "#8172b3"
+        if "FFCV" in n
+        else "#4c72b0"
+        if "bare" in n
+        else "#dd8452"
+        for n in names
     ]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(10, 4))
     ax.barh(names[::-1], rates[::-1], color=colors[::-1])
     for y, v in enumerate(rates[::-1]):
         ax.text(v, y, f" {v:,.0f}", va="center", fontsize=8)
