@@ -10,7 +10,7 @@ import pytest
 from chute import ArgumentError, ArgumentValueError
 from chute._args import parse_size
 from chute.store import Prefetcher, is_url, parse_url
-from chute.store.cache import folder_name
+from chute.store.paths import folder_name
 
 
 @pytest.mark.parametrize(

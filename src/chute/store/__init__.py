@@ -5,10 +5,11 @@ Standalone for now: ``chute.open(url, ...)`` is to be wired onto these pieces. N
 ``remote`` extra (``pip install 'chute[remote]'``: obstore, zstandard), imported lazily.
 """
 
-from .cache import RemoteCache, default_cache_dir
+from .cache import RemoteCache
 from .client import Store
 from .locks import Pin
 from .manifest import Entry
+from .paths import default_cache_dir
 from .prefetch import Prefetcher
 from .url import URL, is_url, parse_url
 

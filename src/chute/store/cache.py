@@ -33,11 +33,9 @@ parts that must be in the cache at once.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
-import re
 import secrets
 import shutil
 from collections.abc import Sequence
@@ -54,28 +52,14 @@ from ..errors import (
     ChecksumError,
     DatasetChangedError,
     DatasetNotFoundError,
-    FormatError,
 )
-from ..manifest import file_checksum, write_manifest
+from ..manifest import write_manifest
 from .client import CorruptObjectError, Store
 from .locks import Pin, lock_fd, locked, release_all, unlock_fd
 from .manifest import Entry, parse_remote_manifest
+from .paths import default_cache_dir, disk_error, folder_name, mismatch, present
 
 META = ".chute-cache"
-
-
-def default_cache_dir() -> Path:
-    """``$CHUTE_CACHE_DIR``, else ``$XDG_CACHE_HOME/chute``, else ``~/.cache/chute``."""
-    if os.environ.get("CHUTE_CACHE_DIR"):
-        return Path(os.environ["CHUTE_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "chute"
-
-
-def folder_name(url: str) -> str:
-    """The cache sub-folder of a URL: its last segment (readable) and a hash (unique)."""
-    tail = re.sub(r"[^A-Za-z0-9_.\-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:64]
-    return f"{tail or 'dataset'}-{xxhash.xxh3_64_hexdigest(url.encode())[:16]}"
 
 
 class RemoteCache:
@@ -137,7 +121,7 @@ class RemoteCache:
                 self._bind(identity, manifest)
                 self._attach(identity)
         except OSError as exc:
-            raise _disk_error(exc, self.folder, f"preparing the cache of {url}") from None
+            raise disk_error(exc, self.folder, f"preparing the cache of {url}") from None
         self.manifest, self.entries, self._identity = manifest, entries, identity
         return manifest
 
@@ -265,12 +249,12 @@ class RemoteCache:
         """Download ``entry`` once per node into the cache folder, checked (see the module
         docstring); returns its path."""
         dst = self.folder / entry.relpath
-        if _present(dst, entry.nbytes):
+        if present(dst, entry.nbytes):
             return dst
         try:
             dst.parent.mkdir(parents=True, exist_ok=True)
             with locked(self.meta / "locks" / (entry.relpath + ".lock")):
-                if _present(dst, entry.nbytes):  # another process fetched it meanwhile
+                if present(dst, entry.nbytes):  # another process fetched it meanwhile
                     return dst
                 for stale in dst.parent.glob(f".{dst.name}.tmp-*"):  # a dead downloader's
                     stale.unlink(missing_ok=True)
@@ -278,7 +262,7 @@ class RemoteCache:
                 self._download(entry, dst)
         except OSError as exc:
             where = self.store.url.join(entry.key)
-            raise _disk_error(exc, self.folder, f"downloading {where}") from None
+            raise disk_error(exc, self.folder, f"downloading {where}") from None
         return dst
 
     def _download(self, entry: Entry, dst: Path) -> None:
@@ -288,7 +272,7 @@ class RemoteCache:
             try:
                 with open(tmp, "wb") as f:
                     got = self.store.get_to_file(entry.key, f, zstd=entry.stored is not None)
-                why = _mismatch(tmp, entry, got)
+                why = mismatch(tmp, entry, got)
                 if not why:
                     os.replace(tmp, dst)
                     return
@@ -374,49 +358,3 @@ class RemoteCache:
         if self.manifest is None:
             raise CacheError(f"{self.folder}: call open() before using the cache")
         return self.manifest
-
-
-def _present(path: Path, nbytes: int) -> bool:
-    """A file at its final name is complete and was checked; the size guards against an
-    outside edit."""
-    try:
-        return os.stat(path).st_size == nbytes
-    except FileNotFoundError:
-        return False
-
-
-def _mismatch(tmp: Path, entry: Entry, got: tuple[int, str]) -> str:
-    """Why the downloaded ``tmp`` is not ``entry`` ('' when it is)."""
-    if entry.stored is not None and got != entry.stored:
-        return f"stored object is {got[0]} bytes, xxh3 {got[1]}; the manifest says {entry.stored}"
-    size = os.path.getsize(tmp)
-    if size != entry.nbytes:
-        return f"{size} bytes but the manifest says {entry.nbytes}"
-    try:
-        checksum = file_checksum(tmp)
-    except FormatError as exc:
-        return f"not a valid .npy file ({exc})"
-    if checksum != entry.checksum:
-        return f"xxh3 {checksum} but the manifest says {entry.checksum}"
-    return ""
-
-
-def _disk_error(exc: OSError, folder: Path, doing: str) -> OSError:
-    """A :class:`CacheError` naming the cache folder for a full disk or an unwritable folder;
-    other errors as they are."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        try:
-            free = shutil.disk_usage(folder).free
-        except OSError:
-            free = -1
-        return CacheError(
-            f"the disk under the cache folder {folder} is full ({exc.strerror}; {free} bytes "
-            f"free) while {doing}: free space, set cache_limit below the free space, or pass "
-            "another cache_dir"
-        )
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return CacheError(
-            f"the cache folder {folder} is not writable ({exc.strerror}) while {doing}: pass "
-            "a writable cache_dir (or set CHUTE_CACHE_DIR)"
-        )
-    return exc

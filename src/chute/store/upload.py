@@ -22,9 +22,9 @@ import xxhash
 from .. import format as fmt
 from ..errors import ArgumentError, DatasetExistsError, require
 from ..manifest import read_manifest
-from .cache import default_cache_dir, folder_name
 from .client import CHUNK, EXTRA, Store
 from .manifest import ZSTD_SUFFIX
+from .paths import default_cache_dir, folder_name
 from .url import URL
 
 _DATA_SUFFIXES = (".npy", ".npy" + ZSTD_SUFFIX)

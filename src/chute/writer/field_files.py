@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -189,3 +190,34 @@ def promote(
     for p in old_files.values():
         p.with_name(p.name + ".old").unlink()
     return out
+
+
+class PartFiles:
+    """The open files of one part folder."""
+
+    def __init__(self, folder: Path, name: str, schema: Mapping[str, fmt.Field]):
+        self.folder, self.name = folder, name
+        self.num_samples = 0
+        self.fields: dict[str, FieldWriter] = {}
+        try:
+            folder.mkdir(exist_ok=True)
+            for field, f in schema.items():
+                self.fields[field] = FieldWriter(folder, field, f)
+        except BaseException:
+            self.abort()
+            raise
+
+    def close(self) -> fmt.PartInfo:
+        files: dict[str, fmt.FileInfo] = {}
+        try:
+            for col in self.fields.values():
+                files.update(col.close())
+        except BaseException:
+            self.abort()  # the fields not closed yet
+            raise
+        return fmt.PartInfo(self.name, self.num_samples, files)
+
+    def abort(self) -> None:
+        """Close every file without writing (never raises); the caller removes the folder."""
+        for col in self.fields.values():
+            col.abort()

@@ -275,3 +275,28 @@ def prepare(values: Any, f: fmt.Field, name: str, start: int, auto: bool) -> np.
     flat = np.concatenate(pieces) if pieces else np.empty((0, *inner), sd)
     shape_arr = np.array(shapes, np.int64).reshape(len(shapes), -1) if f.variable_dims else None
     return VarBatch(flat, np.array(lengths, np.int64), shape_arr)
+
+
+def infer_schema(sample: Mapping[str, Any]) -> dict[str, fmt.Field]:
+    """The schema of one sample: arrays -> Tensor, ``str`` -> String, bytes -> Bytes, a PIL
+    image -> Image."""
+    if not isinstance(sample, Mapping) or not sample:
+        raise SchemaError(
+            f"a sample must be a non-empty dict of field -> value, got {type(sample)}"
+        )
+    return {fmt.check_field_name(k): infer_field(k, v) for k, v in sample.items()}
+
+
+def check_schema(schema: Mapping[str, Any]) -> dict[str, fmt.Field]:
+    """``schema`` as a dict of checked field names -> chute field kinds; else a SchemaError."""
+    if not isinstance(schema, Mapping) or not schema:
+        raise SchemaError(
+            "schema must be a non-empty dict of field name -> chute.Tensor/Ragged/..."
+        )
+    out = {}
+    for name, f in schema.items():
+        fmt.check_field_name(name)
+        if not isinstance(f, (fmt.Tensor, fmt.Ragged, fmt.Bytes, fmt.String, fmt.Image)):
+            raise SchemaError(f"field {name!r}: {f!r} is not a chute field kind")
+        out[name] = f
+    return out

@@ -31,68 +31,13 @@ from ..manifest import read_manifest
 from ..store.upload import Staged
 from ..store.url import is_url
 from .commit import DatasetLock, commit, commit_append, new_staging_dir, writing
-from .field_files import FieldWriter, promote
-from .values import Promote, flatten, infer_field, prepare, sample_count
+from .field_files import PartFiles, promote
+from .values import Promote, check_schema, flatten, infer_field, infer_schema, prepare, sample_count
 
 Schema = Mapping[str, fmt.Field]
 
 
-def infer_schema(sample: Mapping[str, Any]) -> dict[str, fmt.Field]:
-    """The schema of one sample: arrays -> Tensor, ``str`` -> String, bytes -> Bytes, a PIL
-    image -> Image."""
-    if not isinstance(sample, Mapping) or not sample:
-        raise SchemaError(
-            f"a sample must be a non-empty dict of field -> value, got {type(sample)}"
-        )
-    return {fmt.check_field_name(k): infer_field(k, v) for k, v in sample.items()}
-
-
-def _check_schema(schema: Mapping[str, Any]) -> dict[str, fmt.Field]:
-    if not isinstance(schema, Mapping) or not schema:
-        raise SchemaError(
-            "schema must be a non-empty dict of field name -> chute.Tensor/Ragged/..."
-        )
-    out = {}
-    for name, f in schema.items():
-        fmt.check_field_name(name)
-        if not isinstance(f, (fmt.Tensor, fmt.Ragged, fmt.Bytes, fmt.String, fmt.Image)):
-            raise SchemaError(f"field {name!r}: {f!r} is not a chute field kind")
-        out[name] = f
-    return out
-
-
 # ---------------------------------------------------------------------------- parts
-
-
-class _Part:
-    """The open files of one part folder."""
-
-    def __init__(self, folder: Path, name: str, schema: Schema):
-        self.folder, self.name = folder, name
-        self.num_samples = 0
-        self.fields: dict[str, FieldWriter] = {}
-        try:
-            folder.mkdir(exist_ok=True)
-            for field, f in schema.items():
-                self.fields[field] = FieldWriter(folder, field, f)
-        except BaseException:
-            self.abort()
-            raise
-
-    def close(self) -> fmt.PartInfo:
-        files: dict[str, fmt.FileInfo] = {}
-        try:
-            for col in self.fields.values():
-                files.update(col.close())
-        except BaseException:
-            self.abort()  # the fields not closed yet
-            raise
-        return fmt.PartInfo(self.name, self.num_samples, files)
-
-    def abort(self) -> None:
-        """Close every file without writing (never raises); the caller removes the folder."""
-        for col in self.fields.values():
-            col.abort()
 
 
 def write_part(
@@ -104,9 +49,9 @@ def write_part(
     folder = Path(folder)
     if not fmt.PART_NAME.fullmatch(folder.name):
         raise SchemaError(f"part folder {folder} must be named like 'part-00000'")
-    schema = _check_schema(schema)
+    schema = check_schema(schema)
     with writing(folder):
-        w = _Part(folder, folder.name, schema)
+        w = PartFiles(folder, folder.name, schema)
     try:
         for batch in batches:
             n = sample_count(batch, schema, start=w.num_samples)
@@ -190,7 +135,7 @@ class Writer:
         """The rest of ``__init__``, which releases the lock if this raises."""
         if append:
             self._base = read_manifest(self.path)
-            if schema is not None and dict(_check_schema(schema)) != dict(self._base.fields):
+            if schema is not None and dict(check_schema(schema)) != dict(self._base.fields):
                 raise SchemaError(
                     f"{self.path}: schema {dict(schema)} differs from the dataset's "
                     f"{dict(self._base.fields)}; appended samples must have the same fields"
@@ -202,12 +147,12 @@ class Writer:
                 (int(n[5:]) for n in names if n != fmt.ROOT_PART), default=0 if names else -1
             )
         self._auto = schema is None
-        self._schema = None if schema is None else _check_schema(schema)
+        self._schema = None if schema is None else check_schema(schema)
         self._overwrite = overwrite
         self._part_size = part_size
         self._staging: Path | None = new_staging_dir(self.path, overwrite, append=append)
         self._parts: list[fmt.PartInfo] = []
-        self._part: _Part | None = None
+        self._part: PartFiles | None = None
         self._count = 0
 
     @property
@@ -228,16 +173,16 @@ class Writer:
             self.abort()
             raise
 
-    def _open_part(self) -> _Part:
+    def _open_part(self) -> PartFiles:
         if self._staging is None:
             raise ArgumentValueError(f"writer for {self.path} is closed")
         if self._part is None:
             assert self._schema is not None
             if self._part_size is None and self._base is None:
-                self._part = _Part(self._staging, fmt.ROOT_PART, self._schema)
+                self._part = PartFiles(self._staging, fmt.ROOT_PART, self._schema)
             else:
                 name = f"part-{self._first_part + len(self._parts):05d}"
-                self._part = _Part(self._staging / name, name, self._schema)
+                self._part = PartFiles(self._staging / name, name, self._schema)
         return self._part
 
     def append(self, sample: Mapping[str, Any]) -> None:

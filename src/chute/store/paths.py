@@ -1,0 +1,77 @@
+"""Where a remote dataset's cache lives, and the checks of what is in it: the default cache
+folder, a URL's sub-folder, whether a file is in place and the one it should be, and the
+error for a full or unwritable disk under the cache."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+from pathlib import Path
+
+import xxhash
+
+from ..errors import CacheError, FormatError
+from ..manifest import file_checksum
+from .manifest import Entry
+
+
+def default_cache_dir() -> Path:
+    """``$CHUTE_CACHE_DIR``, else ``$XDG_CACHE_HOME/chute``, else ``~/.cache/chute``."""
+    if os.environ.get("CHUTE_CACHE_DIR"):
+        return Path(os.environ["CHUTE_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "chute"
+
+
+def folder_name(url: str) -> str:
+    """The cache sub-folder of a URL: its last segment (readable) and a hash (unique)."""
+    tail = re.sub(r"[^A-Za-z0-9_.\-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:64]
+    return f"{tail or 'dataset'}-{xxhash.xxh3_64_hexdigest(url.encode())[:16]}"
+
+
+def present(path: Path, nbytes: int) -> bool:
+    """A file at its final name is complete and was checked; the size guards against an
+    outside edit."""
+    try:
+        return os.stat(path).st_size == nbytes
+    except FileNotFoundError:
+        return False
+
+
+def mismatch(tmp: Path, entry: Entry, got: tuple[int, str]) -> str:
+    """Why the downloaded ``tmp`` is not ``entry`` ('' when it is)."""
+    if entry.stored is not None and got != entry.stored:
+        return f"stored object is {got[0]} bytes, xxh3 {got[1]}; the manifest says {entry.stored}"
+    size = os.path.getsize(tmp)
+    if size != entry.nbytes:
+        return f"{size} bytes but the manifest says {entry.nbytes}"
+    try:
+        checksum = file_checksum(tmp)
+    except FormatError as exc:
+        return f"not a valid .npy file ({exc})"
+    if checksum != entry.checksum:
+        return f"xxh3 {checksum} but the manifest says {entry.checksum}"
+    return ""
+
+
+def disk_error(exc: OSError, folder: Path, doing: str) -> OSError:
+    """A :class:`CacheError` naming the cache folder for a full disk or an unwritable folder;
+    other errors as they are."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError:
+            free = -1
+        return CacheError(
+            f"the disk under the cache folder {folder} is full ({exc.strerror}; {free} bytes "
+            f"free) while {doing}: free space, set cache_limit below the free space, or pass "
+            "another cache_dir"
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return CacheError(
+            f"the cache folder {folder} is not writable ({exc.strerror}) while {doing}: pass "
+            "a writable cache_dir (or set CHUTE_CACHE_DIR)"
+        )
+    return exc
