@@ -74,6 +74,12 @@ class RemoteFiles(Files):
     def same_file(self, file: Path, st: os.stat_result) -> bool:
         return st.st_size == self._sizes.get(str(file))
 
+    def recheck(self, part: Part, name: str) -> None:
+        """Nothing to recheck: a cached file is replaced only by the same bytes (an evicted
+        part downloaded again, size and checksum checked against the manifest), under a new
+        inode, while the maps already made keep reading the old, identical copy. What the
+        local recheck guards against, a dataset rewritten in place, cannot happen here."""
+
     def pin(self, part: int) -> Any:
         """Download (once per node) and pin the selected files of part number ``part``."""
         return self.cache.pin(self._relpaths[part])
