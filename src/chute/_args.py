@@ -23,13 +23,14 @@ def check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
+"""``scheme://`` at the start of a string: a URL, not a local path (group 1: the scheme)."""
 
 
 def is_url(path: str) -> bool:
     """Whether ``path`` is a URL (``s3://bucket/x``, ``gs://...``, ``https://...``), not a
     local path: ``scheme://`` at its start."""
-    return _URL.match(path) is not None
+    return URL_SCHEME.match(path) is not None
 
 
 def check_path(path: Any) -> Path:

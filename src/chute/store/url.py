@@ -9,10 +9,10 @@ derived from a URL and a manifest name, and must never point elsewhere.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from .._args import URL_SCHEME
 from ..errors import ArgumentError
 
 # alias -> canonical scheme
@@ -30,7 +30,6 @@ SCHEMES = {
     "https": "https",
     "file": "file",
 }
-_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ def is_url(path: object) -> bool:
     path). ``"s3://b/x"`` is; ``"data/x.chute"`` and ``"C:/x"`` are not."""
     if not isinstance(path, str):
         return False
-    m = _URL.match(path)
+    m = URL_SCHEME.match(path)
     return m is not None and m.group(1).lower() in SCHEMES
 
 
@@ -74,7 +73,7 @@ def parse_url(path: str | URL) -> URL:
         return path
     if not isinstance(path, str):
         raise ArgumentError(f"a dataset URL is a str, got {type(path).__name__} {path!r}")
-    m = _URL.match(path)
+    m = URL_SCHEME.match(path)
     if m is None:
         raise ArgumentError(f"{path!r} is not a URL (expected e.g. 's3://bucket/train.chute')")
     given = m.group(1).lower()
