@@ -69,3 +69,19 @@ def test_resume_across_world_size_is_exact():
     assert set(got) == set(range(n)) and len(got) - n < 5 * 3  # only the last step pads
     with pytest.raises(ArgumentValueError):
         Order(n, 8, parts=[1, 2])
+
+
+def test_sliding_window_first_batches_need_one_part():
+    """The stream's first stretch is a slice of the rank's first part alone, so the first
+    batches wait for one part; later a batch spans at most window + 1 consecutive parts of
+    the rank."""
+    sizes = [64] * 12
+    ends = np.cumsum(sizes)
+    for seed in range(3):
+        for batches in epoch(sizes, 16, 2, seed=seed):
+            parts = [np.unique(np.searchsorted(ends, b, side="right")).tolist() for b in batches]
+            assert len(parts[0]) == 1 and parts[0] == parts[1]  # 64 / 2 = 32: two batches
+            order = list(dict.fromkeys(p for ps in parts for p in ps))  # as first read
+            for ps in parts:
+                ks = [order.index(p) for p in ps]
+                assert max(ks) - min(ks) <= 2  # window 2: at most 3 parts, consecutive

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import distinct
 from .permute import Permutation
 
 
@@ -49,7 +50,7 @@ class BlockPermutation:
         w = np.where(p < end_of_short, p // self.span, (p + self.short) // self.span)
         start = self._window_start(w)
         out = np.empty_like(p)
-        for win in np.unique(w).tolist():  # a batch spans one window, or a few
+        for win in distinct(w).tolist():  # a batch spans one window, or a few
             at = w == win
             first_slot = win * self.window
             slots = min(self.window, self.nblocks - first_slot)

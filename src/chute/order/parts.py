@@ -3,11 +3,17 @@ the parts, for datasets whose parts are fetched (object storage) or slow to seek
 
 The epoch's global order, for ``world`` ranks and batches of ``batch``: the parts are
 shuffled, then dealt to the ranks, each part to the rank with the fewest samples so far
-(ranks get the same number of samples to within one part); a rank's stream is its parts'
-samples, shuffled within windows of ``window`` consecutive parts. Global step ``j`` then
-gives rank ``r`` the ``j``-th ``batch`` samples of stream ``r`` (the Order's usual split of a
-step into contiguous rank slices), for as many steps as the shortest stream fills; the
-samples left over (at most about one part per rank) end the epoch, split the usual way.
+(ranks get the same number of samples to within one part). A rank's stream is its parts'
+samples shuffled within a sliding window of ``window`` parts: the samples of its ``k``-th
+part are shuffled and cut into ``window`` equal slices, slice ``d`` going to stretch
+``k + d`` of the stream, and each stretch is shuffled. So a sample moves at most ``window``
+parts from where its part starts, a batch draws from at most ``window`` (at a stretch's
+edge ``window + 1``) consecutive parts, and the stream's first stretch needs the rank's first
+part alone: the first batches wait for one part, not a window of them. Global step ``j``
+then gives rank ``r`` the ``j``-th ``batch`` samples of stream ``r`` (the Order's usual
+split of a step into contiguous rank slices), for as many steps as the shortest stream
+fills; the samples left over (at most about one part per rank) end the epoch, split the
+usual way.
 
 So it is a permutation of the samples like any global order: every sample once per epoch,
 equal steps per rank, and ``state_dict`` / resume exact. The order depends on ``(world,
@@ -39,24 +45,34 @@ def part_shuffle(
         r = int(np.argmin(load))
         owned[r].append(p)
         load[r] += counts[p]
-    streams = []
-    for parts in owned:
-        chunks = []
-        for w in range(0, len(parts), window):
-            group = parts[w : w + window]
-            idx = np.concatenate(
-                [np.arange(starts[p], starts[p] + counts[p], dtype=np.int64) for p in group]
-            )
-            rng.shuffle(idx)
-            chunks.append(idx)
-        streams.append(np.concatenate(chunks) if chunks else np.zeros(0, np.int64))
+    streams = [_sliding(parts, starts, counts, window, rng) for parts in owned]
     steps = min(len(s) for s in streams) // batch
     head = np.stack([s[: steps * batch].reshape(steps, batch) for s in streams], axis=1)
     tail = [s[steps * batch :] for s in streams]
     return np.concatenate([head.reshape(-1), *tail])
 
 
-PARTS_WINDOW = 2  # parts whose samples are shuffled together (as many as a reader keeps mapped)
+def _sliding(
+    parts: list[int], starts: np.ndarray, counts: np.ndarray, window: int, rng: np.random.Generator
+) -> np.ndarray:
+    """One rank's stream: the samples of ``parts`` (in this order) shuffled within a sliding
+    window of ``window`` parts (see the module docstring)."""
+    if not parts:
+        return np.zeros(0, np.int64)
+    slices: list[list[np.ndarray]] = [[] for _ in range(len(parts) + window - 1)]
+    for k, p in enumerate(parts):
+        mine = rng.permutation(np.arange(starts[p], starts[p] + counts[p], dtype=np.int64))
+        for d, piece in enumerate(np.array_split(mine, window)):
+            slices[k + d].append(piece)
+    stream = []
+    for pieces in slices:
+        stretch = np.concatenate(pieces)
+        rng.shuffle(stretch)
+        stream.append(stretch)
+    return np.concatenate(stream) if stream else np.zeros(0, np.int64)
+
+
+PARTS_WINDOW = 2  # the sliding window, in parts (a reader keeps 2 mapped, 2 prefetched)
 
 
 def order_options(ds: Any, shuffle: bool | str) -> dict[str, Any]:

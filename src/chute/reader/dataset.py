@@ -30,6 +30,7 @@ import torch
 
 from .. import format as fmt
 from .._args import check_path
+from .._arrays import distinct
 from .._torch import empty_buffers, to_torch
 from ..batch import RaggedBatch, pad_batch
 from ..errors import ArgumentError
@@ -84,7 +85,8 @@ class Dataset(torch.utils.data.Dataset):
         self._files = snap.files
         self._parts = snap.parts
         self._columns: dict[tuple[int, str], dict[str, np.ndarray]] = {}  # mapped on first use
-        self._mapping = threading.Lock()
+        self._mapping = threading.Lock()  # guards _part_locks
+        self._part_locks: dict[tuple[int, str], threading.Lock] = {}
         self._len = sum(p.num_samples for p in self._parts)
         self._ends = np.array([p.start + p.num_samples for p in self._parts], np.int64)
         if self._files.in_memory and self._files.stale is None:
@@ -105,7 +107,9 @@ class Dataset(torch.utils.data.Dataset):
     def _column(self, part: int, name: str) -> dict[str, np.ndarray]:
         col = self._columns.get((part, name))
         if col is None:
-            with self._mapping:  # loader threads meeting a new part map its files once
+            with self._mapping:
+                lock = self._part_locks.setdefault((part, name), threading.Lock())
+            with lock:  # loader threads meeting a new part map its files once
                 col = self._columns.get((part, name))
                 if col is None:
                     col = self._files.column(self._parts[part], name, self.schema[name])
@@ -242,7 +246,7 @@ class Dataset(torch.utils.data.Dataset):
             return [(0, None, idx)]
         part_of = np.searchsorted(self._ends, idx, side="right")
         out: Split = []
-        for p in np.unique(part_of):
+        for p in distinct(part_of):
             pos = np.flatnonzero(part_of == p)
             out.append((int(p), pos, idx[pos] - self._parts[p].start))
         return out

@@ -52,6 +52,7 @@ import torch
 
 from .. import format as fmt
 from .._args import check_int
+from .._arrays import distinct
 from .._torch import as_numpy, empty_buffers, to_torch
 from ..batch import RaggedBatch, pad_batch
 from ..errors import ArgumentError, SchemaError
@@ -178,11 +179,11 @@ class Mix:
         size = self._sizes[src]
         cycle, within = np.divmod(stream, size)
         idx = np.empty_like(pos)
-        for s in np.unique(src).tolist():
+        for s in distinct(src).tolist():
             mine = src == s
             cycles = cycle[mine]
             got = np.empty(len(cycles), np.int64)
-            for c in np.unique(cycles).tolist():
+            for c in distinct(cycles).tolist():
                 at = cycles == c
                 got[at] = Permutation(int(self._sizes[s]), (self.seed, 1, s, c))[within[mine][at]]
             idx[mine] = got
@@ -205,7 +206,7 @@ class Mix:
         src, idx = self.locate(indices, epoch)
         b = len(idx)
         parts = []  # (positions in the batch, the source's sub-batch)
-        for s in np.unique(src).tolist():
+        for s in distinct(src).tolist():
             where = np.flatnonzero(src == s)
             parts.append((where, self.datasets[self.sources[s]].gather(idx[where])))
         batch: dict[str, Any] = {}

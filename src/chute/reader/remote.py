@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from .. import format as fmt
+from .._arrays import distinct
 from ..store.cache import RemoteCache
 from ..store.client import Store
 from ..store.parts import HeldParts, PartFeed
@@ -140,7 +141,7 @@ class RemoteDataset(Dataset):
 
     def parts_of(self, indices: np.ndarray) -> np.ndarray:
         """The sorted part numbers that sample ``indices`` (in range) fall in."""
-        return np.unique(np.searchsorted(self._ends, indices, side="right"))
+        return distinct(np.searchsorted(self._ends, indices, side="right"))
 
     def prefetch(self, batches: Iterable[np.ndarray]) -> PartFeed:
         """Download the parts of ``batches`` (index arrays, in the order they will be read)

@@ -39,6 +39,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ from ..manifest import write_manifest
 from .client import CorruptObjectError, Store
 from .locks import Pin, lock_fd, locked, release_all, unlock_fd
 from .manifest import Entry, parse_remote_manifest
-from .paths import default_cache_dir, disk_error, folder_name, mismatch, present
+from .paths import PayloadHash, default_cache_dir, disk_error, folder_name, mismatch, present
 
 META = ".chute-cache"
 
@@ -221,17 +222,21 @@ class RemoteCache:
         return self.pin(self.part_files(part, fields))
 
     def pin(self, relpaths: Sequence[str]) -> Pin:
-        """Pin, then download if absent, each file of ``relpaths`` (manifest paths)."""
+        """Pin, then download if absent, each file of ``relpaths`` (manifest paths); the
+        files of a part are downloaded at once, each on its own thread."""
         self._attach()
         fds: list[int] = []
         try:
-            paths = []
             for rel in relpaths:
                 fd = lock_fd(self._inuse(rel), fcntl.LOCK_SH)
                 assert fd is not None
                 fds.append(fd)
                 os.utime(fd)  # last use, for LRU
-                paths.append(self.ensure(rel))
+            if len(relpaths) > 1:
+                with ThreadPoolExecutor(min(len(relpaths), 8), "chute-fetch") as pool:
+                    paths = list(pool.map(self.ensure, relpaths))
+            else:
+                paths = [self.ensure(rel) for rel in relpaths]
         except BaseException:
             release_all(fds)
             raise
@@ -271,8 +276,9 @@ class RemoteCache:
             tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
             try:
                 with open(tmp, "wb") as f:
-                    got = self.store.get_to_file(entry.key, f, zstd=entry.stored is not None)
-                why = mismatch(tmp, entry, got)
+                    written = PayloadHash(f)
+                    got = self.store.get_to_file(entry.key, written, zstd=entry.stored is not None)
+                why = mismatch(tmp, entry, got, written)
                 if not why:
                     os.replace(tmp, dst)
                     return

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import xxhash
 
@@ -36,6 +36,17 @@ from ..errors import ArgumentError, DatasetNotFoundError, RemoteError, require
 from .url import URL, parse_url
 
 T = TypeVar("T")
+
+
+class Sink(Protocol):
+    """Where a download is written: an open binary file, or a wrapper of one."""
+
+    def write(self, data: Any, /) -> int: ...
+    def flush(self) -> None: ...
+    def seek(self, pos: int, whence: int = 0, /) -> int: ...
+    def truncate(self, size: int | None = None, /) -> int: ...
+
+
 CHUNK = 8 << 20  # streaming and multipart chunk size
 EXTRA = "remote"
 
@@ -189,7 +200,7 @@ class Store:
 
         return self.call("read", relpath, get)
 
-    def get_to_file(self, relpath: str, file: BinaryIO, *, zstd: bool = False) -> tuple[int, str]:
+    def get_to_file(self, relpath: str, file: Sink, *, zstd: bool = False) -> tuple[int, str]:
         """Stream object ``relpath`` into the open ``file`` (decompressed when ``zstd``),
         in chunks, never all in memory. Returns the object's stored size and xxh3_64.
         A retry truncates ``file`` and starts over; a local write error (disk full) is

@@ -9,7 +9,7 @@ so no process evicts them. Two kinds of use, each bounded, so that the cache hol
   parts in the order they are first needed (each batch's parts that the batch before did not
   touch); a :class:`~chute.store.prefetch.Prefetcher` downloads them ``ahead`` parts early.
   The reader reports which parts it reads (:meth:`PartFeed.reached`): the feed hands the
-  fetched parts up to those over (releasing older ones), which starts the next fetches. A
+  parts fetched up to those over (releasing older ones), which starts the next fetches. A
   reader that reads parts out of the feed's window (random access) simply fetches them
   itself; the feed then waits, it never runs further ahead than ``ahead`` parts.
 - :class:`HeldParts`: the parts whose files are memory-mapped by this process, at most
@@ -63,15 +63,18 @@ class PartFeed:
             previous = set(parts)
 
     def reached(self, parts: Iterable[int]) -> None:
-        """The reader now reads ``parts``: hand over every fetched part up to the last of
-        them in the window (waiting for its download, which the reader needs anyway).
-        A failed download raises here, for the batch that needs it."""
+        """The reader now reads ``parts``: hand over the parts fetched so far, in order, up
+        to the last of them in the window, which starts the next fetches. It never waits:
+        a part still downloading is handed over by a later call (the reader's own pin waits
+        for that download). A failed download raises here, for the batch that needs it."""
         want = set(parts)
         with self._lock:
             if self.closed:
                 return
             last = max((k for k, p in enumerate(self._window) if p in want), default=-1)
             for _ in range(last + 1):
+                if not self._prefetcher.ready():
+                    return
                 self._window.popleft()
                 next(self._prefetcher, None)
 

@@ -5,15 +5,18 @@ error for a full or unwritable disk under the cache."""
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import xxhash
 
 from ..errors import CacheError, FormatError
 from ..manifest import file_checksum
+from ..npy_header import MAGIC, read_header
 from .manifest import Entry
 
 
@@ -40,15 +43,63 @@ def present(path: Path, nbytes: int) -> bool:
         return False
 
 
-def mismatch(tmp: Path, entry: Entry, got: tuple[int, str]) -> str:
-    """Why the downloaded ``tmp`` is not ``entry`` ('' when it is)."""
+class PayloadHash:
+    """A binary file being downloaded into, hashing what is written after the .npy header as
+    it goes (the manifest's checksum: see :func:`chute.manifest.file_checksum`), so the
+    download need not be read back to be checked. ``seek(0)`` (a retry) starts over."""
+
+    def __init__(self, file: BinaryIO):
+        self.file = file
+        self.seek(0)
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        if (pos, whence) != (0, 0):
+            raise io.UnsupportedOperation("PayloadHash seeks to the start only")
+        self._head = b""
+        self.offset: int | None = None  # of the data, once the header's length is written
+        self._hash = xxhash.xxh3_64()
+        self._written = 0
+        return self.file.seek(0)
+
+    def truncate(self, size: int | None = None) -> int:
+        return self.file.truncate(size)
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        at = self._written
+        self._written += len(view)
+        if self.offset is None:
+            self._head += bytes(view[: _HEAD - len(self._head)])
+            if len(self._head) >= _HEAD:  # the data starts after the (>= 64 byte) header
+                one = self._head[len(MAGIC) : len(MAGIC) + 2] == b"\x01\x00"
+                size = int.from_bytes(self._head[8:10] if one else self._head[8:12], "little")
+                self.offset = (10 if one else 12) + size
+        if self.offset is not None and at + len(view) > self.offset:
+            self._hash.update(view[max(0, self.offset - at) :])
+        return self.file.write(view)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+_HEAD = len(MAGIC) + 2 + 4  # magic, version, the header's length (2 or 4 bytes)
+
+
+def mismatch(tmp: Path, entry: Entry, got: tuple[int, str], written: PayloadHash) -> str:
+    """Why the downloaded ``tmp`` (written through ``written``) is not ``entry`` ('' when it
+    is)."""
     if entry.stored is not None and got != entry.stored:
         return f"stored object is {got[0]} bytes, xxh3 {got[1]}; the manifest says {entry.stored}"
     size = os.path.getsize(tmp)
     if size != entry.nbytes:
         return f"{size} bytes but the manifest says {entry.nbytes}"
     try:
-        checksum = file_checksum(tmp)
+        with open(tmp, "rb") as f:
+            offset = read_header(f, str(tmp))[2]
+        checksum = written.hexdigest() if offset == written.offset else file_checksum(tmp)
     except FormatError as exc:
         return f"not a valid .npy file ({exc})"
     if checksum != entry.checksum:

@@ -5,9 +5,10 @@ chute's order is a pure function of (seed, epoch, rank, world size), so a rank k
 sequence of parts it will read before it reads them. :class:`Prefetcher` takes that sequence
 (an iterator, consumed lazily) and a ``fetch(part)`` function (download and pin, e.g.
 ``RemoteCache.pin_part``); it keeps ``ahead`` fetches running or done beyond the part being
-read, and hands the results out in order. The part handed out before is released (``release``,
-e.g. ``Pin.release``) when the next one is asked for, so at most ``ahead + 1`` parts are pinned
-by one reader: that is the ``in_flight`` to pass to ``RemoteCache.check_limit``.
+read (the first fetch runs alone: the reader waits for it, and fetches beside it would take
+its bandwidth), and hands the results out in order. The part handed out before is released
+(``release``, e.g. ``Pin.release``) when the next one is asked for, so at most ``ahead + 1``
+parts are pinned by one reader: that is the ``in_flight`` to pass to ``RemoteCache.check_limit``.
 
 A failed fetch raises its error when its part is asked for, not before, and never hangs: the
 fetch itself is bounded (the store's retries). :meth:`Prefetcher.close` cancels what has not
@@ -54,16 +55,28 @@ class Prefetcher(Generic[P, R]):
         self._current: R | None = None
         self._has_current = False
         self._closed = False
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # _after_first may run inside _fill
+        self._first: Future[R] | None = None  # runs alone: the reader is waiting for it
+        self._first_done = False
         self._fill()
 
     def _fill(self) -> None:
-        while len(self._pending) < self.ahead:
+        while len(self._pending) < (self.ahead if self._first_done else min(1, self.ahead)):
             try:
                 part = next(self._order)
             except StopIteration:
                 return
-            self._pending.append((part, self._pool.submit(self._fetch, part)))
+            future = self._pool.submit(self._fetch, part)
+            self._pending.append((part, future))
+            if self._first is None:
+                self._first = future
+                future.add_done_callback(self._after_first)
+
+    def _after_first(self, _: Future[R]) -> None:
+        with self._lock:
+            self._first_done = True
+            if not self._closed:
+                self._fill()
 
     def _drop_current(self) -> None:
         if self._has_current:
@@ -92,6 +105,11 @@ class Prefetcher(Generic[P, R]):
                 result = future.result()  # the fetch's error, raised for the part it is
             self._current, self._has_current = result, True
             return part, result
+
+    def ready(self) -> bool:
+        """Whether :meth:`__next__` would return (or raise) without waiting for a fetch."""
+        with self._lock:
+            return self._closed or not self._pending or self._pending[0][1].done()
 
     def close(self) -> None:
         """Stop: cancel fetches not started, wait for running ones, release all results
