@@ -205,11 +205,23 @@ def main() -> None:
     mark("cold")
     warm = [run_epoch(epoch, time.perf_counter()) for _ in range(args.warm_epochs)]
     mark("warm")
-    print(
-        "@result "
-        + json.dumps({"write_s": write_s, "open_s": OPENED[0], "cold": cold, "warm": warm}),
-        flush=True,
-    )
+    result = {"write_s": write_s, "open_s": OPENED[0], "cold": cold, "warm": warm}
+    if args.lib == "chute":  # the baseline of the first batch, in this same process
+        result["one_get_s"] = one_get(args.url, "part-00000/image.npy")
+    print("@result " + json.dumps(result), flush=True)
+
+
+def one_get(url: str, relpath: str, repeat: int = 3) -> float:
+    """Seconds for one GET of ``relpath`` under ``url`` by a new client (median of
+    ``repeat``): what a process pays for one part before it can read from it."""
+    from chute.store import Store
+
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        Store(url).get_bytes(relpath)
+        times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]
 
 
 if __name__ == "__main__":

@@ -42,3 +42,11 @@ def read_rank(
         epochs_seen.append(seen)
         downloaded.append(ds.cache.store.stats["bytes_in"])  # this process, so far
     Path(out).write_text(json.dumps({"epochs": epochs_seen, "bytes": downloaded}))
+
+
+def slow(batch: Any) -> Any:
+    """A batch_transform that takes a while, as training does: the prefetch gets ahead."""
+    import time
+
+    time.sleep(0.03)
+    return batch

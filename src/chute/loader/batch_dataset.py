@@ -13,9 +13,9 @@ import torch
 from torch.utils.data import default_collate
 
 from ..errors import ArgumentError, ChuteError, SchemaError, WorkerError
-from ..order import Order
+from ..order import Order, Plan
 from ..reader.gather import head
-from ..reader.gatherable import Gatherable, PerEpoch
+from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
 
 Sample = dict[str, Any]
 
@@ -120,18 +120,32 @@ class OrderBatchSampler(torch.utils.data.Sampler[Any]):
     ``len()`` is the number of batches of a whole epoch, as for :class:`~chute.loader.Loader`.
     ``with_epoch``: yield ``(epoch, indices)``, for a dataset whose samples depend on the epoch
     (a ``chute.Mix``); the epoch then travels with each batch to the worker processes.
+    ``source``: a dataset in object storage, whose parts this process downloads ahead of the
+    workers into the node's cache, in the order the batches are handed to them.
     """
 
-    def __init__(self, order: Order, with_epoch: bool = False) -> None:
+    def __init__(
+        self, order: Order, with_epoch: bool = False, source: Prefetching | None = None
+    ) -> None:
         self.order = order
         self.with_epoch = with_epoch
+        self.source = source
 
     def __iter__(self) -> Iterator[Any]:
         plan = self.order.plan()
-        if not self.with_epoch:
-            return iter(plan)
         epoch = self.order.epoch  # now, as the plan: not when the generator first runs
-        return ((epoch, idx) for idx in plan)
+        feed = None if self.source is None else self.source.prefetch(plan)
+        return self._batches(plan, epoch, feed)
+
+    def _batches(self, plan: Plan, epoch: int, feed: Feed | None) -> Iterator[Any]:
+        try:
+            for idx in plan:
+                if feed is not None:
+                    feed.at(idx)  # a worker reads it next
+                yield (epoch, idx) if self.with_epoch else idx
+        finally:
+            if feed is not None:
+                feed.close()
 
     def __len__(self) -> int:
         return len(self.order)

@@ -81,7 +81,7 @@ from ..errors import (
     WorkerError,
 )
 from ..order import Order
-from ..reader.gatherable import Gatherable, PerEpoch
+from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.remote import needs_spawn
 from ..reader.subset import loadable
 from .batch_dataset import BatchDataset, OrderBatchSampler, as_is
@@ -105,7 +105,10 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
 
     def __init__(self, dataset: BatchDataset, order: Order, **kwargs: Any) -> None:
         # index arrays, not lists (__getitems__ takes both); with the epoch for a chute.Mix
-        sampler = OrderBatchSampler(order, isinstance(dataset.dataset, PerEpoch))
+        ds = dataset.dataset
+        sampler = OrderBatchSampler(
+            order, isinstance(ds, PerEpoch), ds if isinstance(ds, Prefetching) else None
+        )
         kwargs["worker_init_fn"] = functools.partial(worker_init, kwargs.get("worker_init_fn"))
         torch.utils.data.DataLoader.__init__(
             self,

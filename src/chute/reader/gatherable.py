@@ -54,10 +54,12 @@ class PerEpoch(Protocol):
 class Prefetching(Protocol):
     """A :class:`Gatherable` that can fetch ahead (a dataset in object storage): the loaders
     call ``prefetch(batches)`` with the index arrays of a pass, in order, when it starts,
-    and ``close()`` the result (None: nothing to fetch) when the pass ends."""
+    tell the result which batch is being read (``at(indices)``, where the gathers do not:
+    in worker processes), and ``close()`` it (None: nothing to fetch) when the pass ends."""
 
-    def prefetch(self, batches: Iterable[np.ndarray]) -> Closeable | None: ...
+    def prefetch(self, batches: Iterable[np.ndarray]) -> Feed | None: ...
 
 
-class Closeable(Protocol):
+class Feed(Protocol):
+    def at(self, indices: np.ndarray) -> None: ...
     def close(self) -> None: ...

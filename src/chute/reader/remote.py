@@ -43,7 +43,8 @@ from .dataset import Batch, Dataset
 from .files import Files, Part, check
 
 PREFETCH_AHEAD = 2  # parts downloaded ahead of the reader (per loader pass)
-KEEP = 2  # mapped parts a process keeps pinned under a cache_limit
+KEEP = 3  # mapped parts a process keeps pinned under a cache_limit: a batch of the
+# part-aware shuffle (a sliding window of 2 parts) reads up to 3
 
 
 class RemoteFiles(Files):
@@ -130,7 +131,7 @@ class RemoteDataset(Dataset):
         self.url = cache.store.url.url
         self._fields_arg = fields
         self._feed: PartFeed | None = None
-        files = RemoteFiles(cache, in_memory, KEEP)
+        files = RemoteFiles(cache, in_memory, None if cache.limit is None else KEEP)
         snap = check(cache.folder, cache.manifest, fields, in_memory, None, files)
         cache.check_limit(PREFETCH_AHEAD + KEEP, list(snap.schema))
         self._set(cache.folder, snap)
@@ -175,7 +176,7 @@ class RemoteDataset(Dataset):
             and indices.min() >= 0
             and indices.max() < len(self)
         ):
-            feed.reached(self.parts_of(indices).tolist())
+            feed.at(indices)
         return super().gather(indices, out, pad)
 
     # --------------------------------------------------------------- lifecycle

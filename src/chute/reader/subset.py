@@ -24,7 +24,7 @@ import torch
 from .. import format as fmt
 from ..errors import ArgumentError, ArgumentValueError
 from .gather import check_indices
-from .gatherable import Closeable, Gatherable, PerEpoch, Prefetching
+from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
 
 __all__ = ["SubsetDataset", "loadable"]
 
@@ -66,15 +66,29 @@ class SubsetDataset:
         (j,) = self.indices[check_indices([i], len(self.indices), self)]
         return self.dataset[int(j)]
 
-    def prefetch(self, batches: Iterable[np.ndarray]) -> Closeable | None:
+    def prefetch(self, batches: Iterable[np.ndarray]) -> Feed | None:
         """Fetch ahead for the dataset's samples of these positions, if it fetches at all."""
         base = self.dataset
         if not isinstance(base, Prefetching):
             return None
-        return base.prefetch(self.indices[b] for b in batches)
+        feed = base.prefetch(self.indices[b] for b in batches)
+        return None if feed is None else _PositionsFeed(feed, self.indices)
 
     def __repr__(self) -> str:
         return f"chute.SubsetDataset({self.dataset!r}, {len(self)} samples)"
+
+
+class _PositionsFeed:
+    """A dataset's prefetch feed, told the subset's positions."""
+
+    def __init__(self, feed: Feed, indices: np.ndarray) -> None:
+        self.feed, self.indices = feed, indices
+
+    def at(self, indices: np.ndarray) -> None:
+        self.feed.at(self.indices[indices])
+
+    def close(self) -> None:
+        self.feed.close()
 
 
 def loadable(ds: Any, who: str) -> Gatherable:

@@ -232,15 +232,19 @@ class RemoteCache:
                 assert fd is not None
                 fds.append(fd)
                 os.utime(fd)  # last use, for LRU
-            if len(relpaths) > 1:
-                with ThreadPoolExecutor(min(len(relpaths), 8), "chute-fetch") as pool:
-                    paths = list(pool.map(self.ensure, relpaths))
-            else:
-                paths = [self.ensure(rel) for rel in relpaths]
+            absent = [rel for rel in relpaths if not self._cached(rel)]
+            if len(absent) > 1:
+                with ThreadPoolExecutor(min(len(absent), 8), "chute-fetch") as pool:
+                    list(pool.map(self.ensure, absent))
+            paths = [self.ensure(rel) for rel in relpaths]
         except BaseException:
             release_all(fds)
             raise
         return Pin(paths, fds)
+
+    def _cached(self, relpath: str) -> bool:
+        entry = self.entries.get(relpath)
+        return entry is not None and present(self.folder / entry.relpath, entry.nbytes)
 
     def ensure(self, relpath: str) -> Path:
         """The local path of manifest file ``relpath``, downloaded and checked if absent.

@@ -44,6 +44,7 @@ class PartFeed:
         ahead: int = 2,
     ):
         self._window: collections.deque[int] = collections.deque()  # fetched, not handed over
+        self._parts_of = parts_of
         self._lock = threading.Lock()
         self.closed = False
         self._prefetcher: Prefetcher[int, Pin] = Prefetcher(
@@ -61,6 +62,10 @@ class PartFeed:
                     self._window.append(p)  # pulled by the prefetcher: now being fetched
                     yield p
             previous = set(parts)
+
+    def at(self, indices: np.ndarray) -> None:
+        """The reader now reads the batch ``indices``: :meth:`reached` with its parts."""
+        self.reached(int(p) for p in self._parts_of(indices))
 
     def reached(self, parts: Iterable[int]) -> None:
         """The reader now reads ``parts``: hand over the parts fetched so far, in order, up

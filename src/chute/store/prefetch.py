@@ -100,9 +100,12 @@ class Prefetcher(Generic[P, R]):
                     raise
                 result = self._fetch(part)
             else:
-                part, future = self._pending.popleft()
-                self._fill()
-                result = future.result()  # the fetch's error, raised for the part it is
+                part, future = self._pending[0]
+                try:
+                    result = future.result()  # the fetch's error, raised for the part it is
+                finally:  # then the next fetches (not before: the first one runs alone)
+                    self._pending.popleft()
+                    self._fill()
             self._current, self._has_current = result, True
             return part, result
 
