@@ -47,7 +47,9 @@ class Sink(Protocol):
     def truncate(self, size: int | None = None, /) -> int: ...
 
 
-CHUNK = 8 << 20  # streaming and multipart chunk size
+CHUNK = 8 << 20  # multipart upload chunk size
+STREAM_CHUNK = 1 << 20  # download chunks: written (and hashed) while the next ones arrive;
+# 8 MiB chunks measured 10-15% slower per GET on loopback (a first GET 20-30% slower)
 EXTRA = "remote"
 
 # storage_options keys that configure obstore's HTTP client rather than the store
@@ -218,7 +220,7 @@ class Store:
                 sink = zstandard.ZstdDecompressor().stream_writer(file, closefd=False)
             result = obs.get(self.client(), relpath)
             self._count("get", "bytes_in", 0)
-            for chunk in result.stream(min_chunk_size=CHUNK):
+            for chunk in result.stream(min_chunk_size=STREAM_CHUNK):
                 h.update(chunk)
                 n += len(chunk)
                 self.stats["bytes_in"] += len(chunk)
