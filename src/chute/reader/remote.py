@@ -144,13 +144,16 @@ class RemoteDataset(Dataset):
         """The sorted part numbers that sample ``indices`` (in range) fall in."""
         return distinct(np.searchsorted(self._ends, indices, side="right"))
 
-    def prefetch(self, batches: Iterable[np.ndarray]) -> PartFeed:
+    def prefetch(self, batches: Iterable[np.ndarray]) -> PartFeed | None:
         """Download the parts of ``batches`` (index arrays, in the order they will be read)
         ahead of the reads, in order: the loaders call this when a pass starts, and close
-        the returned feed when it ends. One feed at a time (a new one closes the last)."""
-        old = self._feed
+        the returned feed when it ends. One feed at a time (a new one closes the last). None
+        when this process has every part mapped and no ``cache_limit`` (a warm epoch)."""
+        old, self._feed = self._feed, None
         if old is not None:
             old.close()
+        if self.cache.limit is None and len(self._columns) == len(self._parts) * len(self.schema):
+            return None  # every part is mapped, and kept mapped: nothing left to fetch
         feed = PartFeed(batches, self.parts_of, self._remote_files.pin, ahead=PREFETCH_AHEAD)
         self._feed = feed
         return feed
