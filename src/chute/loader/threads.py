@@ -150,17 +150,29 @@ class Run:
 
     def produce(self, q: int, catch: type[BaseException]) -> list[tuple[int, _Outcome]]:
         """The batches of work item ``q``, gathered and transformed; an exception of type
-        ``catch`` is returned in place of the batches it spoiled."""
+        ``catch`` is returned in place of the batches it spoiled. The pass's first batch is
+        waited for: of a group, it is gathered alone and posted at once."""
         plan = self.plan
         first = q * self.group
         js = range(first, min(first + self.group, len(plan)))
+        out = self.buffers.take(q)
+        if q == 0 and len(js) > 1 and self.workers:
+            n = len(plan[first])
+            self.results.put(self._produce(js[:1], {k: t[:n] for k, t in out.items()}, catch))
+            js, out = js[1:], {k: t[n:] for k, t in out.items()}
+        return self._produce(js, out, catch)
+
+    def _produce(
+        self, js: range, out: dict[str, torch.Tensor], catch: type[BaseException]
+    ) -> list[tuple[int, _Outcome]]:
+        plan = self.plan
         where = threading.current_thread().name
         try:
             if len(js) == 1:
-                batches = [self.ds.gather(plan[first], out=self.buffers.take(q), pad=self.pad)]
+                batches = [self.ds.gather(plan[js[0]], out=out, pad=self.pad)]
             else:  # fixed-shape fields only: one gather, cut into the group's batches
                 idx = np.concatenate([plan[j] for j in js])
-                got = self.ds.gather(idx, out=self.buffers.take(q))
+                got = self.ds.gather(idx, out=out)
                 ends = np.cumsum([len(plan[j]) for j in js]).tolist()
                 batches = [
                     {k: t[a:b] for k, t in got.items()}
@@ -168,15 +180,15 @@ class Run:
                 ]
         except catch as exc:
             return [(j, (None, exc, where)) for j in js]
-        out: list[tuple[int, _Outcome]] = []
+        outcomes: list[tuple[int, _Outcome]] = []
         for j, batch in zip(js, batches, strict=True):
             try:
-                out.append(
+                outcomes.append(
                     (j, (batch if self.transform is None else self.transform(batch), None, ""))
                 )
             except catch as exc:
-                out.append((j, (None, exc, where)))
-        return out
+                outcomes.append((j, (None, exc, where)))
+        return outcomes
 
     def schedule(self, upto: int) -> None:
         """Give the workers every work item below ``upto`` (bounded by the pass)."""
