@@ -37,6 +37,7 @@ import torch
 
 from ._args import check_int
 from .errors import ArgumentError
+from .image.on_device import decode_images
 
 __all__ = ["DeviceLoader", "map_tensors", "to_device"]
 
@@ -93,9 +94,12 @@ class DeviceLoader:
         if self.prefetches:
             return self._prefetch()
         if self.device.type == "cpu" or self.device.type == "cuda":
-            # CPU, or CUDA asked for on a machine without it: a no-op pass-through.
-            return iter(self.source)
-        return (self._to(b) for b in self.source)
+            # CPU, or CUDA asked for on a machine without it: a pass-through (images planned
+            # for the device side are decoded, on the CPU: the only device there is).
+            it = iter(self.source)  # now, not at the first next()
+            return (decode_images(b)[0] for b in it)
+        it = iter(self.source)
+        return (self._to(decode_images(b)[0]) for b in it)
 
     def _to(self, batch: Any) -> Any:
         return map_tensors(batch, lambda t: t.to(self.device, non_blocking=self.non_blocking))
@@ -154,6 +158,8 @@ class DeviceLoader:
             return out
 
         with torch.cuda.stream(stream):
+            batch, decoded = decode_images(batch)  # on the side stream too (nvjpeg)
+            tensors += [t for t in decoded if t.device.type == "cuda"]
             out = map_tensors(batch, copy)
             event = torch.cuda.Event()
             event.record(stream)
@@ -186,7 +192,9 @@ def to_device(
     On CUDA, the next ``depth`` batches are copied from pinned memory on a side stream while the
     current step computes, which hides the host-to-device copy when compute takes at least as
     long. Without CUDA (or with ``device="cpu"``) batches pass through unchanged; another device
-    type gets a plain ``.to(device)``. Example::
+    type gets a plain ``.to(device)``. Image fields planned for the device side
+    (``decode={"image": chute.RandomResizedCrop(224, device="cuda")}``) are decoded here, on
+    the side stream (see :mod:`chute.image.on_device`). Example::
 
         for batch in chute.to_device(loader, "cuda"):
             loss = model(batch["x"]).sum()

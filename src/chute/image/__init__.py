@@ -7,6 +7,7 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
   ``plan``
 - :mod:`.decode`: ``decode_batch``, ``decode_planned``
 - :mod:`.normalize`: ``normalize`` (device side, after ``chute.to_device``)
+- :mod:`.on_device`: ``DeviceImages``, decoded by ``chute.to_device`` (ops with ``device=``)
 
 The field kind is :class:`chute.Image` (``chute/format/fields.py``); its gathered batches are
 :class:`chute.EncodedImages` (``chute/reader/images.py``); ``decode=`` in the loaders is
@@ -17,6 +18,7 @@ The field kind is :class:`chute.Image` (``chute/format/fields.py``); its gathere
 from .codec import EncodedImage, decode_image, encode_image, is_jpeg, jpeg_size
 from .decode import as_buffers, dct_scales, decode_batch, decode_planned, plan_slice
 from .normalize import normalize
+from .on_device import DeviceImages
 from .ops import (
     CenterCrop,
     DecodeOp,
@@ -31,6 +33,7 @@ from .ops import (
 __all__ = [
     "CenterCrop",
     "DecodeOp",
+    "DeviceImages",
     "EncodedImage",
     "Plan",
     "RandomHorizontalFlip",

@@ -95,11 +95,13 @@ def _size2(size: Any, name: str) -> tuple[int, int]:
 class RandomResizedCrop:
     """torchvision's ``RandomResizedCrop``: a crop of random area (``scale`` of the image) and
     aspect ratio (log-uniform in ``ratio``), resized to ``size`` (bilinear, antialiased); 10
-    tries, then the central crop clamped to ``ratio``."""
+    tries, then the central crop clamped to ``ratio``. ``device``: decode on that device
+    instead of in the loader's workers (see :mod:`chute.image.on_device`)."""
 
     size: int | tuple[int, int]
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    device: str | None = None
     draws = 40  # 10 tries x (area, log-ratio, top, left)
 
     def __post_init__(self) -> None:
@@ -147,10 +149,12 @@ class RandomResizedCrop:
 class CenterCrop:
     """Evaluation crop: resize so the shorter side is ``int(size / ratio)`` (torchvision's
     ``Resize(int(size / ratio))``), then take the central ``size``; planned as one box in stored
-    pixels with the scales torchvision's two steps give. ``ratio=1`` crops the central square."""
+    pixels with the scales torchvision's two steps give. ``ratio=1`` crops the central square.
+    ``device``: as for :class:`RandomResizedCrop`."""
 
     size: int | tuple[int, int]
     ratio: float = 224 / 256
+    device: str | None = None
     draws = 0
 
     def __post_init__(self) -> None:
@@ -183,9 +187,11 @@ class CenterCrop:
 class Resize:
     """Resize the whole image to ``size`` (an int gives a square). Unlike torchvision's
     ``Resize(int)``, which keeps the aspect ratio and so gives images of different sizes, this
-    fills a batch of one shape; use :class:`CenterCrop` to keep the aspect ratio."""
+    fills a batch of one shape; use :class:`CenterCrop` to keep the aspect ratio. ``device``:
+    as for :class:`RandomResizedCrop`."""
 
     size: int | tuple[int, int]
+    device: str | None = None
     draws = 0
 
     def __post_init__(self) -> None:

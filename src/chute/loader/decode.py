@@ -36,6 +36,7 @@ import torch
 from .. import format as fmt
 from .._torch import as_numpy
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
+from ..image.on_device import DeviceImages, decode_images
 from ..reader.gatherable import Gatherable, PerEpoch
 
 __all__ = ["Decoded", "with_decode"]
@@ -46,6 +47,7 @@ class Decoded:
     ``len``, ``schema``, ``gather``, ``empty_batch``, ``ds[i]``). Made by :func:`with_decode`."""
 
     def __init__(self, ds: Gatherable, ops: Mapping[str, Any], seed: int, epoch: int = 0):
+        from ..image.on_device import check_device
         from ..image.ops import check_ops
 
         if not isinstance(ops, Mapping) or not ops:
@@ -56,6 +58,7 @@ class Decoded:
         self.dataset = ds
         self.ops: dict[str, tuple[Any, ...]] = {}
         self.sizes: dict[str, tuple[int, int]] = {}
+        self.on_device: dict[str, str] = {}  # fields decoded by to_device (image/on_device.py)
         for name, field_ops in ops.items():
             f = ds.schema.get(name)
             if not isinstance(f, fmt.Image):
@@ -67,14 +70,22 @@ class Decoded:
                 )
             checked = check_ops(field_ops)
             self.ops[name] = checked
-            self.sizes[name] = next(op.out_size for op in checked if hasattr(op, "out_size"))
+            geo = next(op for op in checked if hasattr(op, "out_size"))
+            self.sizes[name] = geo.out_size
+            device = check_device(geo.device, f"decode={{{name!r}: {type(geo).__name__}}}")
+            if device is not None:
+                self.on_device[name] = device
         self.seed = int(seed)
         self.epoch = int(epoch)
         self._first: list[bool] | None = None  # set by split_first_batch: see _take_first
-        self._schema: dict[str, fmt.Field] = {
-            k: fmt.Tensor((3, *self.sizes[k]), "uint8") if k in self.ops else f
+        self._schema: dict[str, fmt.Field] = {  # a field decoded on the device stays encoded
+            k: fmt.Tensor((3, *self.sizes[k]), "uint8") if self._here(k) else f
             for k, f in ds.schema.items()
         }
+
+    def _here(self, name: str) -> bool:
+        """Whether field ``name`` is decoded by this view (not later, on a device)."""
+        return name in self.ops and name not in self.on_device
 
     @property
     def schema(self) -> Mapping[str, fmt.Field]:
@@ -86,14 +97,17 @@ class Decoded:
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
         out = self.dataset.empty_batch(batch_size, pin_memory=pin_memory)
         for name, (h, w) in self.sizes.items():
-            out[name] = torch.empty((batch_size, 3, h, w), dtype=torch.uint8, pin_memory=pin_memory)
+            if self._here(name):
+                out[name] = torch.empty(
+                    (batch_size, 3, h, w), dtype=torch.uint8, pin_memory=pin_memory
+                )
         return {k: out[k] for k in self._schema if k in out}
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         """Sample ``i``: the dataset's, its decoded fields as this view decodes them."""
         sample = self.dataset[i]
         (j,) = np.asarray([i], np.int64) % max(1, len(self))
-        got = self.gather(np.array([j]))
+        got, _ = decode_images(self.gather(np.array([j])))
         return {k: got[k][0] if k in self.ops else v for k, v in sample.items()}
 
     def gather(
@@ -110,9 +124,24 @@ class Decoded:
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         idx = np.where(idx < 0, idx + len(self), idx)
         for name in self.ops:
+            if name in self.on_device:
+                batch[name] = self._planned(name, batch[name], idx, epoch)
+                continue
             dst = None if out is None else out.get(name)
             batch[name] = self._decode(name, batch[name], idx, epoch, dst)
         return batch
+
+    def _planned(self, name: str, enc: Any, idx: np.ndarray, epoch: int) -> DeviceImages:
+        """Field ``name`` planned, not decoded: :func:`chute.to_device` decodes it."""
+        from ..image.ops import plan
+
+        sizes = enc.sizes.numpy()
+        p = plan(self.ops[name], sizes[:, 0], sizes[:, 1], idx, self.seed, epoch)
+        where = self._where(name)
+        device = self.on_device[name]
+        return DeviceImages(
+            enc.values, enc.offsets, sizes, p.boxes, p.flips, p.size, device, where, idx
+        )
 
     def _decode(
         self, name: str, enc: Any, idx: np.ndarray, epoch: int, dst: torch.Tensor | None
