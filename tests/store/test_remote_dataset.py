@@ -144,6 +144,24 @@ def test_dataloader_prefetches_in_the_main_process(
     assert ds._feed is None or ds._feed.closed
 
 
+def test_decode_on_a_remote_image_dataset_prefetches(
+    s3: S3Server, request: pytest.FixtureRequest
+) -> None:
+    pytest.importorskip("simplejpeg")
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    photos = [Image.fromarray(rng.integers(0, 255, (40, 50, 3), np.uint8)) for _ in range(60)]
+    url = url_for(request)
+    chute.write(url, {"image": photos}, schema={"image": chute.Image()}, part_size=10)
+    ds = chute.open(url)
+    loader = chute.Loader(ds, 8, shuffle=False, decode={"image": chute.CenterCrop(16)})
+    it = iter(loader)
+    assert next(it)["image"].shape == (8, 3, 16, 16)
+    assert ds._feed is not None and not ds._feed.closed  # the Decoded view passed it on
+    assert sum(len(b["image"]) for b in it) == 52
+
+
 def test_two_processes_share_one_cache_and_download_each_file_once(
     s3: S3Server, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

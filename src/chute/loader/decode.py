@@ -27,7 +27,7 @@ import copy
 import itertools
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from .. import format as fmt
 from .._torch import as_numpy
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
 from ..image.on_device import DeviceImages, decode_images
-from ..reader.gatherable import Gatherable, PerEpoch
+from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
 
 __all__ = ["Decoded", "with_decode"]
 
@@ -166,6 +166,11 @@ class Decoded:
         except FormatError as exc:
             raise FormatError(f"{self._where(name)}: {self._dataset_index(exc)}") from None
         return dst
+
+    def prefetch(self, batches: Iterable[np.ndarray]) -> Feed | None:
+        """The dataset's prefetch (a dataset in object storage), for these batches."""
+        base = self.dataset
+        return base.prefetch(batches) if isinstance(base, Prefetching) else None
 
     def at_epoch(self, epoch: int) -> Decoded:
         """This view with the crops and flips of ``epoch`` (a shallow copy; a mix underneath
