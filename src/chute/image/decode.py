@@ -5,10 +5,12 @@ antialiasing, as torchvision's PIL path), flip, and write into ``out[i]``.
 
 Threads: the work runs in C with the GIL released (simplejpeg's decode, PIL's resample and
 paste, numpy's copy into ``out``); what holds the GIL per image is a few calls into them (PIL's
-core directly, not its Python wrappers: ~10 us against ~1 ms of decoding). Nothing per image
-packs pixels with the GIL held: two threads decode at the CPU cost per image of one. A plan depends only on each sample's dataset index, so a batch may be split:
-``decode_planned(encoded[a:b], ..., plan_slice(p, a, b), out[a:b])`` from several threads
-writes the same pixels as one call for the whole batch. Each call owns its scratch buffer.
+core directly, not its Python wrappers: ~10 us against ~1 ms of decoding). No pixel is packed
+or copied with the GIL held (PIL's raw packer, used before, held it: ~20 us per image that two
+threads had to take turns at). A plan depends only on each sample's dataset index, so a batch
+may be split: ``decode_planned(encoded[a:b], ..., plan_slice(p, a, b), out[a:b])`` from
+several threads writes the same pixels as one call for the whole batch. Each call owns its
+scratch buffers.
 
 Why PIL for the resize and not torch's ``interpolate(antialias=True)``: the box is fractional
 after DCT scaling (PIL samples it exactly; torch needs an integer crop), and torch ops called
