@@ -1,7 +1,7 @@
 """Where the time of a decoded image goes: simplejpeg's DCT-scaled decode, PIL's crop+resize,
-the copy into the batch (unflipped: PIL's band packer, one plane at a time; flipped: PIL's
-raw packer in one call, then numpy's HWC -> CHW copy with the flip), and everything else
-(Python, plan, gather), for RandomResizedCrop(160) + flip over the benchmark's photos, one thread.
+the copy into the batch (PIL's paste of the resized image into a scratch HWC array, then
+numpy's HWC -> CHW copy with the flip in the strides), and everything else (Python, plan,
+gather), for RandomResizedCrop(160) + flip over the benchmark's photos, one thread.
 
     python benchmarks/image_profile.py [--images 1000] [--size 160]
         [--json benchmarks/results/image_profile.json]
@@ -26,7 +26,6 @@ from PIL import Image
 
 import chute
 from chute.image import RandomHorizontalFlip, RandomResizedCrop, dct_scales, decode_planned, plan
-from chute.image.decode import _copy_planes, _rgbx
 
 
 def stages(data: list[bytes], hw: np.ndarray, size: int) -> dict[str, float]:
@@ -39,8 +38,12 @@ def stages(data: list[bytes], hw: np.ndarray, size: int) -> dict[str, float]:
     dh, dw = -(-hw[:, 0] // d), -(-hw[:, 1] // d)
     boxes = (p.boxes * np.stack([dw / hw[:, 1], dh / hw[:, 0]] * 2, axis=1)).tolist()
     out = np.ones((256, 3, size, size), np.uint8)  # a warm batch buffer, as the Loader's
-    planes = out.reshape(256, 3, size * size)
     scratch = np.empty(int((dh * dw).max()) * 4, np.uint8)
+    hwc = np.empty((size, size, 4), np.uint8)
+    raw = ("RGBX", 0, 1)
+    paste = Image.core.map_buffer(hwc, (size, size), "raw", 0, raw).paste
+    straight = hwc[:, :, :3].transpose(2, 0, 1)
+    mirrored = hwc[:, ::-1, :3].transpose(2, 0, 1)
     t = {"decode": 0.0, "resize": 0.0, "copy": 0.0}
     clock = time.perf_counter
     for i, buf in enumerate(data):
@@ -49,13 +52,11 @@ def stages(data: list[bytes], hw: np.ndarray, size: int) -> dict[str, float]:
             buf, "RGBX", min_height=int(dh[i]), min_width=int(dw[i]), buffer=scratch
         )
         t1 = clock()
-        im = Image.frombuffer("RGBX", (x.shape[1], x.shape[0]), x, "raw", "RGBX", 0, 1)
-        small = im.resize((size, size), Image.Resampling.BILINEAR, box=boxes[i])
+        im = Image.core.map_buffer(x, (x.shape[1], x.shape[0]), "raw", 0, raw)
+        small = im.resize((size, size), int(Image.Resampling.BILINEAR), boxes[i])
         t2 = clock()
-        if p.flips[i]:
-            out[i % 256] = _rgbx(small, size * size)[:, ::-1, :3].transpose(2, 0, 1)
-        else:
-            _copy_planes(small, planes[i % 256], size * size)
+        paste(small, (0, 0, size, size))
+        np.copyto(out[i % 256], mirrored if p.flips[i] else straight)
         t3 = clock()
         t["decode"] += t1 - t0
         t["resize"] += t2 - t1

@@ -3,11 +3,14 @@ for each image, decode at the smallest DCT scale (1/8, 1/4, 1/2, 1/1) whose deco
 covers the output size, crop + resize in one step (PIL ``resize(box=...)``, bilinear with
 antialiasing, as torchvision's PIL path), flip, and write into ``out[i]``.
 
-Threads: the work runs in C with the GIL released (simplejpeg's decode, PIL's resample, numpy's
-copy); what holds the GIL per image is a few Python calls (~tens of microseconds against ~1 ms
-of decoding). A plan depends only on each sample's dataset index, so a batch may be split:
-``decode_planned(encoded[a:b], ..., plan_slice(p, a, b), out[a:b])`` from several threads
-writes the same pixels as one call for the whole batch. Each call owns its scratch buffer.
+Threads: the work runs in C with the GIL released (simplejpeg's decode, PIL's resample and
+paste, numpy's copy into ``out``); what holds the GIL per image is a few calls into them (PIL's
+core directly, not its Python wrappers: ~10 us against ~1 ms of decoding). No pixel is packed
+or copied with the GIL held (PIL's raw packer, used before, held it: ~20 us per image that two
+threads had to take turns at). A plan depends only on each sample's dataset index, so a batch
+may be split: ``decode_planned(encoded[a:b], ..., plan_slice(p, a, b), out[a:b])`` from
+several threads writes the same pixels as one call for the whole batch. Each call owns its
+scratch buffers.
 
 Why PIL for the resize and not torch's ``interpolate(antialias=True)``: the box is fractional
 after DCT scaling (PIL samples it exactly; torch needs an integer crop), and torch ops called
@@ -121,13 +124,23 @@ def decode_planned(
     dbox = (p.boxes * np.stack([fx, fy, fx, fy], axis=1)).tolist()
     dims = np.stack([dh, dw], axis=1).tolist()
     flips = p.flips.tolist()
-    # One scratch buffer for the decoded RGBX images of this call (this thread's own).
+    # This call's own scratch (a thread's, when a batch is split): the decoded RGBX image,
+    # and the resized one in HWC order, which PIL pastes into and numpy reads planes from.
     scratch = np.empty(int((dh * dw).max()) * 4, np.uint8)
-    decode_jpeg, frombuffer = sj.decode_jpeg, Image.frombuffer
-    bilinear = Image.Resampling.BILINEAR
+    hwc = np.empty((oh, ow, 4), np.uint8)
+    # PIL's core (what Image.frombuffer / resize / paste call, without their Python checks):
+    # map_buffer wraps the decoded pixels without a copy; resize and paste run in C with the
+    # GIL released. ``hwc``'s core image shares its memory.
+    map_buffer = Image.core.map_buffer
+    raw = ("RGBX", 0, 1)
+    paste = map_buffer(hwc, (ow, oh), "raw", 0, raw).paste
+    extent = (0, 0, ow, oh)
+    # Planes out of ``hwc``: numpy's strided copy (GIL released), the flip in the strides.
+    straight = hwc[:, :, :3].transpose(2, 0, 1)
+    mirrored = hwc[:, ::-1, :3].transpose(2, 0, 1)
+    copyto, decode_jpeg = np.copyto, sj.decode_jpeg
+    bilinear = int(Image.Resampling.BILINEAR)
     size = (ow, oh)
-    plane = oh * ow
-    planes = out.reshape(n, 3, plane)
     for i in range(n):
         buf = bufs[i]
         ih, iw = dims[i]
@@ -145,44 +158,9 @@ def decode_planned(
             raise FormatError(_where(indices, i) + f"corrupt or truncated JPEG: {exc}") from None
         if rgbx.shape[0] != ih or rgbx.shape[1] != iw:
             raise FormatError(_where(indices, i) + _mismatch(h[i], w[i]))
-        im = frombuffer("RGBX", (iw, ih), rgbx, "raw", "RGBX", 0, 1)
-        small = im.resize(size, bilinear, box=dbox[i])
-        if flips[i]:
-            out[i] = _rgbx(small, plane)[:, ::-1, :3].transpose(2, 0, 1)
-        else:
-            _copy_planes(small, planes[i], plane)
+        paste(map_buffer(rgbx, (iw, ih), "raw", 0, raw).resize(size, bilinear, dbox[i]), extent)
+        copyto(out[i], mirrored if flips[i] else straight)
     return out
-
-
-def _rgbx(im: Any, plane: int) -> np.ndarray:
-    """An RGBX PIL image as a (H, W, 4) uint8 array: PIL's raw packer in one call (what
-    ``np.asarray`` does through ``tobytes``, in 64 KB chunks joined after)."""
-    from PIL import Image
-
-    enc = Image._getencoder("RGBX", "raw", "RGBX")
-    enc.setimage(im.im, (0, 0, *im.size))
-    _, status, data = enc.encode(4 * plane)
-    if status != 1:  # not all at once (never seen)
-        return np.asarray(im)
-    return np.frombuffer(data, np.uint8).reshape(im.size[1], im.size[0], 4)
-
-
-def _copy_planes(im: Any, dst: np.ndarray, plane: int) -> None:
-    """``dst[c] = band c`` of an RGBX PIL image: PIL's raw packer extracts each band (R, G,
-    B) in C, one contiguous plane at a time; about half the time of ``np.asarray`` (a
-    ``tobytes`` in chunks, then a join) plus numpy's 4-byte-strided HWC -> CHW copy."""
-    from PIL import Image
-
-    core = im.im
-    extent = (0, 0, *im.size)
-    for c, band in enumerate("RGB"):
-        enc = Image._getencoder("RGBX", "raw", band)
-        enc.setimage(core, extent)
-        _, status, data = enc.encode(plane)
-        if status != 1:  # not all at once (never seen): the plain copy
-            dst[...] = np.asarray(im)[:, :, :3].transpose(2, 0, 1).reshape(3, plane)
-            return
-        dst[c] = np.frombuffer(data, np.uint8)
 
 
 def _decode_other(
