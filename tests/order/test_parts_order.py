@@ -85,3 +85,24 @@ def test_sliding_window_first_batches_need_one_part():
             for ps in parts:
                 ks = [order.index(p) for p in ps]
                 assert max(ks) - min(ks) <= 2  # window 2: at most 3 parts, consecutive
+
+
+def test_never_materialised_2_40_samples():
+    """2**40 samples in 4,096 parts on 64 ranks: the order is tables of O(parts); a batch is
+    looked up alone, and each rank's first batch lies in its first part."""
+    import time
+
+    sizes = [2**28] * 4096
+    ends = np.cumsum(sizes)
+    t = time.perf_counter()
+    seen = []
+    for r in (0, 63):
+        o = Order(2**40, 256, True, 7, r, 64, parts=sizes, window=2)
+        plan = o.plan()
+        first, later = plan[0], plan[10**6]
+        assert len(first) == 256 and len(set(first.tolist())) == 256
+        assert len(np.unique(np.searchsorted(ends, first, side="right"))) == 1
+        assert later.min() >= 0 and later.max() < 2**40
+        seen.append(int(np.searchsorted(ends, first[0], side="right")))
+    assert seen[0] != seen[1]  # each rank starts on a part of its own
+    assert time.perf_counter() - t < 20  # seconds, not the hours of 2**40 samples

@@ -2,11 +2,11 @@
 
 The epoch's *global order* is a permutation of ``range(n)`` that depends only on the seed, the
 epoch and ``block_size``. With ``shuffle=True`` it is a :class:`~chute.order.permute.Permutation`
-(a Feistel network), or with ``block_size`` a :class:`~chute.order.blocks.BlockPermutation`;
-neither is ever materialised: each batch's indices are computed alone, O(batch) memory and
-time, so an order over billions of samples costs nothing up front. (Since this changed from
-``rng.permutation(n)``, a seed gives another order than chute 0.1's; the properties below are
-the same.)
+(a Feistel network), with ``block_size`` a :class:`~chute.order.blocks.BlockPermutation`, with
+``parts=`` a :class:`~chute.order.parts.PartPermutation`; none is ever materialised: each
+batch's indices are computed alone, O(batch) memory and time, so an order over billions of
+samples costs nothing up front. (Since this changed from ``rng.permutation(n)``, a seed gives
+another order than chute 0.1's; the properties below are the same.)
 
 Global step ``j`` takes the next ``batch_size * world_size`` positions of it and rank ``r``
 takes the ``r``-th contiguous ``batch_size`` of them, so after ``k`` steps on every rank exactly
@@ -47,7 +47,7 @@ import numpy as np
 from .._args import check_int
 from ..errors import ArgumentValueError
 from .blocks import BlockPermutation
-from .parts import part_shuffle
+from .parts import PartPermutation
 from .permute import Permutation, check_materialise
 from .plan import Plan
 
@@ -120,6 +120,7 @@ class Order:
         # set_epoch / load_state_dict chose this position: a finished epoch stays put (above)
         self._chosen = False
         self._cache: tuple[int, np.ndarray] | None = None  # (epoch, its read-only global order)
+        self._parts_order: tuple[tuple[int, int, int], PartPermutation] | None = None
 
     @property
     def epoch(self) -> int:
@@ -171,23 +172,17 @@ class Order:
         """The (read-only, int64) global order of ``epoch`` (default: the current one).
 
         Materialised: O(n) memory (8 bytes a sample; a :class:`~chute.errors.ChuteError` if
-        that exceeds half the machine's RAM). The loaders call it only for the part-aware order
-        (``parts=``); otherwise :meth:`plan` computes each batch alone.
+        that exceeds half the machine's RAM). The loaders never call it: :meth:`plan` computes
+        each batch alone.
         """
         epoch = self._epoch if epoch is None else check_int("epoch", epoch, 0)
         if self._cache is not None and self._cache[0] == epoch:
             return self._cache[1]
         check_materialise(self.n, 8, "Order.global_order()", _INSTEAD)
-        if self.shuffle and self.parts is not None:
-            world, batch = self._layout_of(epoch)
-            rng = np.random.default_rng([self.seed, epoch])
-            perm = part_shuffle(self.parts, batch, world, self.window, rng)
-        elif not self.shuffle:
+        if not self.shuffle:
             perm = np.arange(self.n, dtype=np.int64)
         else:
-            lazy: Permutation | BlockPermutation = (
-                self._permutation(epoch) if self.block_size is None else self._blocks(epoch)
-            )
+            lazy = self._lazy(epoch)
             perm = np.empty(self.n, np.int64)
             for a in range(0, self.n, _CHUNK):  # in chunks: no temporaries of size n
                 b = min(self.n, a + _CHUNK)
@@ -195,6 +190,17 @@ class Order:
         perm.setflags(write=False)
         self._cache = (epoch, perm)
         return perm
+
+    def _lazy(self, epoch: int) -> Permutation | BlockPermutation | PartPermutation:
+        """The lazy global order of ``epoch`` (``shuffle=True``)."""
+        if self.parts is not None:  # kept: its tables and the stretches it made
+            world, batch = self._layout_of(epoch)
+            key = (epoch, world, batch)
+            if self._parts_order is None or self._parts_order[0] != key:
+                perm = PartPermutation(self.parts, batch, world, self.window, self.seed, epoch)
+                self._parts_order = (key, perm)
+            return self._parts_order[1]
+        return self._permutation(epoch) if self.block_size is None else self._blocks(epoch)
 
     def _blocks(self, epoch: int) -> BlockPermutation:
         """The lazy global order of ``epoch`` for ``shuffle=True`` with ``block_size``."""
@@ -216,19 +222,12 @@ class Order:
         """This rank's remaining batches of the current epoch; pure, the state does not move.
 
         A :class:`Plan`: a sequence of int64 index arrays, each computed when indexed (O(batch)
-        memory, with or without ``block_size``; the part-aware order is materialised). Used by
+        memory, whatever the shuffle). Used by
         loaders that prefetch: they gather ahead from the plan and let ``batches()`` track what
         the consumer actually received.
         """
         lookup: Callable[[np.ndarray], np.ndarray]
-        if not self.shuffle:
-            lookup = _identity
-        elif self.parts is not None:  # the part-aware order: materialised, see parts.py
-            lookup = self.global_order().__getitem__
-        elif self.block_size is None:
-            lookup = self._permutation(self._epoch).__getitem__
-        else:
-            lookup = self._blocks(self._epoch).__getitem__
+        lookup = self._lazy(self._epoch).__getitem__ if self.shuffle else _identity
         return Plan(
             lookup,
             self.n,
