@@ -106,3 +106,30 @@ def test_never_materialised_2_40_samples():
         seen.append(int(np.searchsorted(ends, first[0], side="right")))
     assert seen[0] != seen[1]  # each rank starts on a part of its own
     assert time.perf_counter() - t < 20  # seconds, not the hours of 2**40 samples
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 30), min_size=1, max_size=10),
+    batch=st.integers(1, 7),
+    world=st.integers(1, 3),
+    made=st.sampled_from([0, 3, 1 << 20]),
+)
+def test_lookups_agree_whatever_the_path(sizes, batch, world, made):
+    """A batch's fast path (one rank's consecutive positions), the general lookup (any
+    positions) and stretches made whole or computed lazily (``MADE``) give one permutation."""
+    from chute.order import parts
+
+    old = parts._Stream.MADE
+    parts._Stream.MADE = made
+    try:
+        perm = parts.PartPermutation(sizes, batch, world, 2, seed=1, epoch=2)
+        n = sum(sizes)
+        everything = perm[np.arange(n)[::-1]][::-1]  # reversed: never the fast path
+        assert sorted(everything.tolist()) == list(range(n))
+        by_batch = np.concatenate(
+            [perm[np.arange(a, min(a + batch, n))] for a in range(0, n, batch)]
+        )
+        assert np.array_equal(by_batch, everything)
+    finally:
+        parts._Stream.MADE = old
