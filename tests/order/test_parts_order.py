@@ -133,3 +133,15 @@ def test_lookups_agree_whatever_the_path(sizes, batch, world, made):
         assert np.array_equal(by_batch, everything)
     finally:
         parts._Stream.MADE = old
+
+
+def test_an_older_part_aware_state_is_refused_a_plain_one_loads():
+    sizes = [30, 25, 40]
+    o = Order(95, 8, True, 5, 0, 1, parts=sizes, window=2)
+    old = {**o.state_dict(), "version": 1, "consumed": 16}
+    with pytest.raises(ArgumentValueError, match="older chute's part-aware order"):
+        o.load_state_dict(old)
+    o.load_state_dict({"epoch": 0, "consumed": 0})  # the advice works
+    plain = Order(95, 8, True, 5, 0, 1)
+    plain.load_state_dict({**plain.state_dict(), "version": 1, "consumed": 16})
+    assert plain.state_dict()["consumed"] == 16 and plain.state_dict()["version"] == 2

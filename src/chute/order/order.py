@@ -56,7 +56,9 @@ __all__ = ["Order", "Plan"]
 _CHUNK = 1 << 20  # positions computed at once by global_order()
 _INSTEAD = "iterate over Order.plan() / Order.batches(), which compute one batch at a time"
 
-STATE_VERSION = 1  # of state_dict(); a state without "version" (chute 0.1) loads as version 1
+STATE_VERSION = 2  # of state_dict(); a state without "version" (chute 0.1) loads as version 1
+# Version 2: the part-aware order became a sliding window (chute/order/parts.py). A version 1
+# state loads unless it is of a part-aware order (it has "layout"): that order is gone.
 _STATE_KEYS = (
     "epoch",
     "consumed",
@@ -302,10 +304,17 @@ class Order:
                 f"with the keys {', '.join(_STATE_KEYS)}"
             )
         version = state.get("version", 1)
-        if version != STATE_VERSION:
+        if version not in (1, STATE_VERSION):
             raise ArgumentValueError(
-                f"the saved order state has version {version!r}; this chute reads version "
-                f"{STATE_VERSION}: resume with the chute that saved it"
+                f"the saved order state has version {version!r}; this chute reads versions 1 "
+                f"and {STATE_VERSION}: resume with the chute that saved it"
+            )
+        if version == 1 and "layout" in state:
+            raise ArgumentValueError(
+                "the saved order state is of an older chute's part-aware order "
+                "(shuffle='parts', state version 1), which this chute no longer computes: "
+                "resume with the chute that saved it, or restart that epoch with "
+                f"load_state_dict({{'epoch': {state['epoch']!r}, 'consumed': 0}})"
             )
         mine = {**self.state_dict(), "parts": None if self.parts is None else len(self.parts)}
         for key in _STATE_KEYS[3:9]:  # what the order depends on
