@@ -14,7 +14,7 @@ that is "downloaded". This process also samples each row's cache folder (peak di
 process tree's PSS (peak memory).
 
 moto is a Python server and the machine may be shared: compare the ratios of one run, not
-the rates. ``python benchmarks/remote.py [--samples 24000] [--part-samples 2560]``
+the rates. ``python benchmarks/remote.py [--samples 25600] [--part-samples 2560]``
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ TARGETS = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--samples", type=int, default=24_000)
+    ap.add_argument("--samples", type=int, default=25_600, help="10 parts of 2,560")
     ap.add_argument("--part-samples", type=int, default=2560, help="~7.9 MB parts / shards")
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--workers", type=int, default=2)

@@ -64,8 +64,12 @@ class PartFeed:
             previous = set(parts)
 
     def at(self, indices: np.ndarray) -> None:
-        """The reader now reads the batch ``indices``: :meth:`reached` with its parts."""
-        self.reached(int(p) for p in self._parts_of(indices))
+        """The reader now reads the batch ``indices``: :meth:`reached` with its parts, then
+        wait for those of them being fetched (rather than fetching them beside)."""
+        parts = [int(p) for p in self._parts_of(indices)]
+        self.reached(parts)
+        for p in parts:
+            self._prefetcher.wait(p)
 
     def reached(self, parts: Iterable[int]) -> None:
         """The reader now reads ``parts``: hand over the parts fetched so far, in order, up

@@ -6,7 +6,9 @@ sequence of parts it will read before it reads them. :class:`Prefetcher` takes t
 (an iterator, consumed lazily) and a ``fetch(part)`` function (download and pin, e.g.
 ``RemoteCache.pin_part``); it keeps ``ahead`` fetches running or done beyond the part being
 read (the first fetch runs alone: the reader waits for it, and fetches beside it would take
-its bandwidth), and hands the results out in order. The part handed out before is released
+its bandwidth; the next ones are given out but wait for it), and hands the results out in
+order. A reader that needs a part being fetched waits for it (:meth:`Prefetcher.wait`)
+rather than fetching it beside. The part handed out before is released
 (``release``, e.g. ``Pin.release``) when the next one is asked for, so at most ``ahead + 1``
 parts are pinned by one reader: that is the ``in_flight`` to pass to ``RemoteCache.check_limit``.
 
@@ -55,28 +57,37 @@ class Prefetcher(Generic[P, R]):
         self._current: R | None = None
         self._has_current = False
         self._closed = False
-        self._lock = threading.RLock()  # _after_first may run inside _fill
-        self._first: Future[R] | None = None  # runs alone: the reader is waiting for it
-        self._first_done = False
+        self._lock = threading.Lock()
+        self._first_done = threading.Event()  # the fetches after the first wait for it
         self._fill()
 
     def _fill(self) -> None:
-        while len(self._pending) < (self.ahead if self._first_done else min(1, self.ahead)):
+        while len(self._pending) < self.ahead:
             try:
                 part = next(self._order)
             except StopIteration:
                 return
-            future = self._pool.submit(self._fetch, part)
-            self._pending.append((part, future))
-            if self._first is None:
-                self._first = future
-                future.add_done_callback(self._after_first)
+            first, self._started = not self._started, True
+            self._pending.append((part, self._pool.submit(self._run, part, first)))
 
-    def _after_first(self, _: Future[R]) -> None:
+    _started = False  # a fetch was given out
+
+    def _run(self, part: P, first: bool) -> R:
+        if not first:
+            self._first_done.wait()  # set by the first fetch, or by close()
+        try:
+            return self._fetch(part)
+        finally:
+            if first:
+                self._first_done.set()
+
+    def wait(self, part: P) -> None:
+        """Wait until the fetch of ``part``, if it is given out and not handed over, is done
+        (its result or error is for ``__next__``); at once otherwise."""
         with self._lock:
-            self._first_done = True
-            if not self._closed:
-                self._fill()
+            futures = [f for p, f in self._pending if p == part]
+        for f in futures:
+            f.exception()  # waits; never raises the fetch's error
 
     def _drop_current(self) -> None:
         if self._has_current:
@@ -100,12 +111,9 @@ class Prefetcher(Generic[P, R]):
                     raise
                 result = self._fetch(part)
             else:
-                part, future = self._pending[0]
-                try:
-                    result = future.result()  # the fetch's error, raised for the part it is
-                finally:  # then the next fetches (not before: the first one runs alone)
-                    self._pending.popleft()
-                    self._fill()
+                part, future = self._pending.popleft()
+                self._fill()
+                result = future.result()  # the fetch's error, raised for the part it is
             self._current, self._has_current = result, True
             return part, result
 
@@ -120,6 +128,7 @@ class Prefetcher(Generic[P, R]):
         if self._closed:
             return
         self._closed = True
+        self._first_done.set()  # a fetch waiting for the first one starts (or is cancelled)
         self._drop_current()
         pending, self._pending = list(self._pending), collections.deque()
         for _, future in pending:
