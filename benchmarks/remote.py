@@ -14,7 +14,7 @@ that is "downloaded". This process also samples each row's cache folder (peak di
 process tree's PSS (peak memory).
 
 moto is a Python server and the machine may be shared: compare the ratios of one run, not
-the rates. ``python benchmarks/remote.py [--samples 25600] [--part-samples 2560]``
+the rates. ``python benchmarks/remote.py [--samples 102400] [--part-samples 20480]``
 """
 
 from __future__ import annotations
@@ -210,8 +210,13 @@ TARGETS = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--samples", type=int, default=25_600, help="10 parts of 2,560")
-    ap.add_argument("--part-samples", type=int, default=2560, help="~7.9 MB parts / shards")
+    ap.add_argument("--samples", type=int, default=102_400, help="5 parts of 20,480")
+    ap.add_argument(
+        "--part-samples",
+        type=int,
+        default=20_480,
+        help="~63 MB parts / shards (MDSWriter's default size_limit is 64 MiB)",
+    )
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--warm-epochs", type=int, default=3, help="the median one is shown")
