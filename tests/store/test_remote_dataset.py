@@ -9,6 +9,7 @@ import multiprocessing as mp
 import os
 import pickle
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -319,3 +320,47 @@ def test_cli_upload_download_info_verify(
     assert chute.open(tmp_path / "back.chute")[99]["text"] == "sample 99"
     with pytest.raises(chute.ArgumentError, match="apply to URLs"):
         chute.open(local, cache_limit="1GB")
+
+
+@pytest.fixture
+def http_folder(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A plain web server on 127.0.0.1 serving ``tmp_path / "www"`` (read-only)."""
+    import functools
+    import http.server
+    import threading
+
+    root = tmp_path / "www"
+    root.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(root))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        thread.join()
+
+
+def test_http_is_read_only_and_file_urls_round_trip(
+    http_folder: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, base = http_folder
+    chute.write(root / "d.chute", {"x": np.arange(400).reshape(100, 4)}, part_size=30)
+    ds = chute.open(f"{base}/d.chute")
+    assert isinstance(ds, RemoteDataset) and int(ds[42]["x"][0]) == 168
+    assert sorted(v // 4 for v in ids(chute.Loader(ds, 16, shuffle="parts"))) == list(range(100))
+    with pytest.raises(chute.ArgumentValueError, match="read-only"):
+        chute.write(f"{base}/new.chute", {"x": np.arange(4)})
+    assert cli(["upload", str(root / "d.chute"), f"{base}/up.chute"]) != 0
+    assert "read-only" in capsys.readouterr().err
+    assert not (root / "new.chute").exists() and not (root / "up.chute").exists()
+    url = f"file://{root / 'f.chute'}"
+    chute.write(url, {"x": np.arange(400).reshape(100, 4)}, part_size=30)
+    assert sorted(ids(chute.Loader(chute.open(url), 16))) == list(range(0, 400, 4))

@@ -20,7 +20,7 @@ from typing import Any
 import xxhash
 
 from .. import format as fmt
-from ..errors import ArgumentError, DatasetExistsError, require
+from ..errors import ArgumentError, ArgumentValueError, DatasetExistsError, require
 from ..manifest import read_manifest
 from .client import CHUNK, EXTRA, Store
 from .manifest import ZSTD_SUFFIX
@@ -28,6 +28,17 @@ from .paths import default_cache_dir, folder_name
 from .url import URL
 
 _DATA_SUFFIXES = (".npy", ".npy" + ZSTD_SUFFIX)
+
+
+def writable(store: Store) -> Store:
+    """``store``, refused now (before anything is staged or sent) if its URL cannot be
+    written: http(s):// is read-only."""
+    if store.url.scheme in ("http", "https"):
+        raise ArgumentValueError(
+            f"{store.url}: http(s):// URLs are read-only (a web server takes no uploads): write "
+            "to s3://, gs://, az:// or file://, or write a local folder and serve it"
+        )
+    return store
 
 
 def upload(
@@ -44,7 +55,7 @@ def upload(
     manifest. ``compression``: None or ``"zstd"`` (at ``level``). Returns the store."""
     if compression not in (None, "zstd"):
         raise ArgumentError(f"compression must be None or 'zstd', got {compression!r}")
-    store = url if isinstance(url, Store) else Store(url, storage_options)
+    store = writable(url if isinstance(url, Store) else Store(url, storage_options))
     src = Path(src)
     manifest = read_manifest(src)  # a finished, valid local dataset
     if store.head(fmt.MANIFEST) is not None:
@@ -118,7 +129,7 @@ class Staged:
         compression: str | None = None,
         staging_dir: str | os.PathLike | None = None,
     ):
-        self.store = Store(url, storage_options)
+        self.store = writable(Store(url, storage_options))
         self.url = self.store.url.url
         self.overwrite = overwrite
         self.compression = compression
