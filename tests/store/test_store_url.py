@@ -130,3 +130,15 @@ def test_prefetcher_ahead_zero_fetches_inline() -> None:
 
     assert [r for _, r in Prefetcher(range(3), fetch, ahead=0)] == [0, 1, 2]
     assert threads == {threading.current_thread()}
+
+
+def test_azure_without_an_account_names_its_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Configuring the client needs no network: the error names Azure's own variables."""
+    pytest.importorskip("obstore")
+    import chute
+
+    for var in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_ACCOUNT"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ArgumentError, match="AZURE_STORAGE_ACCOUNT_NAME") as info:
+        chute.open("az://container/x.chute")
+    assert "az://container/x.chute" in str(info.value)

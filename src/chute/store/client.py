@@ -38,6 +38,13 @@ from .url import URL, parse_url
 T = TypeVar("T")
 
 
+_CREDENTIALS = {  # what each provider reads from the environment, for error messages
+    "s3": "e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL",
+    "gs": "e.g. GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT",
+    "az": "e.g. AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY",
+}
+
+
 class Sink(Protocol):
     """Where a download is written: an open binary file, or a wrapper of one."""
 
@@ -186,7 +193,8 @@ class Store:
         except Exception as exc:
             raise ArgumentError(
                 f"{url}: cannot configure the object store client from storage_options "
-                f"{sorted(self.storage_options)} and the environment: {_short(exc)}"
+                f"{sorted(self.storage_options)} and the environment ("
+                f"{_CREDENTIALS.get(url.scheme, 'see obstore')}): {_short(exc)}"
             ) from None
 
     # ------------------------------------------------------------------- requests
@@ -332,7 +340,7 @@ class Store:
         if kind == "credentials":
             return RemoteError(
                 f"{where}: no credentials for {self.url.scheme}://: set the provider's "
-                "environment variables (e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), "
+                f"environment variables ({_CREDENTIALS.get(self.url.scheme, 'see obstore')}), "
                 "or pass them in storage_options, or storage_options={'skip_signature': True} "
                 f"for a public bucket ({_short(exc)})"
             )
