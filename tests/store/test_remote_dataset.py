@@ -294,7 +294,9 @@ def test_a_failed_upload_leaves_no_openable_dataset(
     assert len(chute.open(url)) == 3
 
 
-def test_convert_and_from_torch_to_a_url(s3: S3Server, request: pytest.FixtureRequest) -> None:
+def test_convert_from_torch_from_dask_to_a_url(
+    s3: S3Server, request: pytest.FixtureRequest
+) -> None:
     url = url_for(request)
     x = np.arange(40, dtype=np.float32).reshape(20, 2)
     assert chute.convert({"x": x}, url, progress=False) == url
@@ -303,6 +305,12 @@ def test_convert_and_from_torch_to_a_url(s3: S3Server, request: pytest.FixtureRe
     url2 = url_for(request, "t.chute")
     chute.from_torch(tds, url2, num_workers=0, names=("y",), progress=False)
     assert int(chute.open(url2)[9]["y"]) == 9
+    da = pytest.importorskip("dask.array")
+    url3 = url_for(request, "d.chute")
+    chute.from_dask(
+        {"x": da.from_array(x, chunks=(7, 2))}, url3, scheduler="threads", progress=False
+    )
+    assert torch.equal(chute.open(url3)[19]["x"], torch.tensor([38.0, 39.0]))
 
 
 def test_cli_upload_download_info_verify(
