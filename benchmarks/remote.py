@@ -220,7 +220,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--warm-epochs", type=int, default=3, help="the median one is shown")
-    ap.add_argument("--row-timeout", type=float, default=120.0, help="seconds, per row")
+    ap.add_argument("--row-timeout", type=float, default=300.0, help="seconds, per row")
     ap.add_argument("--streaming-python", help="default: .venv-streaming/bin/python")
     ap.add_argument("--litdata-python", help="default: .venv-litdata/bin/python")
     ap.add_argument("--rows", default="chute,local,streaming,litdata", help="which rows to run")
