@@ -94,3 +94,22 @@ def test_feed_hands_over_without_waiting():
     finally:
         feed.close()
     assert rec.started[:2] == [0, 1]
+
+
+def test_wait_for_a_part_being_fetched_and_close_while_waiting():
+    gate = threading.Event()
+    rec = Recorder(gate=gate)
+    pf = Prefetcher(range(4), rec.fetch, ahead=2)
+    t = time.perf_counter()
+    pf.wait(0)  # the first fetch: done after its ~20 ms
+    assert time.perf_counter() - t >= 0.015 and rec.started[0] == 0
+    pf.wait(7)  # not given out: at once
+    waiter = threading.Thread(target=pf.wait, args=(1,))  # gated until `gate`
+    waiter.start()
+    waiter.join(0.1)
+    assert waiter.is_alive()  # still waiting for part 1
+    gate.set()
+    waiter.join(5)
+    assert not waiter.is_alive()
+    pf.close()
+    pf.wait(2)  # after close: nothing pending, no CancelledError

@@ -20,9 +20,10 @@ started, waits for running fetches and releases every result not handed out.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
 from ..errors import ArgumentError
@@ -59,6 +60,7 @@ class Prefetcher(Generic[P, R]):
         self._closed = False
         self._lock = threading.Lock()
         self._first_done = threading.Event()  # the fetches after the first wait for it
+        self._started = False  # a fetch was given out
         self._fill()
 
     def _fill(self) -> None:
@@ -69,8 +71,6 @@ class Prefetcher(Generic[P, R]):
                 return
             first, self._started = not self._started, True
             self._pending.append((part, self._pool.submit(self._run, part, first)))
-
-    _started = False  # a fetch was given out
 
     def _run(self, part: P, first: bool) -> R:
         if not first:
@@ -87,7 +87,8 @@ class Prefetcher(Generic[P, R]):
         with self._lock:
             futures = [f for p, f in self._pending if p == part]
         for f in futures:
-            f.exception()  # waits; never raises the fetch's error
+            with contextlib.suppress(CancelledError):  # close() dropped it
+                f.exception()  # waits; never raises the fetch's error
 
     def _drop_current(self) -> None:
         if self._has_current:
