@@ -48,6 +48,12 @@ def header_bytes(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return MAGIC + b"\x01\x00" + (size - 10).to_bytes(2, "little") + literal + b" " * pad + b"\n"
 
 
+def length_width(start: bytes) -> int:
+    """Bytes of the header-length field after ``start`` (the magic and the version): 2 in
+    version 1.0, 4 in versions 2 and 3."""
+    return 2 if start[len(MAGIC) : len(MAGIC) + 2] == b"\x01\x00" else 4
+
+
 def read_header(
     f: BinaryIO, path: str, *, structured: bool = False
 ) -> tuple[np.dtype, tuple[int, ...], int]:
@@ -59,7 +65,7 @@ def read_header(
     # Read the header ourselves, bounded: numpy would first allocate the (up to 4 GiB) length
     # a version 2/3 header declares, then find the file too short.
     start = f.read(len(MAGIC) + 2)
-    length = f.read(2 if start[len(MAGIC) :] == b"\x01\x00" else 4)
+    length = f.read(length_width(start))
     size = int.from_bytes(length, "little")
     if size > MAX_HEADER_BYTES:
         raise FormatError(f"{path}: .npy header declares {size} bytes; not a chute file")

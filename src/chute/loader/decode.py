@@ -36,7 +36,7 @@ import torch
 from .. import format as fmt
 from .._torch import as_numpy
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
-from ..image.on_device import DeviceImages, decode_images
+from ..image.on_device import DeviceImages, check_device, decode_images
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
 
 __all__ = ["Decoded", "with_decode"]
@@ -47,7 +47,6 @@ class Decoded:
     ``len``, ``schema``, ``gather``, ``empty_batch``, ``ds[i]``). Made by :func:`with_decode`."""
 
     def __init__(self, ds: Gatherable, ops: Mapping[str, Any], seed: int, epoch: int = 0):
-        from ..image.on_device import check_device
         from ..image.ops import check_ops
 
         if not isinstance(ops, Mapping) or not ops:

@@ -155,7 +155,10 @@ class Run:
         plan = self.plan
         first = q * self.group
         js = range(first, min(first + self.group, len(plan)))
-        out = self.buffers.take(q)
+        try:
+            out = self.buffers.take(q)
+        except catch as exc:  # as when the gather fails: posted in place of the batches
+            return [(j, (None, exc, threading.current_thread().name)) for j in js]
         if q == 0 and len(js) > 1 and self.workers:
             n = len(plan[first])
             self.results.put(self._produce(js[:1], {k: t[:n] for k, t in out.items()}, catch))

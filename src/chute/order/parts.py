@@ -151,11 +151,14 @@ class _Stream:
         out = np.empty_like(i)
         for s in distinct(m).tolist():  # a batch lies in one stretch, or two
             at = m == s
-            if self.sizes[s] <= self.MADE:
-                out[at] = self._made_stretch(s)[j[at]]
-            else:
-                out[at] = self._lazy_stretch(s, j[at])
+            out[at] = self._in_stretch(s, j[at])
         return out
+
+    def _in_stretch(self, s: int, j: np.ndarray) -> np.ndarray:
+        """Samples at offsets ``j`` of stretch ``s``, made whole or computed lazily."""
+        if self._sizes[s] <= self.MADE:
+            return self._made_stretch(s)[j]
+        return self._lazy_stretch(s, j)
 
     def run(self, a: int, b: int) -> np.ndarray:
         """The samples at stream positions ``a .. b - 1`` (a slice of one stretch or two)."""
@@ -165,14 +168,10 @@ class _Stream:
         while a < b:
             end = min(b, starts[s] + sizes[s])
             if end > a:
-                lo, hi = a - starts[s], end - starts[s]
-                if sizes[s] <= self.MADE:
-                    out.append(self._made_stretch(s)[lo:hi])
-                else:
-                    out.append(self._lazy_stretch(s, np.arange(lo, hi)))
+                out.append(self._in_stretch(s, np.arange(a - starts[s], end - starts[s])))
                 a = end
             s += 1
-        return np.concatenate(out) if len(out) != 1 else out[0].copy()
+        return np.concatenate(out) if len(out) != 1 else out[0]
 
     def _pieces(self, s: int) -> list[tuple[int, int, int]]:
         """(part, first, count): the slices of stretch ``s``, each a range of positions of

@@ -16,7 +16,7 @@ import xxhash
 
 from ..errors import CacheError, FormatError
 from ..manifest import file_checksum
-from ..npy_header import MAGIC, read_header
+from ..npy_header import MAGIC, length_width, read_header
 from .manifest import Entry
 
 
@@ -71,9 +71,9 @@ class PayloadHash:
         if self.offset is None:
             self._head += bytes(view[: _HEAD - len(self._head)])
             if len(self._head) >= _HEAD:  # the data starts after the (>= 64 byte) header
-                one = self._head[len(MAGIC) : len(MAGIC) + 2] == b"\x01\x00"
-                size = int.from_bytes(self._head[8:10] if one else self._head[8:12], "little")
-                self.offset = (10 if one else 12) + size
+                at_length, width = len(MAGIC) + 2, length_width(self._head)
+                size = int.from_bytes(self._head[at_length : at_length + width], "little")
+                self.offset = at_length + width + size
         if self.offset is not None and at + len(view) > self.offset:
             self._hash.update(view[max(0, self.offset - at) :])
         return self.file.write(view)
