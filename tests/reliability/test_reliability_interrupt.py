@@ -27,6 +27,7 @@ from _reliability import record, shm_entries
 import chute
 
 PROMPT_S = 4.0  # from SIGINT to the loop having unwound and cleaned up
+TORCH_FD_RACE = 2  # fds a rare Ctrl-C may leave open inside torch's DataLoader (see below)
 
 CHILD = textwrap.dedent(
     """
@@ -119,7 +120,7 @@ def test_sigint_during_iteration(ds_path: Path, tmp_path: Path, mode: str, recor
             start_new_session=True,  # its own process group, as a job in a terminal
         )
     all_workers: set[int] = set()
-    times, lost, slow = [], 0, 0
+    times, lost, slow, extra_fds = [], 0, 0, 0
     try:
         for k in range(rounds):
             ready = _line(proc, 60)
@@ -143,7 +144,14 @@ def test_sigint_during_iteration(ds_path: Path, tmp_path: Path, mode: str, recor
             base, now = report["base"], report["now"]
             assert now["threads"] == base["threads"], (k, now["threads"])
             assert now["children"] == [], (k, now["children"])
-            assert now["fds"] == base["fds"], (k, now["fds"], base["fds"])
+            # torch's own race, not chute's: a Ctrl-C landing while torch unpickles a batch
+            # from a worker, between receiving a shared-memory fd and the try/finally that
+            # closes it (torch.multiprocessing.reductions.rebuild_storage_fd), or while it
+            # joins a worker, leaves that one fd (or a pipe pair) open: ~1 round in 50 here
+            # (CI failed once on it). Bounded, so tolerated for worker processes only.
+            spare = TORCH_FD_RACE if mode == "dataloader" else 0
+            assert base["fds"] <= now["fds"] <= base["fds"] + spare, (k, now["fds"], base["fds"])
+            extra_fds = now["fds"] - base["fds"]
         assert proc.wait(30) == 0, (tmp_path / "stderr").read_text()[-3000:]
     finally:
         if proc.poll() is None:
@@ -167,8 +175,8 @@ def test_sigint_during_iteration(ds_path: Path, tmp_path: Path, mode: str, recor
         "process group like Ctrl-C)",
         rounds,
         f"stopped within {max(times):.2f} s of the SIGINT that took; Ctrl-C lost {lost}x, "
-        f"slower than {PROMPT_S:.0f} s {slow}x; threads, processes, fds back to baseline; no "
-        "/dev/shm segment left",
+        f"slower than {PROMPT_S:.0f} s {slow}x; threads and processes back to baseline, "
+        f"fds +{extra_fds} after the last; no /dev/shm segment left",
     )
     # With worker processes, a Ctrl-C landing while CPython runs a finalizer (torch's iterator
     # of the previous epoch shutting its workers down) is swallowed by CPython ("Exception
