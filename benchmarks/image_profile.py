@@ -1,6 +1,7 @@
-"""Where the time of a decoded image goes: simplejpeg's DCT-scaled decode, PIL's crop+resize,
-the copy into the batch (PIL's paste of the resized image into a scratch HWC array, then
-numpy's HWC -> CHW copy with the flip in the strides), and everything else (Python, plan,
+"""Where the time of a decoded image goes: simplejpeg's DCT-scaled decode, the crop (a copy,
+for torch's resize), the resize (torch's antialiased bilinear for whole-pixel boxes, PIL's
+``resize(box=...)`` for fractional ones), the copy into the batch (numpy's HWC -> CHW copy
+with the flip in the strides; PIL's path pastes first), and everything else (Python, plan,
 gather), for RandomResizedCrop(160) + flip over the benchmark's photos, one thread.
 
     python benchmarks/image_profile.py [--images 1000] [--size 160]
@@ -8,7 +9,7 @@ gather), for RandomResizedCrop(160) + flip over the benchmark's photos, one thre
 
 Each stage is timed per image with ``perf_counter`` around the same calls ``decode_planned``
 makes; the "whole" rows time ``decode_planned`` itself and the Loader (1 thread) on the same
-images, so "other" is what is neither decode, resize nor copy. Needs scikit-image.
+images, so "other" is what is neither decode, crop, resize nor copy. Needs scikit-image.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 from _common import RESULTS, table, write_json
 from _photos import photo_folder
 from PIL import Image
@@ -27,41 +29,60 @@ from PIL import Image
 import chute
 from chute.image import RandomHorizontalFlip, RandomResizedCrop, dct_scales, decode_planned, plan
 
+STAGES = ("decode", "crop", "resize", "copy")
 
-def stages(data: list[bytes], hw: np.ndarray, size: int) -> dict[str, float]:
-    """Seconds per stage over all images (one pass), as decode_planned does them."""
+
+def stages(data: list[bytes], hw: np.ndarray, size: int) -> tuple[dict[str, float], float]:
+    """Seconds per stage over all images (one pass), as decode_planned does them, and the
+    share of images that torch resizes (whole-pixel boxes)."""
     import simplejpeg
 
     ops = [RandomResizedCrop(size), RandomHorizontalFlip()]
     p = plan(ops, hw[:, 0], hw[:, 1], np.arange(len(data)), 0, 1)
     d = dct_scales(p)
     dh, dw = -(-hw[:, 0] // d), -(-hw[:, 1] // d)
-    boxes = (p.boxes * np.stack([dw / hw[:, 1], dh / hw[:, 0]] * 2, axis=1)).tolist()
+    boxes = p.boxes * np.stack([dw / hw[:, 1], dh / hw[:, 0]] * 2, axis=1)
+    whole = np.abs(boxes - np.rint(boxes)).max(axis=1) < 1e-6
+    ibox = np.rint(boxes).astype(np.int64).tolist()
     out = np.ones((256, 3, size, size), np.uint8)  # a warm batch buffer, as the Loader's
     scratch = np.empty(int((dh * dw).max()) * 4, np.uint8)
+    crops = np.empty(int((dh * dw).max()) * 3, np.uint8)
     hwc = np.empty((size, size, 4), np.uint8)
     raw = ("RGBX", 0, 1)
     paste = Image.core.map_buffer(hwc, (size, size), "raw", 0, raw).paste
     straight = hwc[:, :, :3].transpose(2, 0, 1)
     mirrored = hwc[:, ::-1, :3].transpose(2, 0, 1)
-    t = {"decode": 0.0, "resize": 0.0, "copy": 0.0}
+    t = dict.fromkeys(STAGES, 0.0)
     clock = time.perf_counter
     for i, buf in enumerate(data):
         t0 = clock()
+        mode = "RGB" if whole[i] else "RGBX"
         x = simplejpeg.decode_jpeg(
-            buf, "RGBX", min_height=int(dh[i]), min_width=int(dw[i]), buffer=scratch
+            buf, mode, min_height=int(dh[i]), min_width=int(dw[i]), buffer=scratch
         )
         t1 = clock()
-        im = Image.core.map_buffer(x, (x.shape[1], x.shape[0]), "raw", 0, raw)
-        small = im.resize((size, size), int(Image.Resampling.BILINEAR), boxes[i])
-        t2 = clock()
-        paste(small, (0, 0, size, size))
-        np.copyto(out[i % 256], mirrored if p.flips[i] else straight)
-        t3 = clock()
-        t["decode"] += t1 - t0
-        t["resize"] += t2 - t1
-        t["copy"] += t3 - t2
-    return t
+        if whole[i]:
+            x0, y0, x1, y1 = ibox[i]
+            crop = crops[: (y1 - y0) * (x1 - x0) * 3].reshape(y1 - y0, x1 - x0, 3)
+            np.copyto(crop, x[y0:y1, x0:x1])
+            t2 = clock()
+            chw = torch.from_numpy(crop).permute(2, 0, 1)[None]
+            small = torch.nn.functional.interpolate(
+                chw, (size, size), mode="bilinear", antialias=True
+            )[0].numpy()
+            t3 = clock()
+            np.copyto(out[i % 256], small[:, :, ::-1] if p.flips[i] else small)
+        else:
+            t2 = clock()
+            im = Image.core.map_buffer(x, (x.shape[1], x.shape[0]), "raw", 0, raw)
+            resized = im.resize((size, size), int(Image.Resampling.BILINEAR), boxes[i].tolist())
+            t3 = clock()
+            paste(resized, (0, 0, size, size))
+            np.copyto(out[i % 256], mirrored if p.flips[i] else straight)
+        t4 = clock()
+        for k, (a, b) in zip(STAGES, ((t0, t1), (t1, t2), (t2, t3), (t3, t4)), strict=True):
+            t[k] += b - a
+    return t, float(whole.mean())
 
 
 def main() -> None:
@@ -80,7 +101,8 @@ def main() -> None:
         ops = [RandomResizedCrop(size), RandomHorizontalFlip()]
         best: dict[str, float] = {}
         for _ in range(3):  # best of 3: the machine is shared
-            for k, v in stages(data, hw, size).items():
+            times, by_torch = stages(data, hw, size)
+            for k, v in times.items():
                 best[k] = min(best.get(k, 1e9), v)
             p = plan(ops, hw[:, 0], hw[:, 1], np.arange(n), 0, 1)
             out = np.empty((n, 3, size, size), np.uint8)
@@ -94,10 +116,9 @@ def main() -> None:
             best["Loader, 1 thread"] = min(
                 best.get("Loader, 1 thread", 1e9), time.perf_counter() - t0
             )
-    parts = best["decode"] + best["resize"] + best["copy"]
+    parts = sum(best[k] for k in STAGES)
     rows = [
-        {"stage": k, "us_per_image": 1e6 * best[k] / n, "share": best[k] / parts}
-        for k in ("decode", "resize", "copy")
+        {"stage": k, "us_per_image": 1e6 * best[k] / n, "share": best[k] / parts} for k in STAGES
     ]
     for k in ("decode_planned", "Loader, 1 thread"):
         rows.append(
@@ -113,12 +134,14 @@ def main() -> None:
             [
                 ("stage", "", "s"),
                 ("us_per_image", "us/image", ".0f"),
-                ("share", "of decode+resize+copy", ".2f"),
+                ("share", "of the four stages", ".2f"),
             ],
         )
     )
+    print(f"{by_torch:.0%} of the images resized by torch (whole-pixel boxes), the rest by PIL")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"wrote {write_json(args.json, {'images': n, 'size': size, 'rows': rows})}")
+    result = {"images": n, "size": size, "torch_share": by_torch, "rows": rows}
+    print(f"wrote {write_json(args.json, result)}")
 
 
 if __name__ == "__main__":

@@ -1,21 +1,24 @@
 """Decode a batch of stored JPEGs straight into a preallocated ``(B, 3, H, W)`` uint8 batch:
 for each image, decode at the smallest DCT scale (1/8, 1/4, 1/2, 1/1) whose decoded crop still
-covers the output size, crop + resize in one step (PIL ``resize(box=...)``, bilinear with
-antialiasing, as torchvision's PIL path), flip, and write into ``out[i]``.
+covers the output size, crop + resize (bilinear with antialiasing, as torchvision), flip, and
+write into ``out[i]``.
 
-Threads: the work runs in C with the GIL released (simplejpeg's decode, PIL's resample and
-paste, numpy's copy into ``out``); what holds the GIL per image is a few calls into them (PIL's
-core directly, not its Python wrappers: ~10 us against ~1 ms of decoding). No pixel is packed
-or copied with the GIL held (PIL's raw packer, used before, held it: ~20 us per image that two
-threads had to take turns at). A plan depends only on each sample's dataset index, so a batch
-may be split: ``decode_planned(encoded[a:b], ..., plan_slice(p, a, b), out[a:b])`` from
-several threads writes the same pixels as one call for the whole batch. Each call owns its
-scratch buffers.
+Two resizers, chosen per image. A box on whole decoded pixels (RandomResizedCrop at full
+scale: most images) is cropped, then resized by torch's ``interpolate(antialias=True)``, which
+is what torchvision's ``RandomResizedCrop`` does (crop, then resize; PIL's coefficients, +-1)
+and 1.7x faster than PIL's resize on x86 (torch's AVX2 kernel for uint8 channels-last
+images, which runs in the calling thread: no intra-op pool). A fractional box (after DCT
+scaling, or a center crop's) goes to PIL's ``resize(box=...)``, which samples it exactly. On
+CPUs without AVX2 torch's uint8 kernel is the generic one: PIL resizes every image there, a
+whole-pixel crop as a view of the decoded image (the same pixels as torch's, +-1).
 
-Why PIL for the resize and not torch's ``interpolate(antialias=True)``: the box is fractional
-after DCT scaling (PIL samples it exactly; torch needs an integer crop), and torch ops called
-from several threads share torch's intra-op pool (a global setting). cv2 is not a dependency.
-Measured in ``benchmarks/image_decoders.py``.
+Threads: the work runs in C with the GIL released (simplejpeg's decode, the resamplers, PIL's
+paste, numpy's copies); what holds the GIL per image is a few calls into them (PIL's core
+directly, not its Python wrappers: ~10-20 us against ~0.7 ms of decoding). A plan depends
+only on each sample's dataset index, so a batch may be split: ``decode_planned(encoded[a:b],
+..., plan_slice(p, a, b), out[a:b])`` from several threads writes the same pixels as one call
+for the whole batch. Each call owns its scratch buffers. Measured in
+``benchmarks/image_decoders.py`` and ``benchmarks/image_profile.py``.
 
 The encoded images must be what :func:`chute.image.encode_image` stores (JPEG, YCbCr or gray);
 other bytes (PNG, CMYK JPEG) take a slower PIL path (``decode_image`` + resize).
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..errors import ArgumentError, FormatError, require
 from .codec import decode_image, is_jpeg
@@ -35,6 +39,9 @@ from .ops import Plan, plan
 __all__ = ["as_buffers", "dct_scales", "decode_batch", "decode_planned", "plan_slice"]
 
 _SCALES = np.array([8, 4, 2, 1])
+# torch's uint8 antialiased resize has a SIMD kernel (and one that stays in the calling
+# thread) on these; elsewhere PIL resizes every image.
+_TORCH_RESIZE = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
 
 def as_buffers(encoded: Any) -> Sequence[Any]:
@@ -119,14 +126,22 @@ def decode_planned(
     w = np.asarray(widths, dtype=np.int64).reshape(-1)
     d = dct_scales(p)
     dh, dw = -(-h // d), -(-w // d)  # libjpeg-turbo's scaled size: ceil(size / d)
-    # Boxes in decoded pixels, as python floats for PIL (one tolist, not one per number).
+    # Boxes in decoded pixels, as python floats for PIL (one tolist, not one per number);
+    # whole-pixel ones as ints for torch's crop-then-resize (see the module docstring).
     fx, fy = dw / w, dh / h
-    dbox = (p.boxes * np.stack([fx, fy, fx, fy], axis=1)).tolist()
+    boxes = p.boxes * np.stack([fx, fy, fx, fy], axis=1)
+    whole = np.rint(boxes)
+    exact = np.abs(boxes - whole).max(axis=1) < 1e-6
+    by_torch = exact & _TORCH_RESIZE
+    dbox = boxes.tolist()
+    ibox = whole.astype(np.int64).tolist()
     dims = np.stack([dh, dw], axis=1).tolist()
     flips = p.flips.tolist()
-    # This call's own scratch (a thread's, when a batch is split): the decoded RGBX image,
-    # and the resized one in HWC order, which PIL pastes into and numpy reads planes from.
-    scratch = np.empty(int((dh * dw).max()) * 4, np.uint8)
+    # This call's own scratch (a thread's, when a batch is split): the decoded image (RGBX
+    # for PIL, RGB for torch), torch's crop, and PIL's resized image in HWC order, which PIL
+    # pastes into and numpy reads planes from.
+    scratch = np.empty(int((dh * dw).max() + dw.max()) * 4, np.uint8)  # + a row: see below
+    crop_scratch = np.empty(int((dh * dw).max()) * 3 if by_torch.any() else 0, np.uint8)
     hwc = np.empty((oh, ow, 4), np.uint8)
     # PIL's core (what Image.frombuffer / resize / paste call, without their Python checks):
     # map_buffer wraps the decoded pixels without a copy; resize and paste run in C with the
@@ -138,27 +153,43 @@ def decode_planned(
     # Planes out of ``hwc``: numpy's strided copy (GIL released), the flip in the strides.
     straight = hwc[:, :, :3].transpose(2, 0, 1)
     mirrored = hwc[:, ::-1, :3].transpose(2, 0, 1)
-    copyto, decode_jpeg = np.copyto, sj.decode_jpeg
+    copyto, decode_jpeg, interpolate = np.copyto, sj.decode_jpeg, torch.nn.functional.interpolate
     bilinear = int(Image.Resampling.BILINEAR)
     size = (ow, oh)
     for i in range(n):
         buf = bufs[i]
         ih, iw = dims[i]
+        mode = "RGB" if by_torch[i] else "RGBX"
         try:
             if not is_jpeg(buf):
                 raise ValueError("not a JPEG")
-            rgbx = decode_jpeg(buf, "RGBX", min_height=ih, min_width=iw, buffer=scratch)
+            pixels = decode_jpeg(buf, mode, min_height=ih, min_width=iw, buffer=scratch)
         except ValueError as exc:
-            rgbx = None
             if "not a JPEG" in str(exc):  # PNG & co: PIL's slow path, full size
                 _decode_other(buf, h[i], w[i], p.boxes[i], flips[i], out[i], indices, i)
                 continue
             if "too small" in str(exc):  # larger than its stored size says
                 raise FormatError(_where(indices, i) + _mismatch(h[i], w[i])) from None
             raise FormatError(_where(indices, i) + f"corrupt or truncated JPEG: {exc}") from None
-        if rgbx.shape[0] != ih or rgbx.shape[1] != iw:
+        if pixels.shape[0] != ih or pixels.shape[1] != iw:
             raise FormatError(_where(indices, i) + _mismatch(h[i], w[i]))
-        paste(map_buffer(rgbx, (iw, ih), "raw", 0, raw).resize(size, bilinear, dbox[i]), extent)
+        if by_torch[i]:  # crop into a contiguous (h, w, 3) array: torch's kernel takes it as is
+            x0, y0, x1, y1 = ibox[i]
+            crop = crop_scratch[: (y1 - y0) * (x1 - x0) * 3].reshape(y1 - y0, x1 - x0, 3)
+            copyto(crop, pixels[y0:y1, x0:x1])
+            chw = torch.from_numpy(crop).permute(2, 0, 1)[None]
+            small = interpolate(chw, (oh, ow), mode="bilinear", antialias=True)[0].numpy()
+            copyto(out[i], small[:, :, ::-1] if flips[i] else small)
+            continue
+        if exact[i]:  # no torch: PIL resizes the crop alone, a view (offset, row stride) of
+            # ``pixels``, which start ``scratch``; PIL checks offset + stride * rows against
+            # the buffer's size, hence its spare row.
+            x0, y0, x1, y1 = ibox[i]
+            view = (x1 - x0, y1 - y0), "raw", (y0 * iw + x0) * 4, ("RGBX", iw * 4, 1)
+            small = map_buffer(scratch, *view).resize(size, bilinear, (0, 0, x1 - x0, y1 - y0))
+        else:
+            small = map_buffer(pixels, (iw, ih), "raw", 0, raw).resize(size, bilinear, dbox[i])
+        paste(small, extent)
         copyto(out[i], mirrored if flips[i] else straight)
     return out
 
