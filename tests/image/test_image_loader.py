@@ -234,3 +234,28 @@ def test_first_batch_split_across_threads_gives_the_same_pixels(
     for epoch in (0, 1):  # each pass splits its first batch (40 images: 3 slices)
         labels, imgs = epoch_images(loader, epoch)
         assert np.array_equal(imgs, expected(ds, labels, 2, epoch))
+
+
+def test_last_batches_split_across_the_workers(
+    images: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With 2 workers a pass's last 2 batches are decoded by 2 threads each (the first by
+    FIRST_SPLIT): the same pixels, and no worker idles while another ends the pass."""
+    import chute.loader.decode as decode
+
+    splits: list[tuple[int, int]] = []
+    split = decode._decode_split
+
+    def recorded(enc, h, w, p, out, idx, parts):  # the real split, counted
+        splits.append((len(idx), parts))
+        split(enc, h, w, p, out, idx, parts)
+
+    monkeypatch.setattr(decode, "_decode_split", recorded)
+    monkeypatch.setattr(decode, "FIRST_SPLIT", 3)
+    monkeypatch.setattr(decode, "_MIN_SPLIT", 2)  # small batches split too
+    ds = chute.open(images)
+    loader = chute.Loader(ds, 10, seed=4, num_workers=2, decode={"image": OPS})
+    labels, imgs = epoch_images(loader, 0)  # 5 batches, the last of 5 images
+    assert np.array_equal(np.sort(labels), np.arange(N))
+    assert np.array_equal(imgs, expected(ds, labels, 4, 0))
+    assert sorted(splits) == [(5, 2), (10, 2), (10, 3)], splits

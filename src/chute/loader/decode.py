@@ -23,11 +23,12 @@ would have seen.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
 from ..image.on_device import DeviceImages, check_device, decode_images
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
 
-__all__ = ["Decoded", "with_decode"]
+__all__ = ["FIRST_SPLIT", "Decoded", "split_decodes", "with_decode"]
 
 
 class Decoded:
@@ -76,7 +77,6 @@ class Decoded:
                 self.on_device[name] = device
         self.seed = int(seed)
         self.epoch = int(epoch)
-        self._first: list[bool] | None = None  # set by split_first_batch: see _take_first
         self._schema: dict[str, fmt.Field] = {  # a field decoded on the device stays encoded
             k: fmt.Tensor((3, *self.sizes[k]), "uint8") if self._here(k) else f
             for k, f in ds.schema.items()
@@ -158,8 +158,8 @@ class Decoded:
         p = plan(self.ops[name], sizes[:, 0], sizes[:, 1], idx, self.seed, epoch)
         h, w, arr = sizes[:, 0], sizes[:, 1], as_numpy(dst)
         try:
-            if self._take_first():  # the pass's first batch: split across threads
-                _decode_split(enc, h, w, p, arr, idx)
+            if getattr(_SPLIT, "threads", 1) > 1:  # see split_decodes
+                _decode_split(enc, h, w, p, arr, idx, _SPLIT.threads)
             else:
                 decode_planned(enc, h, w, p, arr, idx)
         except FormatError as exc:
@@ -177,26 +177,9 @@ class Decoded:
         process (:class:`~chute.reader.gatherable.PerEpoch`)."""
         view = copy.copy(self)
         view.epoch = int(epoch)
-        view._first = None
         if isinstance(self.dataset, PerEpoch):
             view.dataset = self.dataset.at_epoch(epoch)
         return view
-
-    def split_first_batch(self) -> None:
-        """Decode the next batch with several threads (a pass's first batch: the consumer
-        waits for it while the other workers have nothing to do yet)."""
-        self._first = [True]
-
-    def _take_first(self) -> bool:
-        """True for the first decode after :meth:`split_first_batch`."""
-        first = self._first
-        if first is None or not first:
-            return False
-        with _LOCK:
-            if not first:
-                return False
-            first.clear()
-            return True
 
     def _where(self, name: str) -> str:
         return f"{getattr(self.dataset, 'path', self.dataset)}: field {name!r}"
@@ -218,22 +201,37 @@ def with_decode(ds: Gatherable, decode: Mapping[str, Any] | None, seed: int) -> 
     return Decoded(ds, decode, seed)
 
 
-_LOCK = threading.Lock()
 FIRST_SPLIT = min(4, os.cpu_count() or 1)  # threads that decode a pass's first batch
 _MIN_SPLIT = 16  # images per thread, at least
+_SPLIT = threading.local()
+
+
+@contextlib.contextmanager
+def split_decodes(threads: int) -> Iterator[None]:
+    """Within the block, this thread's decodes (:class:`Decoded` gathers) are cut into
+    ``threads`` slices decoded at once, by it and short-lived helper threads. The Loader does
+    this for a pass's first batch (the consumer waits for it while the other workers have
+    nothing to do yet: :data:`FIRST_SPLIT` threads) and for its last ``num_workers``
+    batches (a worker that finishes early would idle while the others end the pass: with
+    the last batches spread over every thread, they end together)."""
+    before = getattr(_SPLIT, "threads", 1)
+    _SPLIT.threads = threads
+    try:
+        yield
+    finally:
+        _SPLIT.threads = before
 
 
 def _decode_split(
-    enc: Any, h: np.ndarray, w: np.ndarray, p: Any, out: np.ndarray, idx: Any
+    enc: Any, h: np.ndarray, w: np.ndarray, p: Any, out: np.ndarray, idx: Any, parts: int
 ) -> None:
-    """``decode_planned`` with the batch cut into :data:`FIRST_SPLIT` slices, decoded by
-    that many threads at once (the GIL is released while decoding): the first batch of a pass
-    arrives sooner, while the loader's workers start on the next ones. Same pixels as one
-    call (a plan depends on each sample's index only)."""
+    """``decode_planned`` with the batch cut into ``parts`` slices, decoded at once (the
+    GIL is released while decoding; see :func:`split_decodes`). Same pixels as one call (a
+    plan depends on each sample's index only)."""
     from ..image.decode import as_buffers, decode_planned, plan_slice
 
     n = len(idx)
-    k = min(FIRST_SPLIT, n // _MIN_SPLIT)
+    k = min(parts, n // _MIN_SPLIT)
     if k < 2:
         decode_planned(enc, h, w, p, out, idx)
         return
@@ -248,7 +246,7 @@ def _decode_split(
             errors.append(exc)
 
     threads = [
-        threading.Thread(target=part, args=(a, b), name="chute-decode-first", daemon=True)
+        threading.Thread(target=part, args=(a, b), name="chute-decode-split", daemon=True)
         for a, b in itertools.pairwise(cuts[1:])
     ]
     for t in threads:

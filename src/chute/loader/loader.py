@@ -24,7 +24,7 @@ from ..errors import ArgumentError
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.subset import loadable
 from .buffers import Buffers, Pool, Ring
-from .decode import Decoded, with_decode
+from .decode import with_decode
 from .passes import OnePass, make_order, unknown_keywords
 from .threads import LoaderIter, Run
 
@@ -223,8 +223,6 @@ class Loader(OnePass):
         ds = self.dataset
         if isinstance(ds, PerEpoch):  # a mix's samples, decode='s crops: per epoch
             ds = ds.at_epoch(self.order.epoch)
-        if isinstance(ds, Decoded):
-            ds.split_first_batch()  # the pass's first batch, decoded by several threads
         run = Run(
             ds,
             self._buffers,

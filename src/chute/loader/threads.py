@@ -75,6 +75,7 @@ import torch
 from ..errors import ChuteError, StaleIteratorError, WorkerError
 from ..reader.gather import head
 from ..reader.gatherable import Gatherable
+from . import decode as decodes
 from .buffers import Buffers
 
 __all__ = ["LoaderIter", "Run"]
@@ -159,11 +160,18 @@ class Run:
             out = self.buffers.take(q)
         except catch as exc:  # as when the gather fails: posted in place of the batches
             return [(j, (None, exc, threading.current_thread().name)) for j in js]
+        # Decodes split across threads (see split_decodes): the pass's first batch, and with
+        # several workers its last ones.
+        split = self.workers if self.workers > 1 and q >= self.items - self.workers else 1
         if q == 0 and len(js) > 1 and self.workers:
             n = len(plan[first])
-            self.results.put(self._produce(js[:1], {k: t[:n] for k, t in out.items()}, catch))
+            with decodes.split_decodes(decodes.FIRST_SPLIT):
+                self.results.put(self._produce(js[:1], {k: t[:n] for k, t in out.items()}, catch))
             js, out = js[1:], {k: t[n:] for k, t in out.items()}
-        return self._produce(js, out, catch)
+        elif q == 0:
+            split = decodes.FIRST_SPLIT
+        with decodes.split_decodes(split):
+            return self._produce(js, out, catch)
 
     def _produce(
         self, js: range, out: dict[str, torch.Tensor], catch: type[BaseException]
