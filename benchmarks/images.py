@@ -3,8 +3,9 @@ side by side in one run over the same ImageFolder of real photos (``_photos.py``
 
 - plain torch ``DataLoader`` over the folder, PIL decode + the same crop/flip written in PIL
   (torchvision is not installable next to torch 2.13 here), 0 and 2 worker processes;
-- the bare decode + crop + resize loop (simplejpeg DCT-scaled decode, PIL ``resize(box=)``,
-  no batch, no output copy), 1 and 2 threads: the ceiling;
+- the bare decode + crop + resize loop (simplejpeg DCT-scaled decode, then chute's resizers:
+  a crop + torch's antialiased ``interpolate`` for whole-pixel boxes, PIL ``resize(box=)``
+  for the others; no batch, no output copy), 1 and 2 threads: the ceiling;
 - ``chute.image.decode_planned`` called directly over ``chute.from_image_folder``'s dataset
   (gathered with ``ds.gather``, so read from the page cache), 1 and 2 threads (each batch
   split in two);
@@ -133,20 +134,33 @@ def run_dataloader(files, size, batch_size, workers) -> Iterator[int]:
 
 
 def run_bare(data: list[bytes], hw: np.ndarray, size: int, threads: int) -> Iterator[int]:
-    """The ceiling: decode (DCT-scaled) + crop + resize per image, nothing else."""
+    """The ceiling: decode (DCT-scaled) + crop + resize per image, nothing else: the resizers
+    chute uses (torch's for whole-pixel boxes, after a crop; PIL's box resize for the others),
+    no batch written, no plan, no gather."""
     import simplejpeg
 
     ops = [RandomResizedCrop(size), RandomHorizontalFlip()]
     p = plan(ops, hw[:, 0], hw[:, 1], np.arange(len(data)))
     d = dct_scales(p)
     dh, dw = -(-hw[:, 0] // d), -(-hw[:, 1] // d)
-    boxes = (p.boxes * np.stack([dw / hw[:, 1], dh / hw[:, 0]] * 2, axis=1)).tolist()
+    fboxes = p.boxes * np.stack([dw / hw[:, 1], dh / hw[:, 0]] * 2, axis=1)
+    whole = (np.abs(fboxes - np.rint(fboxes)).max(axis=1) < 1e-6).tolist()
+    boxes, ibox = fboxes.tolist(), np.rint(fboxes).astype(int).tolist()
+    interpolate = torch.nn.functional.interpolate
 
     def work(a: int, b: int) -> int:
         for i in range(a, b):
-            x = simplejpeg.decode_jpeg(data[i], "RGBX", min_height=dh[i], min_width=dw[i])
-            im = Image.frombuffer("RGBX", (x.shape[1], x.shape[0]), x, "raw", "RGBX", 0, 1)
-            im.resize((size, size), Image.Resampling.BILINEAR, box=boxes[i])
+            if whole[i]:
+                x = simplejpeg.decode_jpeg(data[i], "RGB", min_height=dh[i], min_width=dw[i])
+                x0, y0, x1, y1 = ibox[i]
+                crop = torch.from_numpy(np.ascontiguousarray(x[y0:y1, x0:x1]))
+                interpolate(
+                    crop.permute(2, 0, 1)[None], (size, size), mode="bilinear", antialias=True
+                )
+            else:
+                x = simplejpeg.decode_jpeg(data[i], "RGBX", min_height=dh[i], min_width=dw[i])
+                im = Image.frombuffer("RGBX", (x.shape[1], x.shape[0]), x, "raw", "RGBX", 0, 1)
+                im.resize((size, size), Image.Resampling.BILINEAR, box=boxes[i])
         return b - a
 
     chunk = 256

@@ -11,9 +11,10 @@ pipeline with chute's CPU decoder (simplejpeg, full scale): the path's CPU test,
 move decoding out of the loader's workers.
 
 Pixels. The boxes are the CPU path's, rounded to whole pixels; the resize is torch's
-antialiased bilinear (``F.interpolate(antialias=True)``) of the full-scale decode, where the
-CPU path resizes a DCT-scaled decode with PIL: they agree to 0.2 levels on average (at most
-3 in 256) on the tests' images, not bit for bit (``tests/image/test_on_device.py`` bounds it),
+antialiased bilinear (``F.interpolate(antialias=True)``) of the full-scale decode, as the
+CPU path does for whole-pixel boxes at full scale; where it decodes at a DCT scale or the box
+is fractional, the CPU path resizes with PIL. They agree to 0.2 levels on average (at most 3
+in 256) on the tests' images, not bit for bit (``tests/image/test_on_device.py`` bounds it),
 and nvjpeg's IDCT may differ from libjpeg-turbo's by a level or two.
 """
 
