@@ -177,8 +177,9 @@ def decode_planned(
             x0, y0, x1, y1 = ibox[i]
             crop = crop_scratch[: (y1 - y0) * (x1 - x0) * 3].reshape(y1 - y0, x1 - x0, 3)
             copyto(crop, pixels[y0:y1, x0:x1])
-            chw = torch.from_numpy(crop).permute(2, 0, 1)[None]
-            small = interpolate(chw, (oh, ow), mode="bilinear", antialias=True)[0].numpy()
+            # Views made in numpy: each torch call releases and retakes the GIL.
+            chw = torch.from_numpy(crop.transpose(2, 0, 1)[None])
+            small = interpolate(chw, (oh, ow), mode="bilinear", antialias=True).numpy()[0]
             copyto(out[i], small[:, :, ::-1] if flips[i] else small)
             continue
         if exact[i]:  # no torch: PIL resizes the crop alone, a view (offset, row stride) of
