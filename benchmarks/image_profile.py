@@ -1,9 +1,8 @@
-"""Where the time of a decoded image goes: simplejpeg's DCT-scaled decode, the crop (a copy
-with the flip, for torch's resize), the resize (torch's antialiased bilinear straight into
-the batch for whole-pixel boxes, PIL's ``resize(box=...)`` for fractional ones), the copy into
-the batch (PIL's path only: a paste, then numpy's HWC -> CHW copy with the flip in the
-strides), and everything else (Python, plan, gather), for RandomResizedCrop(160) + flip over
-the benchmark's photos, one thread.
+"""Where the time of a decoded image goes: simplejpeg's DCT-scaled decode, the crop (a copy,
+for torch's resize), the resize (torch's antialiased bilinear for whole-pixel boxes, PIL's
+``resize(box=...)`` for fractional ones), the copy into the batch (numpy's HWC -> CHW copy
+with the flip in the strides; PIL's path pastes first), and everything else (Python, plan,
+gather), for RandomResizedCrop(160) + flip over the benchmark's photos, one thread.
 
     python benchmarks/image_profile.py [--images 1000] [--size 160]
         [--json benchmarks/results/image_profile.json]
@@ -46,8 +45,6 @@ def stages(data: list[bytes], hw: np.ndarray, size: int) -> tuple[dict[str, floa
     whole = np.abs(boxes - np.rint(boxes)).max(axis=1) < 1e-6
     ibox = np.rint(boxes).astype(np.int64).tolist()
     out = np.ones((256, 3, size, size), np.uint8)  # a warm batch buffer, as the Loader's
-    out_t = torch.from_numpy(out)
-    resize_into = torch._C._nn._upsample_bilinear2d_aa  # what chute.image.decode calls
     scratch = np.empty(int((dh * dw).max()) * 4, np.uint8)
     crops = np.empty(int((dh * dw).max()) * 3, np.uint8)
     hwc = np.empty((size, size, 4), np.uint8)
@@ -64,15 +61,17 @@ def stages(data: list[bytes], hw: np.ndarray, size: int) -> tuple[dict[str, floa
             buf, mode, min_height=int(dh[i]), min_width=int(dw[i]), buffer=scratch
         )
         t1 = clock()
-        if whole[i]:  # as decode_planned: the flip in the crop's copy, resized into the batch
+        if whole[i]:
             x0, y0, x1, y1 = ibox[i]
             crop = crops[: (y1 - y0) * (x1 - x0) * 3].reshape(y1 - y0, x1 - x0, 3)
-            box = x[y0:y1, x0:x1]
-            np.copyto(crop, box[:, ::-1] if p.flips[i] else box)
+            np.copyto(crop, x[y0:y1, x0:x1])
             t2 = clock()
-            chw = torch.from_numpy(crop.transpose(2, 0, 1)[None])
-            resize_into(chw, [size, size], False, None, None, out=out_t[i % 256 : i % 256 + 1])
+            chw = torch.from_numpy(crop).permute(2, 0, 1)[None]
+            small = torch.nn.functional.interpolate(
+                chw, (size, size), mode="bilinear", antialias=True
+            )[0].numpy()
             t3 = clock()
+            np.copyto(out[i % 256], small[:, :, ::-1] if p.flips[i] else small)
         else:
             t2 = clock()
             im = Image.core.map_buffer(x, (x.shape[1], x.shape[0]), "raw", 0, raw)
