@@ -6,7 +6,7 @@ write into ``out[i]``.
 Two resizers, chosen per image. A box on whole decoded pixels (RandomResizedCrop at full
 scale: most images) is cropped, then resized by torch's ``interpolate(antialias=True)``, which
 is what torchvision's ``RandomResizedCrop`` does (crop, then resize; PIL's coefficients, +-1)
-and 1.7x faster than PIL's resize on x86 (torch's AVX2 kernel for uint8 channels-last
+and ~2x faster than PIL's resize on x86 (torch's AVX2 kernel for uint8 channels-last
 images, which runs in the calling thread: no intra-op pool). A fractional box (after DCT
 scaling, or a center crop's) goes to PIL's ``resize(box=...)``, which samples it exactly. On
 CPUs without AVX2 torch's uint8 kernel is the generic one: PIL resizes every image there, a

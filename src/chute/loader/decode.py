@@ -9,8 +9,9 @@ pool of fresh buffers, or its ring with ``keep=k``) hold it like any fixed field
 ``keep``; a pooled buffer by default). The rest of the batch is the dataset's own gather.
 
 Where it runs. In :class:`~chute.Loader` the gather, and so the decode, runs in the worker
-threads: simplejpeg's decode, PIL's resize and numpy's copy release the GIL (see
-:mod:`chute.image.decode`). In :func:`chute.dataloader` it runs in the worker processes.
+threads: simplejpeg's decode, the resize (torch's or PIL's) and numpy's copy release the GIL
+(see :mod:`chute.image.decode`); a pass's first and last batches are split across threads
+(:func:`split_decodes`). In :func:`chute.dataloader` it runs in the worker processes.
 
 Randomness. A sample's crop and flip are a pure function of (the loader's ``seed``, the epoch,
 its index: the position the loader's order gives, i.e. the position in a Subset), see
