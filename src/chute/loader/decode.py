@@ -39,6 +39,7 @@ from .. import format as fmt
 from .._torch import as_numpy
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
 from ..image.on_device import DeviceImages, check_device, decode_images
+from ..image.ops import Plan, check_ops, plan
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
 
 __all__ = ["FIRST_SPLIT", "Decoded", "split_decodes", "with_decode"]
@@ -49,8 +50,6 @@ class Decoded:
     ``len``, ``schema``, ``gather``, ``empty_batch``, ``ds[i]``). Made by :func:`with_decode`."""
 
     def __init__(self, ds: Gatherable, ops: Mapping[str, Any], seed: int, epoch: int = 0):
-        from ..image.ops import check_ops
-
         if not isinstance(ops, Mapping) or not ops:
             raise ArgumentError(
                 "decode= takes a dict field -> decode ops, e.g. {'image': "
@@ -131,12 +130,14 @@ class Decoded:
             batch[name] = self._decode(name, batch[name], idx, epoch, dst)
         return batch
 
+    def _plan(self, name: str, enc: Any, idx: np.ndarray, epoch: int) -> tuple[np.ndarray, Plan]:
+        """The stored (height, width) of each image of ``enc``, and field ``name``'s plan."""
+        sizes = enc.sizes.numpy()
+        return sizes, plan(self.ops[name], sizes[:, 0], sizes[:, 1], idx, self.seed, epoch)
+
     def _planned(self, name: str, enc: Any, idx: np.ndarray, epoch: int) -> DeviceImages:
         """Field ``name`` planned, not decoded: :func:`chute.to_device` decodes it."""
-        from ..image.ops import plan
-
-        sizes = enc.sizes.numpy()
-        p = plan(self.ops[name], sizes[:, 0], sizes[:, 1], idx, self.seed, epoch)
+        sizes, p = self._plan(name, enc, idx, epoch)
         where = self._where(name)
         device = self.on_device[name]
         return DeviceImages(
@@ -147,16 +148,13 @@ class Decoded:
         self, name: str, enc: Any, idx: np.ndarray, epoch: int, dst: torch.Tensor | None
     ) -> torch.Tensor:
         from ..image.decode import decode_planned
-        from ..image.ops import plan
 
         b = len(idx)
-        h, w = self.sizes[name]
         if dst is None:
-            dst = torch.empty((b, 3, h, w), dtype=torch.uint8)
+            dst = torch.empty((b, 3, *self.sizes[name]), dtype=torch.uint8)
         elif len(dst) != b:
             dst = dst[:b]
-        sizes = enc.sizes.numpy()
-        p = plan(self.ops[name], sizes[:, 0], sizes[:, 1], idx, self.seed, epoch)
+        sizes, p = self._plan(name, enc, idx, epoch)
         h, w, arr = sizes[:, 0], sizes[:, 1], as_numpy(dst)
         try:
             if getattr(_SPLIT, "threads", 1) > 1:  # see split_decodes
