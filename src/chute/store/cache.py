@@ -233,10 +233,11 @@ class RemoteCache:
                 fds.append(fd)
                 os.utime(fd)  # last use, for LRU
             absent = [rel for rel in relpaths if not self._cached(rel)]
+            fetched: dict[str, Path] = {}
             if len(absent) > 1:
                 with ThreadPoolExecutor(min(len(absent), 8), "chute-fetch") as pool:
-                    list(pool.map(self.ensure, absent))
-            paths = [self.ensure(rel) for rel in relpaths]
+                    fetched = dict(zip(absent, pool.map(self.ensure, absent), strict=True))
+            paths = [fetched[rel] if rel in fetched else self.ensure(rel) for rel in relpaths]
         except BaseException:
             release_all(fds)
             raise
