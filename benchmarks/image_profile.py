@@ -27,7 +27,7 @@ from _photos import photo_folder
 from PIL import Image
 
 import chute
-from chute.image import RandomHorizontalFlip, RandomResizedCrop, dct_scales, decode_planned, plan
+from chute.image import RandomHorizontalFlip, RandomResizedCrop, decode_planned, plan, scaled_boxes
 
 STAGES = ("decode", "crop", "resize", "copy")
 
@@ -39,10 +39,7 @@ def stages(data: list[bytes], hw: np.ndarray, size: int) -> tuple[dict[str, floa
 
     ops = [RandomResizedCrop(size), RandomHorizontalFlip()]
     p = plan(ops, hw[:, 0], hw[:, 1], np.arange(len(data)), 0, 1)
-    d = dct_scales(p)
-    dh, dw = -(-hw[:, 0] // d), -(-hw[:, 1] // d)
-    boxes = p.boxes * np.stack([dw / hw[:, 1], dh / hw[:, 0]] * 2, axis=1)
-    whole = np.abs(boxes - np.rint(boxes)).max(axis=1) < 1e-6
+    dh, dw, boxes, whole = scaled_boxes(p, hw[:, 0], hw[:, 1])
     ibox = np.rint(boxes).astype(np.int64).tolist()
     out = np.ones((256, 3, size, size), np.uint8)  # a warm batch buffer, as the Loader's
     scratch = np.empty(int((dh * dw).max()) * 4, np.uint8)

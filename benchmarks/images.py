@@ -60,10 +60,10 @@ from chute import from_image_folder
 from chute.image import (
     RandomHorizontalFlip,
     RandomResizedCrop,
-    dct_scales,
     decode_planned,
     plan,
     plan_slice,
+    scaled_boxes,
 )
 from chute.sources.image_folder import ImageFolder
 
@@ -141,11 +141,8 @@ def run_bare(data: list[bytes], hw: np.ndarray, size: int, threads: int) -> Iter
 
     ops = [RandomResizedCrop(size), RandomHorizontalFlip()]
     p = plan(ops, hw[:, 0], hw[:, 1], np.arange(len(data)))
-    d = dct_scales(p)
-    dh, dw = -(-hw[:, 0] // d), -(-hw[:, 1] // d)
-    fboxes = p.boxes * np.stack([dw / hw[:, 1], dh / hw[:, 0]] * 2, axis=1)
-    whole = (np.abs(fboxes - np.rint(fboxes)).max(axis=1) < 1e-6).tolist()
-    boxes, ibox = fboxes.tolist(), np.rint(fboxes).astype(int).tolist()
+    dh, dw, fboxes, exact = scaled_boxes(p, hw[:, 0], hw[:, 1])
+    whole, boxes, ibox = exact.tolist(), fboxes.tolist(), np.rint(fboxes).astype(int).tolist()
     interpolate = torch.nn.functional.interpolate
 
     def work(a: int, b: int) -> int:

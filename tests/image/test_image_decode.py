@@ -25,6 +25,7 @@ from chute.image import (
     jpeg_size,
     plan,
     plan_slice,
+    scaled_boxes,
 )
 
 OPS = [RandomResizedCrop(48, scale=(0.05, 1.0)), RandomHorizontalFlip()]
@@ -171,3 +172,17 @@ def test_without_torchs_simd_resize_pil_gives_the_same_pixels(batch, monkeypatch
     monkeypatch.setattr(decode, "_TORCH_RESIZE", False)
     slow = decode_batch(data, h, w, OPS, idx, 3, 0, np.empty_like(fast))
     assert np.abs(fast.astype(int) - slow).max() <= 1
+
+
+def test_scaled_boxes(batch) -> None:
+    """Where decode_planned decodes: libjpeg-turbo's size at the DCT scale, the box scaled to
+    it; RandomResizedCrop's boxes are on whole pixels at full scale, a center crop's not."""
+    data, h, w = batch
+    p = plan(OPS, h, w, np.arange(len(data)), 7, 1)
+    d = dct_scales(p)
+    sb = scaled_boxes(p, h, w)
+    assert np.array_equal(sb.heights, -(-h // d)) and np.array_equal(sb.widths, -(-w // d))
+    full = d == 1
+    assert np.array_equal(sb.boxes[full], p.boxes[full]) and sb.whole[full].all()
+    cc = plan(CenterCrop(40), [300], [400], [0], 0, 0)
+    assert not scaled_boxes(cc, [300], [400]).whole[0]

@@ -5,7 +5,7 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
 - :mod:`.codec`: ``encode_image``, ``decode_image``, ``jpeg_size``
 - :mod:`.ops`: ``RandomResizedCrop``, ``CenterCrop``, ``Resize``, ``RandomHorizontalFlip``,
   ``plan``
-- :mod:`.decode`: ``decode_batch``, ``decode_planned``
+- :mod:`.decode`: ``decode_batch``, ``decode_planned`` (``scaled_boxes``: where it decodes)
 - :mod:`.normalize`: ``normalize`` (device side, after ``chute.to_device``)
 - :mod:`.on_device`: ``DeviceImages``, decoded by ``chute.to_device`` (ops with ``device=``)
 
@@ -16,7 +16,15 @@ The field kind is :class:`chute.Image` (``chute/format/fields.py``); its gathere
 """
 
 from .codec import EncodedImage, decode_image, encode_image, is_jpeg, jpeg_size
-from .decode import as_buffers, dct_scales, decode_batch, decode_planned, plan_slice
+from .decode import (
+    ScaledBoxes,
+    as_buffers,
+    dct_scales,
+    decode_batch,
+    decode_planned,
+    plan_slice,
+    scaled_boxes,
+)
 from .normalize import normalize
 from .on_device import DeviceImages
 from .ops import (
@@ -39,6 +47,7 @@ __all__ = [
     "RandomHorizontalFlip",
     "RandomResizedCrop",
     "Resize",
+    "ScaledBoxes",
     "as_buffers",
     "dct_scales",
     "decode_batch",
@@ -50,5 +59,6 @@ __all__ = [
     "normalize",
     "plan",
     "plan_slice",
+    "scaled_boxes",
     "uniforms",
 ]

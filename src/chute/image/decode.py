@@ -27,7 +27,7 @@ other bytes (PNG, CMYK JPEG) take a slower PIL path (``decode_image`` + resize).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -36,7 +36,15 @@ from ..errors import ArgumentError, FormatError, require
 from .codec import decode_image, is_jpeg
 from .ops import Plan, plan
 
-__all__ = ["as_buffers", "dct_scales", "decode_batch", "decode_planned", "plan_slice"]
+__all__ = [
+    "ScaledBoxes",
+    "as_buffers",
+    "dct_scales",
+    "decode_batch",
+    "decode_planned",
+    "plan_slice",
+    "scaled_boxes",
+]
 
 _SCALES = np.array([8, 4, 2, 1])
 # torch's uint8 antialiased resize has a SIMD kernel (and one that stays in the calling
@@ -70,6 +78,28 @@ def dct_scales(p: Plan) -> np.ndarray:
     room = np.minimum(cw / ow, ch / oh)
     fits = room[:, None] >= _SCALES[None, :]
     return np.asarray(_SCALES[np.argmax(fits, axis=1)] * fits.any(axis=1) + ~fits.any(axis=1))
+
+
+class ScaledBoxes(NamedTuple):
+    """Where each image of a plan is decoded (see :func:`scaled_boxes`)."""
+
+    heights: np.ndarray  # (B,) the decoded size at the DCT scale: ceil(size / scale)
+    widths: np.ndarray
+    boxes: np.ndarray  # (B, 4) float: the plan's box in decoded pixels
+    whole: np.ndarray  # (B,) bool: that box lies on whole pixels (torch's crop-then-resize)
+
+
+def scaled_boxes(p: Plan, heights: Any, widths: Any) -> ScaledBoxes:
+    """Per image of plan ``p`` (made from the stored ``heights`` / ``widths``): the size
+    libjpeg-turbo decodes it to at its :func:`dct_scales` scale, and the plan's box in those
+    decoded pixels."""
+    h = np.asarray(heights, dtype=np.int64).reshape(-1)
+    w = np.asarray(widths, dtype=np.int64).reshape(-1)
+    d = dct_scales(p)
+    dh, dw = -(-h // d), -(-w // d)  # libjpeg-turbo's scaled size: ceil(size / d)
+    fx, fy = dw / w, dh / h
+    boxes = p.boxes * np.stack([fx, fy, fx, fy], axis=1)
+    return ScaledBoxes(dh, dw, boxes, np.abs(boxes - np.rint(boxes)).max(axis=1) < 1e-6)
 
 
 def plan_slice(p: Plan, a: int, b: int) -> Plan:
@@ -124,17 +154,12 @@ def decode_planned(
         return out
     h = np.asarray(heights, dtype=np.int64).reshape(-1)
     w = np.asarray(widths, dtype=np.int64).reshape(-1)
-    d = dct_scales(p)
-    dh, dw = -(-h // d), -(-w // d)  # libjpeg-turbo's scaled size: ceil(size / d)
+    dh, dw, boxes, exact = scaled_boxes(p, h, w)
+    by_torch = exact & _TORCH_RESIZE
     # Boxes in decoded pixels, as python floats for PIL (one tolist, not one per number);
     # whole-pixel ones as ints for torch's crop-then-resize (see the module docstring).
-    fx, fy = dw / w, dh / h
-    boxes = p.boxes * np.stack([fx, fy, fx, fy], axis=1)
-    whole = np.rint(boxes)
-    exact = np.abs(boxes - whole).max(axis=1) < 1e-6
-    by_torch = exact & _TORCH_RESIZE
     dbox = boxes.tolist()
-    ibox = whole.astype(np.int64).tolist()
+    ibox = np.rint(boxes).astype(np.int64).tolist()
     dims = np.stack([dh, dw], axis=1).tolist()
     flips = p.flips.tolist()
     # This call's own scratch (a thread's, when a batch is split): the decoded image (RGBX
