@@ -222,7 +222,7 @@ def split_decodes(threads: int) -> Iterator[None]:
 
 
 def _decode_split(
-    enc: Any, h: np.ndarray, w: np.ndarray, p: Any, out: np.ndarray, idx: Any, parts: int
+    enc: Any, h: np.ndarray, w: np.ndarray, p: Plan, out: np.ndarray, idx: Any, parts: int
 ) -> None:
     """``decode_planned`` with the batch cut into ``parts`` slices, decoded at once (the
     GIL is released while decoding; see :func:`split_decodes`). Same pixels as one call (a
@@ -236,13 +236,13 @@ def _decode_split(
         return
     bufs = as_buffers(enc)
     cuts = np.linspace(0, n, k + 1).astype(int).tolist()
-    errors: list[BaseException] = []
+    errors: dict[int, BaseException] = {}  # by the slice's start
 
     def part(a: int, b: int) -> None:
         try:
             decode_planned(bufs[a:b], h[a:b], w[a:b], plan_slice(p, a, b), out[a:b], idx[a:b])
         except BaseException as exc:  # re-raised in the calling thread, first slice first
-            errors.append(exc)
+            errors[a] = exc
 
     threads = [
         threading.Thread(target=part, args=(a, b), name="chute-decode-split", daemon=True)
@@ -254,4 +254,4 @@ def _decode_split(
     for t in threads:
         t.join()
     if errors:
-        raise errors[0]
+        raise errors[min(errors)]
