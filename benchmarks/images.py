@@ -143,17 +143,18 @@ def run_bare(data: list[bytes], hw: np.ndarray, size: int, threads: int) -> Iter
     p = plan(ops, hw[:, 0], hw[:, 1], np.arange(len(data)))
     dh, dw, fboxes, exact = scaled_boxes(p, hw[:, 0], hw[:, 1])
     whole, boxes, ibox = exact.tolist(), fboxes.tolist(), np.rint(fboxes).astype(int).tolist()
-    interpolate = torch.nn.functional.interpolate
+    # torch's antialiased resize as chute calls it: written channels last (out=), its
+    # kernel's own layout (interpolate's planar output costs it a repacking pass)
+    resize = torch._C._nn._upsample_bilinear2d_aa
 
     def work(a: int, b: int) -> int:
+        rgb = torch.empty((1, size, size, 3), dtype=torch.uint8).permute(0, 3, 1, 2)
         for i in range(a, b):
             if whole[i]:
                 x = simplejpeg.decode_jpeg(data[i], "RGB", min_height=dh[i], min_width=dw[i])
                 x0, y0, x1, y1 = ibox[i]
                 crop = torch.from_numpy(np.ascontiguousarray(x[y0:y1, x0:x1]))
-                interpolate(
-                    crop.permute(2, 0, 1)[None], (size, size), mode="bilinear", antialias=True
-                )
+                resize(crop.permute(2, 0, 1)[None], (size, size), False, None, out=rgb)
             else:
                 x = simplejpeg.decode_jpeg(data[i], "RGBX", min_height=dh[i], min_width=dw[i])
                 im = Image.frombuffer("RGBX", (x.shape[1], x.shape[0]), x, "raw", "RGBX", 0, 1)

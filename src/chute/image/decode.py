@@ -6,8 +6,9 @@ write into ``out[i]``.
 Two resizers, chosen per image. A box on whole decoded pixels (RandomResizedCrop at full
 scale: most images) is cropped, then resized by torch's ``interpolate(antialias=True)``, which
 is what torchvision's ``RandomResizedCrop`` does (crop, then resize; PIL's coefficients, +-1)
-and ~2x faster than PIL's resize on x86 (torch's AVX2 kernel for uint8 channels-last
-images, which runs in the calling thread: no intra-op pool). A fractional box (after DCT
+and ~2.5x faster than PIL's resize on x86 (torch's AVX2 kernel for uint8 channels-last
+images, which runs in the calling thread: no intra-op pool; it writes channels last too,
+then numpy copies the planes into ``out[i]``). A fractional box (after DCT
 scaling, or a center crop's) goes to PIL's ``resize(box=...)``, which samples it exactly. On
 CPUs without AVX2 torch's uint8 kernel is the generic one: PIL resizes every image there, a
 whole-pixel crop as a view of the decoded image (the same pixels as torch's, +-1).
@@ -17,7 +18,7 @@ paste, numpy's copies); what holds the GIL per image is a few calls into them (P
 directly, not its Python wrappers: ~10-20 us against ~0.7 ms of decoding). A plan depends
 only on each sample's dataset index, so a batch may be split: ``decode_planned(encoded[a:b],
 ..., plan_slice(p, a, b), out[a:b])`` from several threads writes the same pixels as one call
-for the whole batch. Each call owns its scratch buffers. Measured in
+for the whole batch. Each thread has its own scratch buffers, kept across calls. Measured in
 ``benchmarks/image_decoders.py`` and ``benchmarks/image_profile.py``.
 
 The encoded images must be what :func:`chute.image.encode_image` stores (JPEG, YCbCr or gray);
@@ -26,6 +27,7 @@ other bytes (PNG, CMYK JPEG) take a slower PIL path (``decode_image`` + resize).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -50,6 +52,10 @@ _SCALES = np.array([8, 4, 2, 1])
 # torch's uint8 antialiased resize has a SIMD kernel (and one that stays in the calling
 # thread) on these; elsewhere PIL resizes every image.
 _TORCH_RESIZE = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+# What F.interpolate(mode="bilinear", antialias=True) calls, for its out= (interpolate has
+# none): written channels last, the kernel's own layout, the resize skips a repacking pass
+# that a planar output costs (~35 us an image, a quarter of the resize; image_profile.py).
+_RESIZE_AA: Any = torch._C._nn._upsample_bilinear2d_aa  # typed without its out=
 
 
 def as_buffers(encoded: Any) -> Sequence[Any]:
@@ -162,12 +168,14 @@ def decode_planned(
     ibox = np.rint(boxes).astype(np.int64).tolist()
     dims = np.stack([dh, dw], axis=1).tolist()
     flips = p.flips.tolist()
-    # This call's own scratch (a thread's, when a batch is split): the decoded image (RGBX
-    # for PIL, RGB for torch), torch's crop, and PIL's resized image in HWC order, which PIL
-    # pastes into and numpy reads planes from.
-    scratch = np.empty(int((dh * dw).max() + dw.max()) * 4, np.uint8)  # + a row: see below
-    crop_scratch = np.empty(int((dh * dw).max()) * 3 if by_torch.any() else 0, np.uint8)
-    hwc = np.empty((oh, ow, 4), np.uint8)
+    # This thread's scratch (see _scratch): the decoded image (RGBX for PIL, RGB for torch),
+    # torch's crop, and PIL's resized image in HWC order, which PIL pastes into and numpy
+    # reads planes from.
+    scratch = _scratch("decoded", int((dh * dw).max() + dw.max()) * 4)  # + a row: see below
+    crop_scratch = _scratch("crop", int((dh * dw).max()) * 3 if by_torch.any() else 0)
+    hwc = _scratch("resized", oh * ow * 4).reshape(oh, ow, 4)
+    rgb = _scratch("resized_rgb", oh * ow * 3).reshape(oh, ow, 3)  # torch's, channels last
+    rgb_out = torch.from_numpy(rgb[None]).permute(0, 3, 1, 2)
     # PIL's core (what Image.frombuffer / resize / paste call, without their Python checks):
     # map_buffer wraps the decoded pixels without a copy; resize and paste run in C with the
     # GIL released. ``hwc``'s core image shares its memory.
@@ -175,10 +183,13 @@ def decode_planned(
     raw = ("RGBX", 0, 1)
     paste = map_buffer(hwc, (ow, oh), "raw", 0, raw).paste
     extent = (0, 0, ow, oh)
-    # Planes out of ``hwc``: numpy's strided copy (GIL released), the flip in the strides.
+    # Planes out of ``hwc`` or ``rgb``: numpy's strided copy (GIL released), the flip in the
+    # strides.
     straight = hwc[:, :, :3].transpose(2, 0, 1)
     mirrored = hwc[:, ::-1, :3].transpose(2, 0, 1)
-    copyto, decode_jpeg, interpolate = np.copyto, sj.decode_jpeg, torch.nn.functional.interpolate
+    rgb_straight = rgb.transpose(2, 0, 1)
+    rgb_mirrored = rgb[:, ::-1].transpose(2, 0, 1)
+    copyto, decode_jpeg, resize = np.copyto, sj.decode_jpeg, _RESIZE_AA
     bilinear = int(Image.Resampling.BILINEAR)
     size = (ow, oh)
     for i in range(n):
@@ -203,9 +214,10 @@ def decode_planned(
             crop = crop_scratch[: (y1 - y0) * (x1 - x0) * 3].reshape(y1 - y0, x1 - x0, 3)
             copyto(crop, pixels[y0:y1, x0:x1])
             # Views made in numpy: each torch call releases and retakes the GIL.
-            chw = torch.from_numpy(crop.transpose(2, 0, 1)[None])
-            small = interpolate(chw, (oh, ow), mode="bilinear", antialias=True).numpy()[0]
-            copyto(out[i], small[:, :, ::-1] if flips[i] else small)
+            resize(
+                torch.from_numpy(crop.transpose(2, 0, 1)[None]), p.size, False, None, out=rgb_out
+            )
+            copyto(out[i], rgb_mirrored if flips[i] else rgb_straight)
             continue
         if exact[i]:  # no torch: PIL resizes the crop alone, a view (offset, row stride) of
             # ``pixels``, which start ``scratch``; PIL checks offset + stride * rows against
@@ -218,6 +230,20 @@ def decode_planned(
         paste(small, extent)
         copyto(out[i], mirrored if flips[i] else straight)
     return out
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(name: str, nbytes: int) -> np.ndarray:
+    """This thread's scratch buffer ``name``, at least ``nbytes`` (its first ``nbytes``),
+    kept across calls: a fresh megabyte per call is a fresh mapping of zeroed pages (huge
+    pages: ~20 us of the kernel's page clearing per image, measured with perf)."""
+    bufs = _SCRATCH.__dict__
+    buf = bufs.get(name)
+    if buf is None or len(buf) < nbytes:
+        buf = bufs[name] = np.empty(max(nbytes, 1 << 20), np.uint8)
+    return buf[:nbytes]
 
 
 def _decode_other(
