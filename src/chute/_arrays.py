@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 
@@ -16,3 +18,18 @@ def distinct(a: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(s[1:], s[:-1], out=keep[1:])
     return s[keep]
+
+
+def idle_buffer(bufs: list[np.ndarray], nbytes: int) -> np.ndarray | None:
+    """A buffer of ``bufs[1:]`` of at least ``nbytes`` that nothing but ``bufs`` refers to (no
+    array, view or tensor made from it is alive), or None. ``bufs[0]`` is an array that only
+    ``bufs`` refers to: the reference count to compare with, read the same way as the
+    buffers' (not a constant: interpreters differ). How buffers are reused while a batch
+    someone keeps is never written over (the Loader's pool, the image gather's bytes)."""
+    idle = 0
+    for i, raw in enumerate(bufs):
+        if i == 0:
+            idle = sys.getrefcount(raw)
+        elif sys.getrefcount(raw) == idle and len(raw) >= nbytes:
+            return raw
+    return None

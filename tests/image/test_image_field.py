@@ -216,3 +216,31 @@ def test_gather_is_the_samples_in_order(parts_dataset, indices: list[int]) -> No
     assert [bytes(x.numpy()) for x in b.tolist()] == [data[i] for i in indices]
     want = [[8 + (i % 23) % 5, 9 + (i % 23) % 3] for i in indices]
     assert b.sizes.tolist() == want
+
+
+def test_gathered_bytes_reuse_a_dropped_batch_never_a_kept_one(tmp_path: Path) -> None:
+    """The image gather writes a batch's bytes into its thread's buffer of the last batch
+    once nothing refers to it (what a loader does: decode, drop); a batch someone keeps (or
+    any view of it) is never written over: the next gather takes a new buffer."""
+    datas = [jpeg(30 + i, 40, seed=i) for i in range(6)]
+    dst = chute.write(tmp_path / "d.chute", {"image": datas}, schema={"image": chute.Image()})
+    ds = chute.open(dst)
+
+    def ptr(batch: EncodedImages) -> int:
+        return batch.values.data_ptr()
+
+    first = ds.gather([0, 1, 2])["image"]
+    kept_ptr, kept = ptr(first), first.values.clone()
+    view = first.values.numpy()[:10]  # a numpy view keeps the buffer too
+    del first
+    second = ds.gather([3, 4, 5])["image"]
+    assert ptr(second) != kept_ptr
+    assert np.array_equal(view, kept.numpy()[:10])
+    second_ptr = ptr(second)
+    del second
+    third = ds.gather([5, 4])["image"]  # smaller: fits the dropped buffer
+    assert ptr(third) == second_ptr
+    assert [bytes(memoryview(x.numpy())) for x in third.tolist()] == [datas[5], datas[4]]
+    again = ds.gather([0, 1, 2])["image"]  # ``third`` is held: a new buffer
+    assert ptr(again) != ptr(third)
+    assert torch.equal(again.values, kept)

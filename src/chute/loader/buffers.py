@@ -38,13 +38,13 @@ buffer when, and how scheduling keeps workers within these lifetimes)
 
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Protocol
 
 import numpy as np
 import torch
 
+from .._arrays import idle_buffer
 from ..reader.gatherable import Gatherable
 
 
@@ -92,12 +92,9 @@ class Pool:
     def _idle(self, name: str, nbytes: int) -> np.ndarray:
         """A buffer of field ``name`` that nothing refers to: a pooled one, or a new one."""
         bufs = self.bufs[name]
-        idle = 0
-        for i, raw in enumerate(bufs):
-            if i == 0:
-                idle = sys.getrefcount(raw)
-            elif sys.getrefcount(raw) == idle:
-                return raw
+        raw = idle_buffer(bufs, nbytes)
+        if raw is not None:
+            return raw
         raw = _aligned(nbytes)
         bufs.append(raw)
         if len(bufs) > self.cap + 1:  # the user keeps batches: stop tracking the oldest,

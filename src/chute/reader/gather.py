@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -139,7 +139,10 @@ def gather_fixed(
 
 
 def gather_var(
-    parts: Sequence[Piece], f: fmt.Ragged | fmt.Bytes | fmt.String, b: int
+    parts: Sequence[Piece],
+    f: fmt.Ragged | fmt.Bytes | fmt.String,
+    b: int,
+    alloc: Callable[[int], np.ndarray] | None = None,
 ) -> RaggedBatch:
     """The ``b`` samples of variable-size field ``f`` that ``parts`` locate, in batch order.
 
@@ -147,7 +150,8 @@ def gather_var(
     one output of exactly the batch's values is allocated and each sample's slice copied into
     it: O(batch) memory, no second gather for a batch over several parts. Before allocating,
     each part's share is checked against what its values file holds on disk
-    (:func:`check_backed`)."""
+    (:func:`check_backed`). ``alloc(n)``, for a bytes field: where the ``n`` values go (the
+    image gather reuses a buffer), else a new array."""
     bounds = [
         sample_bounds(p.arrays["values"], p.arrays["offsets"], p.local, p.files) for p in parts
     ]
@@ -165,7 +169,11 @@ def gather_var(
         rows = src.itemsize * math.prod(src.shape[1:])
         check_backed(total * rows, piece.allocated, piece.files["values"], piece)
     inner: tuple[int, ...] = () if f.variable_dims else f.inner_shape  # type: ignore[assignment]
-    values = np.empty((int(offsets[-1]), *inner), fmt.storage_dtype(f.dtype))
+    n_values = int(offsets[-1])
+    if alloc is not None:
+        values = alloc(n_values)
+    else:
+        values = np.empty((n_values, *inner), fmt.storage_dtype(f.dtype))
     if b and int(offsets[-1]) >= TINY_SAMPLE_VALUES * b:  # large samples: copy slice by slice
         slices: list[Any] = [None] * b
         for piece, (starts, ends, _) in zip(parts, bounds, strict=True):
