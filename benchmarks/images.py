@@ -4,8 +4,9 @@ side by side in one run over the same ImageFolder of real photos (``_photos.py``
 - plain torch ``DataLoader`` over the folder, PIL decode + the same crop/flip written in PIL
   (torchvision is not installable next to torch 2.13 here), 0 and 2 worker processes;
 - the bare decode + crop + resize loop (simplejpeg DCT-scaled decode, then chute's resizers:
-  a crop + torch's antialiased ``interpolate`` for whole-pixel boxes, PIL ``resize(box=)``
-  for the others; no batch, no output copy), 1 and 2 threads: the ceiling;
+  a crop + torch's antialiased resize written channels last, as ``decode_planned`` calls it,
+  for whole-pixel boxes, PIL ``resize(box=)`` for the others; no batch, no output copy), 1
+  and 2 threads: the ceiling;
 - ``chute.image.decode_planned`` called directly over ``chute.from_image_folder``'s dataset
   (gathered with ``ds.gather``, so read from the page cache), 1 and 2 threads (each batch
   split in two);
