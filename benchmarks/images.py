@@ -19,7 +19,7 @@ side by side in one run over the same ImageFolder of real photos (``_photos.py``
   libturbojpeg), one process kept across rounds; its first batch is the first epoch's
   (numba's compile included). Skipped, with the reason, when that Python is missing.
 
-    python benchmarks/images.py [--images 2000] [--batch-size 256] [--size 160] [--rounds 3]
+    python benchmarks/images.py [--images 2000] [--batch-size 256] [--size 160] [--rounds 4]
         [--ffcv-python /work/ffcv-venv/bin/python] [--json benchmarks/results/images.json]
         [--plot docs/images.png]
 
@@ -320,7 +320,7 @@ def main() -> None:
     p.add_argument("--images", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--size", type=int, default=160)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--work-dir", default=None)
     p.add_argument("--ffcv-python", default=os.environ.get("FFCV_PYTHON"))
     p.add_argument("--json", default=str(RESULTS / "images.json"))
