@@ -20,6 +20,12 @@ def distinct(a: np.ndarray) -> np.ndarray:
     return s[keep]
 
 
+# The largest buffer a thread keeps for its next batch (image scratch, gathered JPEG bytes):
+# larger ones (a one-off gather of a whole dataset, a huge panorama) are freed after use, not
+# held for the thread's lifetime.
+KEEP_MAX = 64 << 20
+
+
 def idle_buffer(bufs: list[np.ndarray], nbytes: int) -> np.ndarray | None:
     """A buffer of ``bufs[1:]`` of at least ``nbytes`` that nothing but ``bufs`` refers to (no
     array, view or tensor made from it is alive), or None. ``bufs[0]`` is an array that only

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -244,3 +245,31 @@ def test_gathered_bytes_reuse_a_dropped_batch_never_a_kept_one(tmp_path: Path) -
     again = ds.gather([0, 1, 2])["image"]  # ``third`` is held: a new buffer
     assert ptr(again) != ptr(third)
     assert torch.equal(again.values, kept)
+
+
+def test_a_gather_above_the_keep_limit_is_not_held(tmp_path: Path, monkeypatch) -> None:
+    """A gather larger than KEEP_MAX (a one-off gather of a whole dataset) gets its own
+    buffer, which the thread does not hold on to once the batch is dropped."""
+    import chute.reader.images as images
+
+    datas = [jpeg(30, 40, seed=i) for i in range(4)]
+    ds = chute.open(
+        chute.write(tmp_path / "d.chute", {"image": datas}, schema={"image": chute.Image()})
+    )
+
+    def held_after(limit: int) -> list[int]:  # in a new thread: its own, empty buffers
+        monkeypatch.setattr(images, "KEEP_MAX", limit)
+        out: list[int] = []
+
+        def run() -> None:
+            got = ds.gather([0, 1, 2, 3])["image"]
+            assert [bytes(memoryview(x.numpy())) for x in got.tolist()] == datas
+            out.extend(len(b) for b in images._SPARE.__dict__.get("bufs", [])[1:])
+
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+        return out
+
+    assert held_after(100) == []
+    assert len(held_after(1 << 20)) == 1  # under the limit: kept for the next batch

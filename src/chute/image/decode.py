@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from .._arrays import KEEP_MAX
 from ..errors import ArgumentError, FormatError, require
 from .codec import decode_image, is_jpeg
 from .ops import Plan, plan
@@ -237,8 +238,10 @@ _SCRATCH = threading.local()
 
 def _scratch(name: str, nbytes: int) -> np.ndarray:
     """This thread's scratch buffer ``name``, at least ``nbytes`` (its first ``nbytes``),
-    kept across calls: a fresh megabyte per call is a fresh mapping of zeroed pages (huge
-    pages: ~20 us of the kernel's page clearing per image, measured with perf)."""
+    kept across calls up to :data:`~chute._arrays.KEEP_MAX`: fresh megabytes per call are
+    fresh pages that the kernel zeroes on first touch."""
+    if nbytes > KEEP_MAX:
+        return np.empty(nbytes, np.uint8)
     bufs = _SCRATCH.__dict__
     buf = bufs.get(name)
     if buf is None or len(buf) < nbytes:

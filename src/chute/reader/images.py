@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .. import format as fmt
-from .._arrays import idle_buffer
+from .._arrays import KEEP_MAX, idle_buffer
 from ..batch import RaggedBatch, register_batch_type
 from ..errors import FormatError
 from .gather import Piece, gather_var
@@ -106,7 +106,10 @@ def _bytes_buffer(nbytes: int) -> np.ndarray:
     bytes; a batch someone keeps keeps its buffer, and a new one is made). A new buffer per
     batch is fresh memory in a loader's worker thread each time (glibc gives a thread
     arena's freed top back to the kernel; numpy asks huge pages for it): ~15 us of the
-    kernel's page clearing per image (perf), ~3% of a decode."""
+    kernel's page clearing per image (perf), ~3% of a decode. Only up to
+    :data:`~chute._arrays.KEEP_MAX`: a larger gather is not kept once dropped."""
+    if nbytes > KEEP_MAX:
+        return np.empty(nbytes, np.uint8)
     bufs = _SPARE.__dict__.setdefault("bufs", [np.empty(0, np.uint8)])
     buf = idle_buffer(bufs, nbytes)
     if buf is None:
