@@ -163,18 +163,18 @@ def gather_var(
             lengths[piece.pos] = n
     offsets = np.zeros(b + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    n_values = int(offsets[-1])
     for piece, (_, _, n) in zip(parts, bounds, strict=True):  # before allocating
-        total = int(offsets[-1]) if len(parts) == 1 else int(n.sum())
+        total = n_values if len(parts) == 1 else int(n.sum())
         src = piece.arrays["values"]
         rows = src.itemsize * math.prod(src.shape[1:])
         check_backed(total * rows, piece.allocated, piece.files["values"], piece)
     inner: tuple[int, ...] = () if f.variable_dims else f.inner_shape  # type: ignore[assignment]
-    n_values = int(offsets[-1])
     if alloc is not None:
         values = alloc(n_values)
     else:
         values = np.empty((n_values, *inner), fmt.storage_dtype(f.dtype))
-    if b and int(offsets[-1]) >= TINY_SAMPLE_VALUES * b:  # large samples: copy slice by slice
+    if b and n_values >= TINY_SAMPLE_VALUES * b:  # large samples: copy slice by slice
         slices: list[Any] = [None] * b
         for piece, (starts, ends, _) in zip(parts, bounds, strict=True):
             src = piece.arrays["values"]
