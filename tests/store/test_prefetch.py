@@ -81,7 +81,9 @@ def test_feed_hands_over_without_waiting():
         return Pin([], [])  # pins nothing: no cache here
 
     batches = [np.array([0, 1]), np.array([2, 3]), np.array([4, 5])]  # parts 0, 1, 2
-    feed = PartFeed(batches, lambda idx: [int(idx[0]) // 2], pin)
+    # ahead=1: part 1 is fetched once part 0 is handed over, part 2 only after part 1 (with
+    # ahead=2 parts 1 and 2 both wait for part 0, then start in either order: CI saw [0, 2])
+    feed = PartFeed(batches, lambda idx: [int(idx[0]) // 2], pin, ahead=1)
     try:
         deadline = time.monotonic() + 5
         while rec.started[-1:] != [1] and time.monotonic() < deadline:
