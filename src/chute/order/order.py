@@ -3,10 +3,11 @@
 The epoch's *global order* is a permutation of ``range(n)`` that depends only on the seed, the
 epoch and ``block_size``. With ``shuffle=True`` it is a :class:`~chute.order.permute.Permutation`
 (a Feistel network), with ``block_size`` a :class:`~chute.order.blocks.BlockPermutation`, with
-``parts=`` a :class:`~chute.order.parts.PartPermutation`; none is ever materialised: each
-batch's indices are computed alone, O(batch) memory and time, so an order over billions of
-samples costs nothing up front. (Since this changed from ``rng.permutation(n)``, a seed gives
-another order than chute 0.1's; the properties below are the same.)
+``parts=`` a :class:`~chute.order.parts.PartPermutation`; none is ever materialised: a rank's
+batches are computed a chunk of ~16k positions at a time (:class:`~chute.order.plan.Plan`),
+O(chunk) memory, a few us a batch, so an order over billions of samples costs nothing up front.
+(chute 0.1 used ``rng.permutation(n)``: a seed gives another order than 0.1's; the properties
+below are the same.)
 
 Global step ``j`` takes the next ``batch_size * world_size`` positions of it and rank ``r``
 takes the ``r``-th contiguous ``batch_size`` of them, so after ``k`` steps on every rank exactly
@@ -123,6 +124,9 @@ class Order:
         self._chosen = False
         self._cache: tuple[int, np.ndarray] | None = None  # (epoch, its read-only global order)
         self._parts_order: tuple[tuple[int, int, int], PartPermutation] | None = None
+        # the last plan() and the position it was made at: a loader's Order.batches() and
+        # plan() then share one (and its computed chunks)
+        self._plan: tuple[tuple[Any, ...], Plan] | None = None
 
     @property
     def epoch(self) -> int:
@@ -223,14 +227,18 @@ class Order:
     def plan(self) -> Plan:
         """This rank's remaining batches of the current epoch; pure, the state does not move.
 
-        A :class:`Plan`: a sequence of int64 index arrays, each computed when indexed (O(batch)
-        memory, whatever the shuffle). Used by
-        loaders that prefetch: they gather ahead from the plan and let ``batches()`` track what
-        the consumer actually received.
+        A :class:`Plan`: a sequence of int64 index arrays, computed a chunk of batches at a
+        time when indexed (bounded memory, whatever the shuffle). Used by loaders that
+        prefetch: they gather ahead from the plan and let ``batches()`` track what the consumer
+        actually received. Asked again at the same position, it returns the same Plan (with
+        the chunks it has computed).
         """
+        key = (self._epoch, self._consumed, self._layout)
+        if self._plan is not None and self._plan[0] == key:
+            return self._plan[1]
         lookup: Callable[[np.ndarray], np.ndarray]
         lookup = self._lazy(self._epoch).__getitem__ if self.shuffle else _identity
-        return Plan(
+        plan = Plan(
             lookup,
             self.n,
             self._consumed,
@@ -239,6 +247,8 @@ class Order:
             self.world_size,
             self.drop_last,
         )
+        self._plan = (key, plan)
+        return plan
 
     def batches(self) -> Iterator[np.ndarray]:
         """Yield this rank's remaining batches of the epoch (int64 index arrays), recording

@@ -42,6 +42,7 @@ from ..errors import ChuteError, SampleIndexError, SchemaError
 __all__ = ["ROUNDS", "Permutation", "check_materialise"]
 
 ROUNDS = 6
+TABLE_BITS = 16  # round functions of inputs up to this many bits are tabulated (256 KB a round)
 _M1 = np.uint32(0x85EBCA6B)
 _M2 = np.uint32(0xC2B2AE35)
 _S16 = np.uint32(16)
@@ -65,7 +66,7 @@ class Permutation:
     ``perm.inverse(indices)`` gives the positions of indices. See the module docstring.
     """
 
-    __slots__ = ("_hi", "_keys", "_lo", "bits", "n", "seed")
+    __slots__ = ("_asked", "_hi", "_keys", "_lo", "_tables", "bits", "n", "seed")
 
     def __init__(self, n: int, seed: Any = 0) -> None:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
@@ -86,6 +87,8 @@ class Permutation:
             self._hi.append(h)
             self._lo.append(lo)
             h, lo = lo, h
+        self._tables: list[np.ndarray] | None = None  # F_r for every input: see _round_tables
+        self._asked = 0  # positions evaluated so far without tables
 
     def __len__(self) -> int:
         return self.n
@@ -121,6 +124,10 @@ class Permutation:
                 f"position {int(bad)} is out of range for a permutation of {self.n}"
             )
         x = p.ravel().astype(np.uint64)
+        if self._tables is None and max(self._lo) <= TABLE_BITS:
+            self._asked += x.size
+            if 4 * self._asked >= 1 << max(self._lo):
+                self._tables = self._round_tables()
         out = fn(x) if self.n > 1 else x
         res = out.astype(np.int64).reshape(p.shape)
         return int(res) if scalar else res
@@ -150,9 +157,8 @@ class Permutation:
         a = (x >> np.uint64(lo0)).astype(np.uint32)
         b = (x & np.uint64((1 << lo0) - 1)).astype(np.uint32)
         f, tmp = np.empty_like(b), np.empty_like(b)
-        for key, h in zip(self._keys, self._hi, strict=True):
-            _fmix32(b, key, f, tmp)
-            f &= np.uint32((1 << h) - 1)
+        for r in range(ROUNDS):
+            self._round(r, b, f, tmp)
             a ^= f
             a, b = b, a
         return (a.astype(np.uint64) << np.uint64(self._hi[-1])) | b
@@ -161,12 +167,34 @@ class Permutation:
         b = (y >> np.uint64(self._hi[-1])).astype(np.uint32)  # the last round's B passed on
         a = (y & np.uint64((1 << self._hi[-1]) - 1)).astype(np.uint32)
         f, tmp = np.empty_like(b), np.empty_like(b)
-        for key, h in zip(reversed(self._keys), reversed(self._hi), strict=True):
-            _fmix32(b, key, f, tmp)
-            f &= np.uint32((1 << h) - 1)
+        for r in reversed(range(ROUNDS)):
+            self._round(r, b, f, tmp)
             a ^= f
             a, b = b, a
         return (b.astype(np.uint64) << np.uint64(self._lo[0])) | a
+
+    def _round(self, r: int, b: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:
+        """``out = F_r(b) mod 2**hi[r]``: a table lookup once tabulated, else fmix32."""
+        if self._tables is not None:
+            self._tables[r].take(b, out=out)
+        else:
+            _fmix32(b, self._keys[r], out, tmp)
+            out &= np.uint32((1 << self._hi[r]) - 1)
+
+    def _round_tables(self) -> list[np.ndarray]:
+        """``F_r(v) mod 2**hi[r]`` for every ``v`` of ``lo[r]`` bits, each round: one ``take``
+        a round instead of the 9 array operations of fmix32 (~3x faster on any batch, and the
+        same values). Built once a Permutation has evaluated a quarter as many positions as a
+        table has entries (at most ``2**TABLE_BITS``), so a one-off lookup never pays for them.
+        """
+        tables = []
+        for r in range(ROUNDS):
+            v = np.arange(1 << self._lo[r], dtype=np.uint32)
+            out = np.empty_like(v)
+            _fmix32(v, self._keys[r], out, np.empty_like(v))
+            out &= np.uint32((1 << self._hi[r]) - 1)
+            tables.append(out)
+        return tables
 
 
 def _fmix32(v: np.ndarray, key: np.uint32, out: np.ndarray, tmp: np.ndarray) -> None:

@@ -89,6 +89,9 @@ def mix(
     return Mix(sources, weights, epoch_size, repeat, seed, fields)
 
 
+_KEEP_PERMS = 64  # Permutations a Mix keeps (a few per source and epoch are in use at once)
+
+
 class Mix:
     """Several chute datasets as one, exact counts per source per epoch (see the module doc).
 
@@ -143,6 +146,9 @@ class Mix:
         self._counts = counts
         self._len = int(self._ends[-1])
         self._epoch = 0
+        # the Permutations locate() used lately, by seed words: built once, not per batch
+        # (their round tables then pay off); shared by at_epoch() copies, bounded
+        self._perms: dict[tuple[int, ...], Permutation] = {}
 
     # ------------------------------------------------------------------ the epoch
 
@@ -173,7 +179,7 @@ class Mix:
         ``(seed, epoch, positions)``."""
         pos = check_indices(positions, self._len, self, positions=True)
         e = self._epoch if epoch is None else check_int("epoch", epoch, 0)
-        slot = Permutation(self._len, (self.seed, 0, e))[pos]
+        slot = self._permutation(self._len, (self.seed, 0, e))[pos]
         src = np.searchsorted(self._ends, slot, side="right").astype(np.int64)
         stream = e * self._counts[src] + (slot - self._starts[src])  # k-th of its source
         size = self._sizes[src]
@@ -185,9 +191,18 @@ class Mix:
             got = np.empty(len(cycles), np.int64)
             for c in distinct(cycles).tolist():
                 at = cycles == c
-                got[at] = Permutation(int(self._sizes[s]), (self.seed, 1, s, c))[within[mine][at]]
+                perm = self._permutation(int(self._sizes[s]), (self.seed, 1, s, c))
+                got[at] = perm[within[mine][at]]
             idx[mine] = got
         return src, idx
+
+    def _permutation(self, n: int, seed: tuple[int, ...]) -> Permutation:
+        perm = self._perms.get(seed)
+        if perm is None:
+            if len(self._perms) >= _KEEP_PERMS:
+                self._perms.clear()
+            perm = self._perms[seed] = Permutation(n, seed)
+        return perm
 
     # ------------------------------------------------------------------ reading
 
