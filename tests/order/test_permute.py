@@ -169,3 +169,82 @@ def test_plan_is_a_sequence_matching_the_global_order():
     with pytest.raises(IndexError):
         plan[6]
     assert not plan[0].flags.writeable
+
+
+# -- the Feistel permutation written out position by position, in plain Python ints: the
+# definition in chute/order/permute.py's docstring, independent of the vectorised code
+
+
+def _fmix32(v: int) -> int:
+    v ^= v >> 16
+    v = (v * 0x85EBCA6B) & 0xFFFFFFFF
+    v ^= v >> 13
+    v = (v * 0xC2B2AE35) & 0xFFFFFFFF
+    return v ^ (v >> 16)
+
+
+def _reference(n: int, seed: tuple[int, ...], position: int) -> int:
+    """``Permutation(n, seed)[position]``, one position, no numpy arithmetic."""
+    if n <= 1:
+        return position
+    keys = [int(k) for k in np.random.SeedSequence([*seed, n]).generate_state(6, np.uint32)]
+    bits = max(2, (n - 1).bit_length())
+    hi, lo = [], []
+    h, low = bits // 2, bits - bits // 2
+    for _ in range(6):
+        hi.append(h)
+        lo.append(low)
+        h, low = low, h
+    x = position
+    while True:
+        a, b = x >> lo[0], x & ((1 << lo[0]) - 1)
+        for key, h in zip(keys, hi, strict=True):
+            a ^= _fmix32(b ^ key) & ((1 << h) - 1)
+            a, b = b, a
+        x = (a << hi[-1]) | b
+        if x < n:
+            return x
+
+
+special_n = st.sampled_from([1, 2, 3, 4, 5, 2**10, 2**10 + 1, 2**20, 2**20 + 1, 10**6, 10**12])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    special_n | st.integers(1, 10**13),
+    st.integers(0, 2**32),
+    st.integers(0, 50),
+    st.integers(1, 64),
+    st.integers(1, 4),
+    st.data(),
+)
+def test_plan_chunks_equal_the_position_wise_permutation(n, seed, epoch, batch, world, data):
+    """A Plan looks batches up a chunk at a time, through round tables once a permutation
+    has been used enough: every batch equals the position-by-position definition."""
+    rank = data.draw(st.integers(0, world - 1))
+    order = Order(n, batch, seed=seed, rank=rank, world_size=world)
+    order.set_epoch(epoch)
+    plan = order.plan()
+    ks = data.draw(st.lists(st.integers(0, len(plan) - 1), min_size=1, max_size=4))
+    step = batch * world
+    for k in [*ks, len(plan) - 1]:
+        if (k + 1) * step <= n:
+            pos = [k * step + rank * batch + i for i in range(batch)]
+        else:  # the short last step, wrapped: as Plan's docstring says
+            share = math.ceil((n - k * step) / world)
+            pos = [(k * step + rank * share + i) % n for i in range(share)]
+        assert plan[k].tolist() == [_reference(n, (seed, epoch), p) for p in pos]
+
+
+@settings(max_examples=40, deadline=None)
+@given(special_n | st.integers(1, 10**13), seeds, st.data())
+def test_round_tables_give_the_same_values(n, seed, data):
+    """With and without tabulated rounds, and against the plain-int definition."""
+    pos = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=40)), np.int64)
+    plain = Permutation(n, seed)
+    tabled = Permutation(n, seed)
+    tabled[np.zeros(1 << 15, np.int64)]  # enough use to tabulate (when n allows tables)
+    words = (seed,) if isinstance(seed, int) else tuple(seed)
+    expect = [_reference(n, words, int(p)) for p in pos]
+    assert plain[pos].tolist() == tabled[pos].tolist() == expect
+    assert tabled.inverse(tabled[pos]).tolist() == pos.tolist()

@@ -4,6 +4,7 @@ determinism; resume with another world size; Loader and chute.dataloader over re
 from __future__ import annotations
 
 import math
+import pickle
 from collections import Counter
 from fractions import Fraction
 
@@ -426,3 +427,24 @@ def test_a_mix_pickles_small_and_reads_the_same(pool):
     pos = np.arange(len(m))
     assert back.gather(pos)["id"].tolist() == m.gather(pos, epoch=3)["id"].tolist()
     assert "of 97" in repr(m)
+
+
+def test_a_loader_locates_each_chunk_once_and_gets_the_same_batches(tmp_path):
+    """The loaders hand a mix's ``prepare`` each chunk of positions their order computes;
+    the batches are those of a mix that locates every batch on its own."""
+    for name, size in (("a", 700), ("b", 300)):
+        chute.write(tmp_path / name, {"x": np.arange(size, dtype=np.int64) + 10_000 * len(name)})
+    m = chute.mix({"a": chute.open(tmp_path / "a"), "b": chute.open(tmp_path / "b")}, seed=3)
+    loader = chute.Loader(m, batch_size=64, seed=1, num_workers=2)
+    loader.set_epoch(2)
+    got = [(b["source"].tolist(), b["x"].tolist()) for b in loader]
+    assert len(m._located) >= 1  # prepared ahead
+    fresh = pickle.loads(pickle.dumps(m))  # no caches travel
+    assert not fresh._located and not fresh._perms
+    order = chute.Order(len(fresh), 64, seed=1)
+    order.set_epoch(2)
+    want = []
+    for idx in order.batches():
+        b = fresh.gather(idx, epoch=2)
+        want.append((b["source"].tolist(), b["x"].tolist()))
+    assert got == want

@@ -96,7 +96,7 @@ def make_order(
     (:func:`chute._args.dist_defaults`), ``shuffle="parts"`` the part-aware order
     (``chute/order/parts.py``)."""
     rank, world_size = dist_defaults(rank, world_size)
-    return Order(
+    order = Order(
         len(ds),
         batch_size,
         bool(shuffle),
@@ -107,3 +107,5 @@ def make_order(
         block_size,
         **order_options(ds, shuffle),
     )
+    order.prepare = getattr(ds, "prepare", None)  # e.g. a Mix locates each chunk at once
+    return order

@@ -127,6 +127,10 @@ class Order:
         # the last plan() and the position it was made at: a loader's Order.batches() and
         # plan() then share one (and its computed chunks)
         self._plan: tuple[tuple[Any, ...], Plan] | None = None
+        self.prepare: Callable[[np.ndarray, int], object] | None = None
+        """Called as ``prepare(indices, epoch)`` with each chunk of indices a plan computes,
+        before any of them is handed out: the loaders set it to their dataset's ``prepare``
+        (a :class:`~chute.Mix` locates a whole chunk at once, in one vectorised call)."""
 
     @property
     def epoch(self) -> int:
@@ -238,6 +242,8 @@ class Order:
             return self._plan[1]
         lookup: Callable[[np.ndarray], np.ndarray]
         lookup = self._lazy(self._epoch).__getitem__ if self.shuffle else _identity
+        hook, epoch = self.prepare, self._epoch
+        prepare = None if hook is None else (lambda idx: hook(idx, epoch))
         plan = Plan(
             lookup,
             self.n,
@@ -246,6 +252,7 @@ class Order:
             self.rank,
             self.world_size,
             self.drop_last,
+            prepare,
         )
         self._plan = (key, plan)
         return plan
@@ -356,3 +363,4 @@ class Order:
 
 def _identity(positions: np.ndarray) -> np.ndarray:
     return positions
+

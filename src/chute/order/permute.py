@@ -123,13 +123,13 @@ class Permutation:
             raise SampleIndexError(
                 f"position {int(bad)} is out of range for a permutation of {self.n}"
             )
-        x = p.ravel().astype(np.uint64)
+        x = p.ravel().view(np.uint64)  # >= 0: checked above; not written to
         if self._tables is None and max(self._lo) <= TABLE_BITS:
             self._asked += x.size
             if 4 * self._asked >= 1 << max(self._lo):
                 self._tables = self._round_tables()
-        out = fn(x) if self.n > 1 else x
-        res = out.astype(np.int64).reshape(p.shape)
+        out = fn(x).view(np.int64) if self.n > 1 else x.astype(np.int64)  # fresh, not p
+        res = out.reshape(p.shape)
         return int(res) if scalar else res
 
     def _walk(self, x: np.ndarray, step: Any) -> np.ndarray:
@@ -161,7 +161,10 @@ class Permutation:
             self._round(r, b, f, tmp)
             a ^= f
             a, b = b, a
-        return (a.astype(np.uint64) << np.uint64(self._hi[-1])) | b
+        out = a.astype(np.uint64)
+        out <<= np.uint64(self._hi[-1])
+        out |= b
+        return out
 
     def _backward(self, y: np.ndarray) -> np.ndarray:
         b = (y >> np.uint64(self._hi[-1])).astype(np.uint32)  # the last round's B passed on
@@ -171,7 +174,10 @@ class Permutation:
             self._round(r, b, f, tmp)
             a ^= f
             a, b = b, a
-        return (b.astype(np.uint64) << np.uint64(self._lo[0])) | a
+        out = b.astype(np.uint64)
+        out <<= np.uint64(self._lo[0])
+        out |= a
+        return out
 
     def _round(self, r: int, b: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:
         """``out = F_r(b) mod 2**hi[r]``: a table lookup once tabulated, else fmix32."""

@@ -27,7 +27,9 @@ class Plan(Sequence[np.ndarray]):
     position on arrays of thousands and ~1 us on arrays of 256 (numpy's per-call overhead
     times the Feistel rounds), so a batch looked up alone would cost more than its gather.
     The last :data:`_KEEP` chunks are kept: a loader asks for a batch more than once (to
-    gather it, then to count it), and its threads read neighbouring batches.
+    gather it, then to count it), and its threads read neighbouring batches. ``prepare``, if
+    given, is called with each chunk's indices once computed (a Gatherable's ``prepare``: see
+    :attr:`chute.order.Order.prepare`).
     """
 
     def __init__(
@@ -39,8 +41,9 @@ class Plan(Sequence[np.ndarray]):
         rank: int,
         world_size: int,
         drop_last: bool,
+        prepare: Callable[[np.ndarray], object] | None = None,
     ) -> None:
-        self._lookup = lookup
+        self._lookup, self._prepare = lookup, prepare
         self._n, self._start, self._bs, self._rank = n, start, batch_size, rank
         self._step = batch_size * world_size
         self._full = (n - start) // self._step
@@ -48,7 +51,8 @@ class Plan(Sequence[np.ndarray]):
         self._share = math.ceil(rest / world_size) if rest and not drop_last else 0
         self._len = self._full + (1 if self._share else 0)
         self._per_chunk = max(1, CHUNK // batch_size)
-        self._chunks: OrderedDict[int, list[np.ndarray]] = OrderedDict()
+        self._chunks: OrderedDict[int, list[np.ndarray]] = OrderedDict()  # oldest first
+        self._last: tuple[int, list[np.ndarray]] = (-1, [])  # the chunk asked for last
         self._lock = threading.Lock()  # held while a chunk is computed: others need it too
 
     def __len__(self) -> int:
@@ -67,14 +71,16 @@ class Plan(Sequence[np.ndarray]):
         if not 0 <= k < self._len:
             raise SampleIndexError(f"batch {j} is out of range for a plan of {self._len}")
         c, i = divmod(k, self._per_chunk)
+        last = self._last  # one read: another thread may replace it, never half-way
+        if last[0] == c:
+            return last[1][i]
         with self._lock:
             rows = self._chunks.get(c)
             if rows is None:
                 rows = self._chunks[c] = self._compute(c)
                 if len(self._chunks) > _KEEP:
                     self._chunks.popitem(last=False)
-            else:
-                self._chunks.move_to_end(c)
+            self._last = (c, rows)
         return rows[i]
 
     def _compute(self, c: int) -> list[np.ndarray]:
@@ -96,6 +102,8 @@ class Plan(Sequence[np.ndarray]):
             idx = np.array(self._lookup(pos), dtype=np.int64)
             idx.setflags(write=False)
             rows.append(idx)
+        if self._prepare is not None and rows:
+            self._prepare(np.concatenate(rows))
         return rows
 
     def __iter__(self) -> Iterator[np.ndarray]:

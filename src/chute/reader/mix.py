@@ -42,6 +42,7 @@ refused (its positions hold other samples each epoch): split the sources, then m
 
 from __future__ import annotations
 
+import collections
 import copy
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -90,6 +91,7 @@ def mix(
 
 
 _KEEP_PERMS = 64  # Permutations a Mix keeps (a few per source and epoch are in use at once)
+_KEEP_LOCATED = 4  # chunks of positions a Mix keeps located (~16k positions each)
 
 
 class Mix:
@@ -149,6 +151,11 @@ class Mix:
         # the Permutations locate() used lately, by seed words: built once, not per batch
         # (their round tables then pay off); shared by at_epoch() copies, bounded
         self._perms: dict[tuple[int, ...], Permutation] = {}
+        # (epoch, positions, their sources, their indices) of the chunks prepare()
+        # located; shared by at_epoch() copies (the loaders prepare on the mix they were
+        # given and gather from a copy)
+        self._located: collections.deque[tuple[int, np.ndarray, np.ndarray, np.ndarray]]
+        self._located = collections.deque(maxlen=_KEEP_LOCATED)
 
     # ------------------------------------------------------------------ the epoch
 
@@ -179,6 +186,25 @@ class Mix:
         ``(seed, epoch, positions)``."""
         pos = check_indices(positions, self._len, self, positions=True)
         e = self._epoch if epoch is None else check_int("epoch", epoch, 0)
+        for at_epoch, chunk, srcs, idxs in reversed(tuple(self._located)):  # newest first
+            if at_epoch == e and pos.ndim == 1 and len(pos):
+                # a loader's batch (or group of batches) is a run of a prepared chunk
+                first = np.flatnonzero(chunk == pos[0])
+                a = int(first[0]) if len(first) else len(chunk)
+                if np.array_equal(chunk[a : a + len(pos)], pos):
+                    return srcs[a : a + len(pos)].copy(), idxs[a : a + len(pos)].copy()
+        return self._locate(pos, e)
+
+    def prepare(self, positions: np.ndarray, epoch: int) -> None:
+        """Locate ``positions`` of ``epoch`` now, in one call, for the :meth:`locate` (and
+        :meth:`gather`) of any run of them later. The loaders call it with each chunk of
+        ~16k positions their order computes, of which each batch is a run: a permutation of
+        256 random positions costs ~50 us in numpy calls, of 16k a few ns a position."""
+        pos = np.array(positions, np.int64)
+        src, idx = self._locate(pos, epoch)
+        self._located.append((epoch, pos, src, idx))
+
+    def _locate(self, pos: np.ndarray, e: int) -> tuple[np.ndarray, np.ndarray]:
         slot = self._permutation(self._len, (self.seed, 0, e))[pos]
         src = np.searchsorted(self._ends, slot, side="right").astype(np.int64)
         stream = e * self._counts[src] + (slot - self._starts[src])  # k-th of its source
@@ -195,6 +221,10 @@ class Mix:
                 got[at] = perm[within[mine][at]]
             idx[mine] = got
         return src, idx
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (to DataLoader workers) without the caches: each process makes its own."""
+        return {**self.__dict__, "_perms": {}, "_located": collections.deque(maxlen=_KEEP_LOCATED)}
 
     def _permutation(self, n: int, seed: tuple[int, ...]) -> Permutation:
         perm = self._perms.get(seed)

@@ -1,0 +1,362 @@
+"""The speed guard: the ratios that must not fall, measured side by side in one process.
+
+    python benchmarks/regress.py [--rounds 3] [--max-rounds 7] [--quick] [--skip images]
+        [--json benchmarks/results/regress.json]
+
+Each row is a ratio of two things measured in the same round (or a cost against its budget),
+so a busy machine slows both sides alike. Rounds are interleaved; a row whose median is under
+its floor gets more rounds (up to ``--max-rounds``). Verdicts: ``ok`` (the median meets the
+floor), ``noise`` (the median misses it but the best round meets it: within the run-to-run
+noise of a shared machine), ``FAIL`` (no round met it). Exits 1 when a row FAILs. Never a unit
+test: run it before resolving anything that touches a hot path, and keep its table in
+docs/benchmarks.md.
+
+Rows (batch 256, hot page cache; each side's first epoch untimed, so that what is compared
+is the steady state of a training run):
+
+* ``Loader k threads / bare loop``: ``chute.Loader(ds, 256, shuffle=..., num_workers=k)`` over
+  ``for idx in chute.Order(...).batches(): ds.gather(idx)`` (one thread, the same order), on
+  CIFAR-like samples (uint8 3x32x32 + int64 label) shuffled and not, ImageNet-like samples
+  (uint8 3x224x224 + label) and ragged token documents (int32, lognormal lengths);
+* ``order us / batch``: the shuffled Order's plan per batch of 256 at n = 10**6 and 10**9
+  (``benchmarks/order.py``; this thread's CPU time, so that the machine's load does not
+  count), against a budget of 5 us;
+* ``ds[i] us``: one 2-field CIFAR-like sample, against a budget of 10 us;
+* ``dataloader / Loader``: ``chute.dataloader(ds, 256, num_workers=2,
+  persistent_workers=True)`` (processes) over the thread Loader with 2 threads, CIFAR-like,
+  shuffled;
+* ``per-sample dataloader / DataLoader``: ``chute.dataloader(..., sample_transform=tokenize)``
+  over a plain torch ``DataLoader`` of a Python list doing the same per-sample tokenizing,
+  20k short documents, 2 workers each;
+* ``images Loader / bare decode``: ``chute.Loader(decode={"image": [RandomResizedCrop(160),
+  RandomHorizontalFlip()]})`` over the bare decode + crop + resize loop of
+  ``benchmarks/images.py``, 2 threads each, on ``--images`` photos (needs simplejpeg and
+  scikit-image; skipped with the reason otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from _common import RESULTS, table, write_json
+
+import chute
+
+BS = 256
+COLUMNS = [
+    ("row", "row", "s"),
+    ("median", "median", ".3g"),
+    ("best", "best", ".3g"),
+    ("limit", "limit", "s"),
+    ("rounds", "rounds", "d"),
+    ("verdict", "verdict", "s"),
+]
+
+
+@dataclass
+class Row:
+    """One guarded figure: ``measure()`` gives one round's value; ``floor`` (higher is better)
+    or ``ceiling`` (a cost: lower is better)."""
+
+    name: str
+    measure: Callable[[], float]
+    floor: float | None = None
+    ceiling: float | None = None
+    values: list[float] = field(default_factory=list)
+
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def best(self) -> float:
+        return max(self.values) if self.floor is not None else min(self.values)
+
+    def meets(self, value: float) -> bool:
+        if self.floor is not None:
+            return value >= self.floor
+        assert self.ceiling is not None
+        return value <= self.ceiling
+
+    def verdict(self) -> str:
+        if self.meets(self.median()):
+            return "ok"
+        return "noise" if self.meets(self.best()) else "FAIL"
+
+    def report(self) -> dict[str, Any]:
+        limit = f">= {self.floor}" if self.floor is not None else f"<= {self.ceiling}"
+        return {
+            "row": self.name,
+            "median": self.median(),
+            "best": self.best(),
+            "limit": limit,
+            "rounds": len(self.values),
+            "verdict": self.verdict(),
+            "values": self.values,
+        }
+
+
+# ------------------------------------------------------------------ what is timed
+
+
+def rate(run: Callable[[int], Iterable[Any]], samples: int, epoch_size: int) -> float:
+    """Samples/s of ``run(epoch)`` (an iterable of batches) in the steady state: one epoch
+    untimed (threads, workers and buffers started), then whole epochs until ``samples``."""
+    for _ in run(0):
+        pass
+    epochs = max(1, math.ceil(samples / epoch_size))
+    t = time.perf_counter()
+    for e in range(1, epochs + 1):
+        for _ in run(e):
+            pass
+    return epochs * epoch_size / (time.perf_counter() - t)
+
+
+def bare_loop(ds: Any, shuffle: bool) -> Callable[[int], Iterable[Any]]:
+    def run(epoch: int) -> Iterable[Any]:
+        order = chute.Order(len(ds), BS, shuffle=shuffle, seed=0)
+        order.set_epoch(epoch)
+        return (ds.gather(idx) for idx in order.batches())
+
+    return run
+
+
+def loader_epochs(loader: Any) -> Callable[[int], Iterable[Any]]:
+    def run(epoch: int) -> Iterable[Any]:
+        loader.set_epoch(epoch)
+        return loader
+
+    return run
+
+
+def ratio(
+    top: Callable[[int], Iterable[Any]],
+    bottom: Callable[[int], Iterable[Any]],
+    samples: int,
+    n: int,
+) -> Callable[[], float]:
+    """One round: ``top``'s rate over ``bottom``'s, measured one after the other."""
+    return lambda: rate(top, samples, n) / rate(bottom, samples, n)
+
+
+# ------------------------------------------------------------------ the data
+
+
+def cifar_like(folder: Path, n: int) -> chute.Dataset:
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 255, (n, 3, 32, 32), dtype=np.uint8)
+    chute.write(folder / "cifar", {"image": x, "label": rng.integers(0, 10, n)})
+    return chute.open(folder / "cifar")
+
+
+def imagenet_like(folder: Path, n: int) -> chute.Dataset:
+    rng = np.random.default_rng(1)
+    with chute.Writer(folder / "imagenet") as w:
+        for a in range(0, n, 256):
+            b = min(n, a + 256)
+            w.extend(
+                {
+                    "image": rng.integers(0, 255, (b - a, 3, 224, 224), dtype=np.uint8),
+                    "label": rng.integers(0, 1000, b - a),
+                }
+            )
+    return chute.open(folder / "imagenet")
+
+
+def token_docs(folder: Path, n: int) -> chute.Dataset:
+    rng = np.random.default_rng(2)
+    lengths = np.minimum(rng.lognormal(5.0, 1.0, n).astype(np.int64) + 1, 8192)
+    with chute.Writer(folder / "tokens", schema={"ids": chute.Ragged("int32")}) as w:
+        for k in lengths.tolist():
+            w.append({"ids": rng.integers(0, 50_000, k, dtype=np.int32)})
+    return chute.open(folder / "tokens")
+
+
+def documents(n: int) -> list[str]:
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(5000)]
+    return [" ".join(rng.choice(words, int(k))) for k in rng.integers(5, 60, n)]
+
+
+def tokenize(sample: dict[str, Any]) -> dict[str, Any]:
+    """The per-sample work: a whitespace tokenizer with a hashed vocabulary."""
+    ids = [hash(w) % 50_000 for w in sample["text"].split()]
+    return {"ids": torch.tensor(ids, dtype=torch.int64)}
+
+
+class TextList(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """The plain-torch baseline: a Python list of documents, tokenized per sample."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return tokenize({"text": self.texts[i]})
+
+
+def ragged_collate(samples: list[dict[str, Any]]) -> list[Any]:
+    return [s["ids"] for s in samples]
+
+
+# ------------------------------------------------------------------ the rows
+
+
+def loader_rows(name: str, ds: Any, shuffle: bool, samples: int) -> list[Row]:
+    bare = bare_loop(ds, shuffle)
+    rows = []
+    for threads, floor in ((1, 0.85), (2, 1.4)):
+        loader = chute.Loader(ds, BS, shuffle=shuffle, seed=0, num_workers=threads)
+        rows.append(
+            Row(
+                f"{name}: Loader {threads} thread{'s' * (threads > 1)} / bare loop",
+                ratio(loader_epochs(loader), bare, samples, len(ds)),
+                floor=floor,
+            )
+        )
+    return rows
+
+
+def order_row(n: int) -> Row:
+    def run() -> float:
+        order = chute.Order(n, BS, seed=0)
+        batches = 4000
+        t = time.thread_time()
+        handed = order.batches()
+        plan = order.plan()
+        for j, _ in zip(range(batches), handed, strict=False):
+            plan[j]
+        return (time.thread_time() - t) / batches * 1e6
+
+    return Row(f"order us / batch, n={n:.0e} (CPU)", run, ceiling=5.0)
+
+
+def getitem_row(ds: chute.Dataset) -> Row:
+    def run() -> float:
+        rng = np.random.default_rng(0)
+        idx = rng.integers(0, len(ds), 20_000).tolist()
+        t = time.perf_counter()
+        for i in idx:
+            ds[i]
+        return (time.perf_counter() - t) / len(idx) * 1e6
+
+    return Row("ds[i] us, 2 fields", run, ceiling=10.0)
+
+
+def dataloader_row(ds: chute.Dataset, samples: int) -> Row:
+    procs = chute.dataloader(ds, BS, shuffle=True, seed=0, num_workers=2, persistent_workers=True)
+    threads = chute.Loader(ds, BS, shuffle=True, seed=0, num_workers=2)
+    top, bottom = loader_epochs(procs), loader_epochs(threads)
+    return Row("dataloader 2 procs / Loader 2 threads", ratio(top, bottom, samples, len(ds)), 0.5)
+
+
+def per_sample_row(folder: Path, n: int) -> Row:
+    texts = documents(n)
+    chute.write(folder / "text", {"text": texts}, schema={"text": chute.String()})
+    ds = chute.open(folder / "text")
+    mine = chute.dataloader(
+        ds,
+        BS,
+        shuffle=True,
+        seed=0,
+        num_workers=2,
+        sample_transform=tokenize,
+        collate_fn=ragged_collate,
+    )
+    plain = torch.utils.data.DataLoader(
+        TextList(texts), BS, shuffle=True, num_workers=2, collate_fn=ragged_collate
+    )
+    return Row(
+        "per-sample dataloader / DataLoader",
+        ratio(loader_epochs(mine), lambda e: plain, 2 * n, n),
+        floor=1.2,
+    )
+
+
+def images_row(folder: Path, n: int) -> Row | str:
+    """The images row, or why it is skipped."""
+    try:
+        import simplejpeg  # noqa: F401
+        from _photos import photo_folder
+        from images import run_bare
+    except ImportError as exc:
+        return f"images row skipped: {exc} (pip install 'chute[image]' scikit-image)"
+    root = photo_folder(folder / "photos", n)
+    path = chute.from_image_folder(root, folder / "photos.chute", progress=False)
+    ds = chute.open(path)
+    enc = ds.gather(np.arange(len(ds)))["image"]
+    data = [bytes(memoryview(x.numpy())) for x in enc.tolist()]
+    hw = enc.sizes.numpy().astype(np.int64)
+    ops = [chute.RandomResizedCrop(160), chute.RandomHorizontalFlip()]
+    loader = chute.Loader(ds, BS, num_workers=2, decode={"image": ops})
+    bare = lambda e: run_bare(data, hw, 160, 2)  # noqa: E731
+    return Row("images Loader / bare decode, 2 threads", ratio(loader_epochs(loader), bare, n, n), 0.85)
+
+
+# ------------------------------------------------------------------ the run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-rounds", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="a quarter of the data: a smoke run")
+    ap.add_argument("--images", type=int, default=1000)
+    ap.add_argument("--skip", nargs="*", default=[], help="row name fragments to leave out")
+    ap.add_argument("--json", type=Path, default=RESULTS / "regress.json")
+    args = ap.parse_args()
+    scale = 0.25 if args.quick else 1.0
+    load = [os.getloadavg()[0]]
+    notes = []
+    with tempfile.TemporaryDirectory(prefix="chute-regress-") as tmp:
+        folder = Path(tmp)
+        n_small, n_large, n_docs = (int(scale * k) for k in (200_000, 3_000, 60_000))
+        cifar = cifar_like(folder, n_small)
+        rows = [
+            *loader_rows("CIFAR-like shuffled", cifar, True, 2 * n_small),
+            *loader_rows("CIFAR-like in order", cifar, False, 2 * n_small),
+            *loader_rows("ImageNet-like shuffled", imagenet_like(folder, n_large), True, n_large),
+            *loader_rows("token docs shuffled", token_docs(folder, n_docs), True, 2 * n_docs),
+            order_row(10**6),
+            order_row(10**9),
+            getitem_row(cifar),
+            dataloader_row(cifar, n_small),
+            per_sample_row(folder, int(scale * 20_000)),
+        ]
+        images = images_row(folder, max(BS, int(scale * args.images)))
+        if isinstance(images, str):
+            notes.append(images)
+        else:
+            rows.append(images)
+        rows = [r for r in rows if not any(s in r.name for s in args.skip)]
+        for k in range(args.max_rounds):
+            todo = [r for r in rows if k < args.rounds or r.verdict() != "ok"]
+            if not todo:
+                break
+            for r in todo:
+                r.values.append(r.measure())
+                print(f"round {k + 1}: {r.name}: {r.values[-1]:.3g}", file=sys.stderr, flush=True)
+            load.append(os.getloadavg()[0])
+    report = [r.report() for r in rows]
+    print(table(report, COLUMNS))
+    for note in notes:
+        print(note)
+    print(f"load average during the run: {min(load):.1f}-{max(load):.1f} (2 cores: {os.cpu_count()})")
+    print(f"wrote {write_json(args.json, {'rows': report, 'load': load, 'notes': notes})}")
+    sys.exit(1 if any(r["verdict"] == "FAIL" for r in report) else 0)
+
+
+if __name__ == "__main__":
+    main()
