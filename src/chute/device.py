@@ -22,9 +22,12 @@ NOTE (streams, events and buffer lifetimes, CUDA path)
     * The source is iterated lazily, never more than ``depth`` batches ahead, and every batch is
       yielded exactly once, in order; at the end of the epoch the queue is drained, no batch is
       dropped or repeated. A pass left early (``break``) has pulled batches the consumer never
-      saw: when the source can be repositioned (``load_state_dict``, as a chute ``Loader``), it
-      is put back to just after the last batch handed out, so the next ``iter()`` continues
-      from there instead of skipping them.
+      saw; the source is not repositioned: the next ``iter()`` is a fresh pass of the source
+      (of the whole epoch, for a chute loader or a torch ``DataLoader``), and the wrapper's
+      ``state_dict()`` still names the position after the last batch handed out, so
+      ``wrapped.load_state_dict(wrapped.state_dict())`` continues exactly from there. The
+      source's own ``state_dict()`` counts the batches copied ahead: checkpoint through the
+      wrapper.
 """
 
 from __future__ import annotations
@@ -116,33 +119,27 @@ class DeviceLoader:
         pending: deque[tuple[Any, list[torch.Tensor], torch.cuda.Event, Any]] = deque()
         it = iter(self.source)
         exhausted = False
-        try:
-            while True:
-                while not exhausted and len(pending) <= self.depth:
-                    if pending:
-                        pending[-1][2].synchronize()  # the source may reuse those buffers now
-                    try:
-                        src = next(it)
-                    except StopIteration:
-                        exhausted = True
-                        break
-                    state = snapshot() if snapshot is not None else None
-                    pending.append((*self._copy(src, stream), state))
-                if not pending:
-                    self._state = None  # epoch over: the source's own state is exact again
-                    return
-                batch, tensors, event, state = pending.popleft()
-                consumer = torch.cuda.current_stream(device)
-                consumer.wait_event(event)
-                for t in tensors:
-                    t.record_stream(consumer)
-                self._state = state
-                yield batch
-        finally:
-            # Left early with batches copied ahead: put the source back (see the NOTE).
-            rewind = getattr(self.source, "load_state_dict", None)
-            if pending and self._state is not None and rewind is not None:
-                rewind(self._state)
+        while True:
+            while not exhausted and len(pending) <= self.depth:
+                if pending:
+                    pending[-1][2].synchronize()  # the source may reuse those buffers now
+                try:
+                    src = next(it)
+                except StopIteration:
+                    exhausted = True
+                    break
+                state = snapshot() if snapshot is not None else None
+                pending.append((*self._copy(src, stream), state))
+            if not pending:
+                self._state = None  # epoch over: the source's own state is exact again
+                return
+            batch, tensors, event, state = pending.popleft()
+            consumer = torch.cuda.current_stream(device)
+            consumer.wait_event(event)
+            for t in tensors:
+                t.record_stream(consumer)
+            self._state = state  # kept after a break: see the NOTE
+            yield batch
 
     def _copy(
         self, batch: Any, stream: torch.cuda.Stream
@@ -167,6 +164,7 @@ class DeviceLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Forward to ``source.set_epoch`` (chute ``Loader``, a sampler-driven loader)."""
+        self._state = None  # the position of a pass left early belongs to the old epoch
         self.source.set_epoch(epoch)  # type: ignore[attr-defined]
 
     def state_dict(self) -> dict[str, Any]:

@@ -297,7 +297,9 @@ def test_worker_error_reaches_the_caller_with_its_traceback(
     assert isinstance(cause, KeyError)
     assert "__call__" in {f.name for f in traceback.extract_tb(cause.__traceback__)}
     assert loader_threads() == []
-    again = [b["y"].tolist() for b in loader]  # iterating again resumes at the failed batch
+    assert loader.state_dict()["consumed"] == 4  # the failed batch was not consumed
+    loader.load_state_dict(loader.state_dict())  # continue: resume at the failed batch
+    again = [b["y"].tolist() for b in loader]
     assert again[0] == [4, 5, 6, 7] and len(again) == len(loader) - 1
 
 
@@ -354,12 +356,12 @@ def test_a_new_iter_ends_the_previous_one_which_then_raises(ds, workers):
     loader = chute.Loader(ds, 4, num_workers=workers)
     first = iter(loader)
     next(first)
-    second = iter(loader)  # one pass at a time: it continues the epoch
+    second = iter(loader)  # one pass at a time: a fresh one, of the whole epoch
     with pytest.raises(StaleIteratorError, match=r"ended after 1 batches: iter\(\) was called"):
         next(first)
     with pytest.raises(StaleIteratorError):  # every time, not once
         next(first)
-    assert len(list(second)) == len(loader) - 1
+    assert len(list(second)) == len(loader)
     assert loader_threads() == []
     with pytest.raises(StaleIteratorError, match="one pass at a time"):
         list(zip(loader, loader, strict=False))  # torch allows it; a short epoch is worse
@@ -400,14 +402,15 @@ def test_state_changes_end_a_live_pass(ds):
         next(it)
 
 
-def test_a_peeked_batch_is_taken_from_the_epoch(ds):
-    """Documented: ``next(iter(loader))`` is the epoch's first batch, the loop gets the rest."""
+def test_a_peek_leaves_the_epoch_whole(ds):
+    """``next(iter(loader))`` is the epoch's first batch; the loop then runs the whole epoch."""
     loader = chute.Loader(ds, 8, seed=2, num_workers=2)
     plan = [idx.tolist() for idx in loader.order.plan()]
     peek = next(iter(loader))["y"].tolist()
-    rest = [b["y"].tolist() for b in loader]
-    assert [peek, *rest] == plan
+    whole = [b["y"].tolist() for b in loader]
+    assert peek == plan[0] and whole == plan
     assert len(list(loader)) == len(loader)  # then epoch 1, whole
+    assert loader.order.epoch == 2
 
 
 def finish_without_stopiteration(loader, how: str) -> None:
@@ -446,8 +449,8 @@ def test_resuming_a_checkpoint_from_the_last_step_yields_an_empty_rest(ds, worke
     assert list(resumed) == [] and resumed.order.epoch == 5
     resumed.set_epoch(5)
     assert len(list(resumed)) == len(loader)
-    loader.set_epoch(4)  # a loop that calls set_epoch(4) again on its finished epoch 4
-    assert list(loader) == [] and loader.order.epoch == 5
+    loader.set_epoch(4)  # without a checkpoint loaded, set_epoch(4) runs epoch 4 again, whole
+    assert len(list(loader)) == len(loader) and loader.order.epoch == 5
 
 
 def test_ctrl_c_while_waiting_stops_the_workers(ds):

@@ -84,15 +84,17 @@ class Loader(OnePass):
     ``len(subset)``, so shuffling, ``rank`` / ``world_size`` and ``state_dict`` work on the
     subset. ``loader.dataset`` is then a :class:`~chute.reader.subset.SubsetDataset`.
 
-    Epochs. A loader runs one pass at a time, and a new ``iter()`` continues the epoch where
-    the state says: ``next(iter(loader))`` takes the epoch's next batch, and the following
-    ``for`` loop gets the rest. An iterator superseded by a newer pass raises
-    :class:`~chute.errors.StaleIteratorError`. Once the epoch's last batch was handed out, the
-    next pass starts the next epoch (also when the iterator was not run to its end: ``zip``,
-    ``islice``), except right after ``set_epoch(e)`` / ``load_state_dict`` put the loader on
-    a finished epoch ``e`` (a checkpoint saved after the last step): that pass yields nothing
-    and moves on to ``e + 1``. ``state_dict()`` / ``load_state_dict()`` resume exactly, with
-    any world size.
+    Epochs. As with torch's ``DataLoader``, every ``iter()`` is a fresh pass over the whole
+    current epoch: after a ``break`` or a ``next(iter(loader))`` peek, the next ``for`` loop
+    sees every sample. The current epoch is the one ``set_epoch(e)`` chose; once a pass handed
+    out the epoch's last batch (also when its iterator was not run to its end: ``zip``,
+    ``islice``), the next pass runs the next epoch, so loops without ``set_epoch`` get a new
+    shuffle each time. ``state_dict()`` / ``load_state_dict()`` resume exactly, with any
+    world size: the first pass after ``load_state_dict`` starts at the saved position (a
+    checkpoint saved after an epoch's last step: that pass yields nothing and moves on to the
+    next epoch), and ``loader.load_state_dict(loader.state_dict())`` continues where the last
+    pass stopped. A loader runs one pass at a time: an iterator superseded by a newer pass
+    raises :class:`~chute.errors.StaleIteratorError`.
 
     ``num_workers``: gather threads (default ``min(4, CPUs)``). ``prefetch``: batches prepared
     ahead of the consumer (default 2 per worker). ``keep``: ``None`` (default) for fresh
@@ -219,7 +221,7 @@ class Loader(OnePass):
             rows = self.group * self._slot_rows  # of a work item
             make: type[Pool] | type[Ring] = Pool if self.keep is None else Ring
             self._buffers = make(self.dataset, rows, self._items, self.pin_memory)
-        order_batches = self.order.batches()  # first: it may move on from a finished epoch
+        order_batches = self._start_pass()  # first: it may move on to the next epoch
         ds = self.dataset
         if isinstance(ds, PerEpoch):  # a mix's samples, decode='s crops: per epoch
             ds = ds.at_epoch(self.order.epoch)

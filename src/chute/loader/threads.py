@@ -4,8 +4,9 @@ batches, and the iterator that hands them out in order.
 NOTE (threads, scheduling, errors, shutdown; the whole protocol, written down once; the
 buffers a batch lives in, and how long, have their own NOTE in ``chute/loader/buffers.py``)
 
-    Who does what. ``iter(loader)`` takes this rank's remaining batches of the epoch from the
-    :class:`~chute.order.Order` (its ``plan()``: index arrays, each computed when asked) and starts
+    Who does what. ``iter(loader)`` takes this rank's batches of the pass from the
+    :class:`~chute.order.Order` (its ``plan()``: index arrays, each computed when asked; the
+    whole epoch, or after ``load_state_dict`` the rest from the saved position) and starts
     ``num_workers`` daemon threads. A work item is a group of ``group`` consecutive batches
     (``group`` > 1 only when every field is fixed-shape and a batch is smaller than
     ``GROUP_BYTES``; the Loader decides it): a worker gathers the whole group with one
@@ -291,8 +292,7 @@ class LoaderIter:
             if self._stale is not None:
                 raise StaleIteratorError(
                     f"this Loader iterator was ended after {k} batches: {self._stale}. A Loader "
-                    "runs one pass at a time (the newest iter() continues the epoch where this "
-                    "one stopped): use one iterator at a time, or a second Loader"
+                    "runs one pass at a time: use one iterator at a time, or a second Loader"
                 )
             raise StopIteration
         if k == len(run.plan):
