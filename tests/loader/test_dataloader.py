@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import itertools
 import os
 import signal
@@ -524,3 +525,13 @@ def test_the_memory_probe_sees_a_leak(big: chute.Dataset) -> None:
     )
     mem = worker_memory(dl, 3)
     assert all(after3 - after1 > 48 for after1, _, after3 in mem.values()), mem
+
+
+def test_options_after_batch_size_are_keyword_only(ds: chute.Dataset) -> None:
+    with pytest.raises(TypeError):
+        dataloader(ds, 8, False)
+    params = inspect.signature(dataloader).parameters.values()
+    assert [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD] == [
+        "ds",
+        "batch_size",
+    ]

@@ -4,6 +4,7 @@ resume, validation."""
 from __future__ import annotations
 
 import gc
+import inspect
 import itertools
 import os
 import signal
@@ -612,3 +613,13 @@ def test_pinned_batches(ds, keep):
     if keep is None:  # fresh pinned memory: every batch still intact
         for batch in kept:
             check_batch(batch, batch["y"].numpy())
+
+
+def test_options_after_batch_size_are_keyword_only(ds):
+    with pytest.raises(TypeError):
+        chute.Loader(ds, 8, False)
+    params = inspect.signature(chute.Loader).parameters.values()
+    assert [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD] == [
+        "ds",
+        "batch_size",
+    ]

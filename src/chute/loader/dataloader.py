@@ -220,6 +220,7 @@ def _torch_keywords() -> set[str]:
 def dataloader(
     ds: Gatherable,
     batch_size: int,
+    *,
     shuffle: bool | str = True,
     seed: int = 0,
     num_workers: int | None = None,
@@ -227,7 +228,6 @@ def dataloader(
     batch_transform: Callable[[Any], Any] | None = None,
     rank: int | None = None,
     world_size: int | None = None,
-    *,
     drop_last: bool = False,
     block_size: int | None = None,
     pad: float | int | None = None,

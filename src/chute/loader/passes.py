@@ -121,11 +121,11 @@ def make_order(
     return Order(
         len(ds),
         batch_size,
-        bool(shuffle),
-        seed,
-        rank,
-        world_size,
-        drop_last,
-        block_size,
+        shuffle=bool(shuffle),
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+        drop_last=drop_last,
+        block_size=block_size,
         **order_options(ds, shuffle),
     )
