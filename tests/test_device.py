@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -70,11 +71,31 @@ def test_cpu_passes_batches_through_unchanged(device: Any) -> None:
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the no-CUDA fallback")
-def test_cuda_requested_without_cuda_is_a_pass_through() -> None:
+@pytest.mark.parametrize("device", ["cuda", 0, "cuda:1", torch.device("cuda")])
+def test_cuda_requested_without_cuda_warns_once_and_passes_through(device: Any) -> None:
     src = [{"x": torch.arange(3)} for _ in range(4)]
-    for wrapped in (to_device(src), to_device(src, 0), to_device(src, "cuda:1")):
-        assert not wrapped.prefetches
-        assert [b is s for b, s in zip(wrapped, src, strict=True)] == [True] * 4
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # count every warning, not once per place
+        wrapped = to_device(src, device)
+        for _ in range(2):  # two passes: no warning per pass or per batch
+            assert [b is s for b, s in zip(wrapped, src, strict=True)] == [True] * 4
+    assert len(caught) == 1 and caught[0].category is UserWarning
+    message = str(caught[0].message)
+    assert repr(device) in message and "stay on the CPU" in message
+    assert caught[0].filename == __file__  # points at the caller's to_device line
+    assert not wrapped.prefetches
+
+
+@pytest.mark.parametrize("args", [(), ("auto",)])
+def test_auto_picks_cuda_when_available_else_the_cpu_silently(args: tuple[str, ...]) -> None:
+    src = [{"x": torch.arange(3)}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wrapped = to_device(src, *args)
+        out = list(wrapped)
+    assert wrapped.device.type == ("cuda" if HAS_CUDA else "cpu")
+    assert wrapped.prefetches == HAS_CUDA
+    assert out[0]["x"].device.type == wrapped.device.type
 
 
 def test_len_and_reiteration_per_epoch() -> None:

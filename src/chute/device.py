@@ -32,6 +32,7 @@ NOTE (streams, events and buffer lifetimes, CUDA path)
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -181,7 +182,7 @@ class DeviceLoader:
 
 def to_device(
     iterable: Iterable[Any],
-    device: str | int | torch.device = "cuda",
+    device: str | int | torch.device = "auto",
     depth: int = 2,
     non_blocking: bool = True,
 ) -> DeviceLoader:
@@ -189,25 +190,38 @@ def to_device(
 
     On CUDA, the next ``depth`` batches are copied from pinned memory on a side stream while the
     current step computes, which hides the host-to-device copy when compute takes at least as
-    long. Without CUDA (or with ``device="cpu"``) batches pass through unchanged; another device
-    type gets a plain ``.to(device)``. Image fields planned for the device side
+    long. ``device="auto"`` (the default) is CUDA when torch sees a CUDA device, else the CPU;
+    on the CPU batches pass through unchanged. A CUDA device asked for by name on a machine
+    without one warns (once, here) and the batches stay on the CPU, as ``pin_memory=True``
+    does in torch's DataLoader and chute's loaders. Another device type gets a plain
+    ``.to(device)``. Image fields planned for the device side
     (``decode={"image": chute.RandomResizedCrop(224, device="cuda")}``) are decoded here, on
     the side stream (see :mod:`chute.image.on_device`). Example::
 
-        for batch in chute.to_device(loader, "cuda"):
+        for batch in chute.to_device(loader):  # "auto": CUDA when there is one
             loss = model(batch["x"]).sum()
     """
     depth = check_int("depth", depth, 1)  # batches copied ahead
-    return DeviceLoader(iterable, _device(device), depth, non_blocking)
+    target = _device(device)
+    if target.type == "cuda" and not torch.cuda.is_available():
+        warnings.warn(
+            f"to_device({device!r}) but torch sees no CUDA device here: batches stay on the "
+            "CPU (device='auto' picks CUDA when there is one, without this warning)",
+            stacklevel=2,
+        )
+    return DeviceLoader(iterable, target, depth, non_blocking)
 
 
 def _device(device: Any) -> torch.device:
-    """``device`` as a ``torch.device``; an int is a CUDA index."""
+    """``device`` as a ``torch.device``; an int is a CUDA index, ``"auto"`` CUDA when
+    available, else the CPU."""
     if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
         raise ArgumentError(
-            f"device must be a torch.device, a string such as 'cuda', 'cuda:1' or 'cpu', or a "
-            f"CUDA index, not {device!r}"
+            f"device must be a torch.device, 'auto', a string such as 'cuda', 'cuda:1' or "
+            f"'cpu', or a CUDA index, not {device!r}"
         )
+    if isinstance(device, str) and device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if isinstance(device, int):  # torch.device(int) raises on a machine without an accelerator
         if device < 0:
             raise ArgumentError(f"device index must be >= 0, not {device}")
@@ -216,5 +230,5 @@ def _device(device: Any) -> torch.device:
         return torch.device(device)
     except RuntimeError as exc:
         raise ArgumentError(
-            f"not a device: {device!r} ({exc}); use e.g. 'cuda', 'cuda:1' or 'cpu'"
+            f"not a device: {device!r} ({exc}); use e.g. 'auto', 'cuda', 'cuda:1' or 'cpu'"
         ) from None
