@@ -122,13 +122,13 @@ GROUPED = [(1, 1, 2, 3), (2, 2, 1, 3), (2, 4, 5, 2), (3, 1, None, 4)]
     ("fields", "workers", "keep", "prefetch", "group"),
     [("all", *c) for c in CONFIGS] + [("fixed", *c) for c in CONFIGS + GROUPED],
 )
-def test_batch_stays_valid_until_keep_more_are_asked_for(
+def test_batch_stays_valid_until_reuse_after_more_are_asked_for(
     ds, ds_fixed, monkeypatch, fields, workers, keep, prefetch, group
 ):
     # fixed-shape fields only: gathered in groups of `group` batches of 8 x 20 bytes
     monkeypatch.setattr(chute.loader.loader, "GROUP_BYTES", 160 * group)
     data, check = (ds, check_batch) if fields == "all" else (ds_fixed, check_fixed)
-    loader = chute.Loader(data, 8, seed=1, num_workers=workers, prefetch=prefetch, keep=keep)
+    loader = chute.Loader(data, 8, seed=1, num_workers=workers, prefetch=prefetch, reuse_after=keep)
     assert loader.group == (group if workers else 1)
     assert loader.ring_size >= keep + (loader.prefetch or 0)
     plan = loader.order.plan()
@@ -153,7 +153,11 @@ def test_batches_are_fresh_by_default(ds, ds_fixed, monkeypatch, fields, workers
     monkeypatch.setattr(chute.loader.loader, "GROUP_BYTES", 160 * group)  # 8 x 20 bytes a batch
     data, check = (ds, check_batch) if fields == "all" else (ds_fixed, check_fixed)
     loader = chute.Loader(data, 8, seed=1, num_workers=workers)
-    assert (loader.keep, loader.ring_size, loader.group) == (None, None, group if workers else 1)
+    assert (loader.reuse_after, loader.ring_size, loader.group) == (
+        None,
+        None,
+        group if workers else 1,
+    )
     plan = loader.order.plan()
     kept = list(loader)
     later = list(loader)  # another epoch gathered meanwhile: nothing kept may change
@@ -529,7 +533,7 @@ def test_multi_part_dataset(tmp_path):
 
 @pytest.mark.parametrize(("workers", "keep"), [(0, None), (2, None), (2, 1)])
 def test_pad_gives_what_gather_gives(ds, workers, keep):
-    loader = chute.Loader(ds, 8, seed=6, num_workers=workers, keep=keep, pad=-1)
+    loader = chute.Loader(ds, 8, seed=6, num_workers=workers, reuse_after=keep, pad=-1)
     plan = loader.order.plan()
     for batch, idx in zip(loader, plan, strict=True):
         want = ds.gather(idx, pad=-1)
@@ -572,7 +576,7 @@ def test_rank_defaults_without_torch_distributed(ds):
         ({"batch_size": 0}, "batch_size must be >= 1"),
         ({"num_workers": -1}, "num_workers must be >= 0"),
         ({"num_workers": 2, "prefetch": 0}, "prefetch must be >= 1"),
-        ({"keep": 0}, "keep must be >= 1"),
+        ({"reuse_after": 0}, "reuse_after must be >= 1"),
         ({"rank": 3, "world_size": 2}, "rank must be < world_size"),
         ({"world_size": 0}, "world_size must be >= 1"),
         ({"transform": 5}, "transform must be callable"),
@@ -603,7 +607,7 @@ def test_pin_memory_without_cuda_warns_and_does_not_pin(ds):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("keep", [None, 1])
 def test_pinned_batches(ds, keep):
-    loader = chute.Loader(ds, 16, num_workers=2, keep=keep)
+    loader = chute.Loader(ds, 16, num_workers=2, reuse_after=keep)
     assert loader.pin_memory
     kept = []
     for batch in loader:
@@ -623,3 +627,15 @@ def test_options_after_batch_size_are_keyword_only(ds):
         "ds",
         "batch_size",
     ]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_keep_is_the_deprecated_name_of_reuse_after(ds, workers):
+    with pytest.warns(DeprecationWarning, match="keep=.*use reuse_after=") as caught:
+        old = chute.Loader(ds, 8, seed=1, num_workers=workers, keep=1)
+    assert caught[0].filename == __file__  # points at the caller's line
+    new = chute.Loader(ds, 8, seed=1, num_workers=workers, reuse_after=1)
+    assert (old.reuse_after, old.ring_size) == (1, new.ring_size)
+    assert [b["y"].tolist() for b in old] == [b["y"].tolist() for b in new]
+    with pytest.raises(ArgumentError, match="reuse_after= alone"):
+        chute.Loader(ds, 8, keep=1, reuse_after=1)
