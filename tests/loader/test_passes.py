@@ -26,6 +26,10 @@ def processes(ds: chute.Dataset, **kwargs: Any) -> Any:
     return chute.dataloader(ds, BS, num_workers=2, pin_memory=False, **kwargs)
 
 
+def persistent_processes(ds: chute.Dataset, **kwargs: Any) -> Any:
+    return processes(ds, persistent_workers=True, **kwargs)
+
+
 LOADERS = [pytest.param(threads, id="Loader"), pytest.param(processes, id="dataloader")]
 
 
@@ -46,7 +50,9 @@ def epoch_order(epoch: int, shuffle: bool = True) -> list[int]:
 
 
 @pytest.mark.parametrize("shuffle", [True, False])
-@pytest.mark.parametrize("make", LOADERS)
+@pytest.mark.parametrize(
+    "make", [*LOADERS, pytest.param(persistent_processes, id="dataloader-persistent")]
+)
 def test_peek_then_evaluate_sees_every_sample(
     ds: chute.Dataset, make: MakeLoader, shuffle: bool
 ) -> None:
