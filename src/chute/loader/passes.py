@@ -74,7 +74,7 @@ class OnePass:
         self._active = None
 
     def __len__(self) -> int:
-        """Batches per rank in a whole epoch (:meth:`remaining`: what is left of this one)."""
+        """Batches per rank in a whole epoch (:meth:`remaining`: what the next pass yields)."""
         return len(self.order)
 
     def remaining(self) -> int:
