@@ -13,7 +13,7 @@ with batch 256 from a hot page cache:
 * chute Loader with 1 and 2 worker threads, on the memory-mapped dataset (``chute.open``)
   and on ``chute.open(...).to_memory()`` (anonymous memory, like the gather limit); 3 epochs,
   each reshuffled. By default its batches are fresh memory (the user may keep them); the
-  ``keep=1`` rows reuse a ring of slots instead (a batch valid until the next is asked for):
+  ``reuse_after=1`` rows reuse a ring of slots instead (a batch valid until the next is asked for):
   "x ring" is the default's throughput over the ring's, with the same workers, in this run.
 * torch DataLoader, per-sample ``__getitem__`` + default collate, over in-RAM arrays and over
   ``np.load(mmap_mode=...)`` memmaps, with 0 and 2 worker processes.
@@ -58,8 +58,8 @@ ROWS = [
     ("gather limit (np.take, 1 thread)", "gather limit (in RAM)", None, True),
     ("chute Loader", "chute Loader", 1, True),
     ("chute Loader", "chute Loader", 2, True),
-    ("chute Loader, keep=1 (ring)", "chute Loader, keep=1", 1, True),
-    ("chute Loader, keep=1 (ring)", "chute Loader, keep=1", 2, True),
+    ("chute Loader, reuse_after=1 (ring)", "chute Loader, reuse_after=1", 1, True),
+    ("chute Loader, reuse_after=1 (ring)", "chute Loader, reuse_after=1", 2, True),
     ("chute Loader, ds.to_memory()", "chute Loader, to_memory()", 1, True),
     ("chute Loader, ds.to_memory()", "chute Loader, to_memory()", 2, True),
     ("chute.dataloader (processes, batched)", "chute.dataloader", 2, True),
@@ -74,13 +74,15 @@ ROWS = [
 
 def _loader_ring(setup: Setup) -> chute.Loader:
     ds = chute.open(setup.copy)
-    return chute.Loader(ds, setup.batch_size, seed=setup.seed, num_workers=setup.workers, keep=1)
+    return chute.Loader(
+        ds, setup.batch_size, seed=setup.seed, num_workers=setup.workers, reuse_after=1
+    )
 
 
 # The opt-in fast path: a ring of reused slots instead of fresh memory per batch (the default).
 RING = Contender(
-    "chute Loader, keep=1",
-    "chute.open + Loader(keep=1): a ring of reused slots, a batch valid until the next",
+    "chute Loader, reuse_after=1",
+    "chute.open + Loader(reuse_after=1): a ring of reused slots, a batch valid until the next",
     copy_path,
     _loader_ring,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -70,11 +71,31 @@ def test_cpu_passes_batches_through_unchanged(device: Any) -> None:
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the no-CUDA fallback")
-def test_cuda_requested_without_cuda_is_a_pass_through() -> None:
+@pytest.mark.parametrize("device", ["cuda", 0, "cuda:1", torch.device("cuda")])
+def test_cuda_requested_without_cuda_warns_once_and_passes_through(device: Any) -> None:
     src = [{"x": torch.arange(3)} for _ in range(4)]
-    for wrapped in (to_device(src), to_device(src, 0), to_device(src, "cuda:1")):
-        assert not wrapped.prefetches
-        assert [b is s for b, s in zip(wrapped, src, strict=True)] == [True] * 4
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # count every warning, not once per place
+        wrapped = to_device(src, device)
+        for _ in range(2):  # two passes: no warning per pass or per batch
+            assert [b is s for b, s in zip(wrapped, src, strict=True)] == [True] * 4
+    assert len(caught) == 1 and caught[0].category is UserWarning
+    message = str(caught[0].message)
+    assert repr(device) in message and "stay on the CPU" in message
+    assert caught[0].filename == __file__  # points at the caller's to_device line
+    assert not wrapped.prefetches
+
+
+@pytest.mark.parametrize("args", [(), ("auto",)])
+def test_auto_picks_cuda_when_available_else_the_cpu_silently(args: tuple[str, ...]) -> None:
+    src = [{"x": torch.arange(3)}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wrapped = to_device(src, *args)
+        out = list(wrapped)
+    assert wrapped.device.type == ("cuda" if HAS_CUDA else "cpu")
+    assert wrapped.prefetches == HAS_CUDA
+    assert out[0]["x"].device.type == wrapped.device.type
 
 
 def test_len_and_reiteration_per_epoch() -> None:
@@ -275,15 +296,23 @@ def test_cuda_over_a_loader_that_reuses_pinned_slots(tmp_path: Path) -> None:
 @cuda_test
 @pytest.mark.parametrize("workers", [0, 2])
 def test_cuda_break_then_iterate_again_skips_nothing(tmp_path: Path, workers: int) -> None:
-    # The wrapper pulled `depth` batches the consumer never saw: the Loader is put back.
+    # The wrapper pulled `depth` batches the consumer never saw: its state does not count them.
     ds = chute.open(chute.write(tmp_path / "d.chute", {"y": np.arange(80)}))
     loader = chute.Loader(ds, 8, shuffle=False, num_workers=workers)
     wrapped = to_device(loader, depth=3)
-    seen = []
-    for b in wrapped:
-        seen += b["y"].cpu().tolist()
-        if len(seen) == 16:
-            break
+
+    def take(upto: int | None = None) -> list[int]:
+        seen: list[int] = []
+        for b in wrapped:
+            seen += b["y"].cpu().tolist()
+            if len(seen) == upto:
+                break
+        return seen
+
+    assert take(16) == list(range(16))
     assert wrapped.state_dict()["consumed"] == 16
-    seen += [y for b in wrapped for y in b["y"].cpu().tolist()]
-    assert seen == list(range(80))
+    assert take() == list(range(80))  # a fresh pass: the whole epoch
+    loader.set_epoch(0)
+    assert take(16) == list(range(16))
+    wrapped.load_state_dict(wrapped.state_dict())  # continue where the consumer stopped
+    assert take() == list(range(16, 80))

@@ -41,7 +41,7 @@ from .order import Order
 from .reader.dataset import Dataset
 from .reader.images import EncodedImages
 from .reader.mix import Mix, mix
-from .reader.opening import open
+from .reader.opening import open as open  # public, not in __all__: see below
 from .reader.verify import verify
 from .sources.dask import from_dask
 from .sources.image_folder import from_image_folder
@@ -49,6 +49,8 @@ from .writer.writer import Writer, write
 
 __version__ = "0.1.0"
 
+# ``chute.open`` is public but not in ``__all__``: ``from chute import *`` must not shadow the
+# builtin ``open``.
 __all__ = [
     "ArgumentError",
     "ArgumentValueError",
@@ -96,7 +98,6 @@ __all__ = [
     "from_torch",
     "mix",
     "normalize",
-    "open",
     "to_device",
     "verify",
     "write",

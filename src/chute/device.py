@@ -22,13 +22,17 @@ NOTE (streams, events and buffer lifetimes, CUDA path)
     * The source is iterated lazily, never more than ``depth`` batches ahead, and every batch is
       yielded exactly once, in order; at the end of the epoch the queue is drained, no batch is
       dropped or repeated. A pass left early (``break``) has pulled batches the consumer never
-      saw: when the source can be repositioned (``load_state_dict``, as a chute ``Loader``), it
-      is put back to just after the last batch handed out, so the next ``iter()`` continues
-      from there instead of skipping them.
+      saw; the source is not repositioned: the next ``iter()`` is a fresh pass of the source
+      (of the whole epoch, for a chute loader or a torch ``DataLoader``), and the wrapper's
+      ``state_dict()`` still names the position after the last batch handed out, so
+      ``wrapped.load_state_dict(wrapped.state_dict())`` continues exactly from there. The
+      source's own ``state_dict()`` counts the batches copied ahead: checkpoint through the
+      wrapper.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -116,33 +120,27 @@ class DeviceLoader:
         pending: deque[tuple[Any, list[torch.Tensor], torch.cuda.Event, Any]] = deque()
         it = iter(self.source)
         exhausted = False
-        try:
-            while True:
-                while not exhausted and len(pending) <= self.depth:
-                    if pending:
-                        pending[-1][2].synchronize()  # the source may reuse those buffers now
-                    try:
-                        src = next(it)
-                    except StopIteration:
-                        exhausted = True
-                        break
-                    state = snapshot() if snapshot is not None else None
-                    pending.append((*self._copy(src, stream), state))
-                if not pending:
-                    self._state = None  # epoch over: the source's own state is exact again
-                    return
-                batch, tensors, event, state = pending.popleft()
-                consumer = torch.cuda.current_stream(device)
-                consumer.wait_event(event)
-                for t in tensors:
-                    t.record_stream(consumer)
-                self._state = state
-                yield batch
-        finally:
-            # Left early with batches copied ahead: put the source back (see the NOTE).
-            rewind = getattr(self.source, "load_state_dict", None)
-            if pending and self._state is not None and rewind is not None:
-                rewind(self._state)
+        while True:
+            while not exhausted and len(pending) <= self.depth:
+                if pending:
+                    pending[-1][2].synchronize()  # the source may reuse those buffers now
+                try:
+                    src = next(it)
+                except StopIteration:
+                    exhausted = True
+                    break
+                state = snapshot() if snapshot is not None else None
+                pending.append((*self._copy(src, stream), state))
+            if not pending:
+                self._state = None  # epoch over: the source's own state is exact again
+                return
+            batch, tensors, event, state = pending.popleft()
+            consumer = torch.cuda.current_stream(device)
+            consumer.wait_event(event)
+            for t in tensors:
+                t.record_stream(consumer)
+            self._state = state  # kept after a break: see the NOTE
+            yield batch
 
     def _copy(
         self, batch: Any, stream: torch.cuda.Stream
@@ -167,6 +165,7 @@ class DeviceLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Forward to ``source.set_epoch`` (chute ``Loader``, a sampler-driven loader)."""
+        self._state = None  # the position of a pass left early belongs to the old epoch
         self.source.set_epoch(epoch)  # type: ignore[attr-defined]
 
     def state_dict(self) -> dict[str, Any]:
@@ -183,7 +182,7 @@ class DeviceLoader:
 
 def to_device(
     iterable: Iterable[Any],
-    device: str | int | torch.device = "cuda",
+    device: str | int | torch.device = "auto",
     depth: int = 2,
     non_blocking: bool = True,
 ) -> DeviceLoader:
@@ -191,25 +190,38 @@ def to_device(
 
     On CUDA, the next ``depth`` batches are copied from pinned memory on a side stream while the
     current step computes, which hides the host-to-device copy when compute takes at least as
-    long. Without CUDA (or with ``device="cpu"``) batches pass through unchanged; another device
-    type gets a plain ``.to(device)``. Image fields planned for the device side
+    long. ``device="auto"`` (the default) is CUDA when torch sees a CUDA device, else the CPU;
+    on the CPU batches pass through unchanged. A CUDA device asked for by name on a machine
+    without one warns (once, here) and the batches stay on the CPU, as ``pin_memory=True``
+    does in torch's DataLoader and chute's loaders. Another device type gets a plain
+    ``.to(device)``. Image fields planned for the device side
     (``decode={"image": chute.RandomResizedCrop(224, device="cuda")}``) are decoded here, on
     the side stream (see :mod:`chute.image.on_device`). Example::
 
-        for batch in chute.to_device(loader, "cuda"):
+        for batch in chute.to_device(loader):  # "auto": CUDA when there is one
             loss = model(batch["x"]).sum()
     """
     depth = check_int("depth", depth, 1)  # batches copied ahead
-    return DeviceLoader(iterable, _device(device), depth, non_blocking)
+    target = _device(device)
+    if target.type == "cuda" and not torch.cuda.is_available():
+        warnings.warn(
+            f"to_device({device!r}) but torch sees no CUDA device here: batches stay on the "
+            "CPU (device='auto' picks CUDA when there is one, without this warning)",
+            stacklevel=2,
+        )
+    return DeviceLoader(iterable, target, depth, non_blocking)
 
 
 def _device(device: Any) -> torch.device:
-    """``device`` as a ``torch.device``; an int is a CUDA index."""
+    """``device`` as a ``torch.device``; an int is a CUDA index, ``"auto"`` CUDA when
+    available, else the CPU."""
     if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
         raise ArgumentError(
-            f"device must be a torch.device, a string such as 'cuda', 'cuda:1' or 'cpu', or a "
-            f"CUDA index, not {device!r}"
+            f"device must be a torch.device, 'auto', a string such as 'cuda', 'cuda:1' or "
+            f"'cpu', or a CUDA index, not {device!r}"
         )
+    if isinstance(device, str) and device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if isinstance(device, int):  # torch.device(int) raises on a machine without an accelerator
         if device < 0:
             raise ArgumentError(f"device index must be >= 0, not {device}")
@@ -218,5 +230,5 @@ def _device(device: Any) -> torch.device:
         return torch.device(device)
     except RuntimeError as exc:
         raise ArgumentError(
-            f"not a device: {device!r} ({exc}); use e.g. 'cuda', 'cuda:1' or 'cpu'"
+            f"not a device: {device!r} ({exc}); use e.g. 'auto', 'cuda', 'cuda:1' or 'cpu'"
         ) from None

@@ -60,7 +60,9 @@ def epoch_images(loader, epoch: int) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("workers", [0, 2])
 def test_exactly_once_and_pixels(images: Path, workers: int, keep: int | None) -> None:
     ds = chute.open(images)
-    loader = chute.Loader(ds, 8, seed=3, num_workers=workers, keep=keep, decode={"image": OPS})
+    loader = chute.Loader(
+        ds, 8, seed=3, num_workers=workers, reuse_after=keep, decode={"image": OPS}
+    )
     labels, imgs = epoch_images(loader, 1)
     assert sorted(labels.tolist()) == list(range(N))
     assert np.array_equal(imgs, expected(ds, labels, 3, 1))
@@ -93,7 +95,7 @@ def test_resume_mid_epoch_gives_the_same_pixels(images: Path) -> None:
 
 def test_ring_reuses_its_buffers(images: Path) -> None:
     ds = chute.open(images)
-    loader = chute.Loader(ds, 5, num_workers=2, keep=1, decode={"image": OPS})
+    loader = chute.Loader(ds, 5, num_workers=2, reuse_after=1, decode={"image": OPS})
     ptrs = [b["image"].data_ptr() for b in loader]
     assert len(set(ptrs)) <= loader.ring_size  # no buffer per batch
     pooled = chute.Loader(ds, 5, num_workers=2, decode={"image": OPS})

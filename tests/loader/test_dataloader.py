@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import itertools
 import os
 import signal
@@ -166,15 +167,17 @@ def test_state_counts_batches_received_not_prefetched(ds: chute.Dataset) -> None
     assert resumed.state_dict()["epoch"] == 1
 
 
-def test_iterating_again_continues_the_epoch(ds: chute.Dataset) -> None:
+def test_iterating_again_starts_a_fresh_pass(ds: chute.Dataset) -> None:
     dl = dataloader(ds, 10, seed=2, num_workers=0)
     first = []
     for i, b in enumerate(dl):
         first.append(b)
         if i == 4:
             break
+    assert dl.state_dict()["consumed"] == 50
     second = list(dl)
-    assert ys(first) + ys(second) == ys(dataloader(ds, 10, seed=2, num_workers=0))
+    full = ys(dataloader(ds, 10, seed=2, num_workers=0))
+    assert ys(first) == full[:50] and ys(second) == full  # the whole epoch 0 again
     assert dl.state_dict()["epoch"] == 1
 
 
@@ -249,7 +252,7 @@ def test_a_new_iter_ends_the_previous_one_which_then_raises(
     second = iter(dl)
     with pytest.raises(StaleIteratorError, match=r"ended after 2 batches: iter\(\) was called"):
         next(first)
-    assert head + ys(second) == full  # the newer pass continued the epoch, nothing lost
+    assert head == full[:20] and ys(second) == full  # the newer pass: the whole epoch
     with pytest.raises(StaleIteratorError, match="one pass at a time"):
         list(zip(dl, dl, strict=False))
     it = iter(dl)
@@ -522,3 +525,13 @@ def test_the_memory_probe_sees_a_leak(big: chute.Dataset) -> None:
     )
     mem = worker_memory(dl, 3)
     assert all(after3 - after1 > 48 for after1, _, after3 in mem.values()), mem
+
+
+def test_options_after_batch_size_are_keyword_only(ds: chute.Dataset) -> None:
+    with pytest.raises(TypeError):
+        dataloader(ds, 8, False)
+    params = inspect.signature(dataloader).parameters.values()
+    assert [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD] == [
+        "ds",
+        "batch_size",
+    ]

@@ -4,6 +4,7 @@ resume, validation."""
 from __future__ import annotations
 
 import gc
+import inspect
 import itertools
 import os
 import signal
@@ -121,13 +122,13 @@ GROUPED = [(1, 1, 2, 3), (2, 2, 1, 3), (2, 4, 5, 2), (3, 1, None, 4)]
     ("fields", "workers", "keep", "prefetch", "group"),
     [("all", *c) for c in CONFIGS] + [("fixed", *c) for c in CONFIGS + GROUPED],
 )
-def test_batch_stays_valid_until_keep_more_are_asked_for(
+def test_batch_stays_valid_until_reuse_after_more_are_asked_for(
     ds, ds_fixed, monkeypatch, fields, workers, keep, prefetch, group
 ):
     # fixed-shape fields only: gathered in groups of `group` batches of 8 x 20 bytes
     monkeypatch.setattr(chute.loader.loader, "GROUP_BYTES", 160 * group)
     data, check = (ds, check_batch) if fields == "all" else (ds_fixed, check_fixed)
-    loader = chute.Loader(data, 8, seed=1, num_workers=workers, prefetch=prefetch, keep=keep)
+    loader = chute.Loader(data, 8, seed=1, num_workers=workers, prefetch=prefetch, reuse_after=keep)
     assert loader.group == (group if workers else 1)
     assert loader.ring_size >= keep + (loader.prefetch or 0)
     plan = loader.order.plan()
@@ -152,7 +153,11 @@ def test_batches_are_fresh_by_default(ds, ds_fixed, monkeypatch, fields, workers
     monkeypatch.setattr(chute.loader.loader, "GROUP_BYTES", 160 * group)  # 8 x 20 bytes a batch
     data, check = (ds, check_batch) if fields == "all" else (ds_fixed, check_fixed)
     loader = chute.Loader(data, 8, seed=1, num_workers=workers)
-    assert (loader.keep, loader.ring_size, loader.group) == (None, None, group if workers else 1)
+    assert (loader.reuse_after, loader.ring_size, loader.group) == (
+        None,
+        None,
+        group if workers else 1,
+    )
     plan = loader.order.plan()
     kept = list(loader)
     later = list(loader)  # another epoch gathered meanwhile: nothing kept may change
@@ -297,7 +302,9 @@ def test_worker_error_reaches_the_caller_with_its_traceback(
     assert isinstance(cause, KeyError)
     assert "__call__" in {f.name for f in traceback.extract_tb(cause.__traceback__)}
     assert loader_threads() == []
-    again = [b["y"].tolist() for b in loader]  # iterating again resumes at the failed batch
+    assert loader.state_dict()["consumed"] == 4  # the failed batch was not consumed
+    loader.load_state_dict(loader.state_dict())  # continue: resume at the failed batch
+    again = [b["y"].tolist() for b in loader]
     assert again[0] == [4, 5, 6, 7] and len(again) == len(loader) - 1
 
 
@@ -354,12 +361,12 @@ def test_a_new_iter_ends_the_previous_one_which_then_raises(ds, workers):
     loader = chute.Loader(ds, 4, num_workers=workers)
     first = iter(loader)
     next(first)
-    second = iter(loader)  # one pass at a time: it continues the epoch
+    second = iter(loader)  # one pass at a time: a fresh one, of the whole epoch
     with pytest.raises(StaleIteratorError, match=r"ended after 1 batches: iter\(\) was called"):
         next(first)
     with pytest.raises(StaleIteratorError):  # every time, not once
         next(first)
-    assert len(list(second)) == len(loader) - 1
+    assert len(list(second)) == len(loader)
     assert loader_threads() == []
     with pytest.raises(StaleIteratorError, match="one pass at a time"):
         list(zip(loader, loader, strict=False))  # torch allows it; a short epoch is worse
@@ -400,14 +407,15 @@ def test_state_changes_end_a_live_pass(ds):
         next(it)
 
 
-def test_a_peeked_batch_is_taken_from_the_epoch(ds):
-    """Documented: ``next(iter(loader))`` is the epoch's first batch, the loop gets the rest."""
+def test_a_peek_leaves_the_epoch_whole(ds):
+    """``next(iter(loader))`` is the epoch's first batch; the loop then runs the whole epoch."""
     loader = chute.Loader(ds, 8, seed=2, num_workers=2)
     plan = [idx.tolist() for idx in loader.order.plan()]
     peek = next(iter(loader))["y"].tolist()
-    rest = [b["y"].tolist() for b in loader]
-    assert [peek, *rest] == plan
+    whole = [b["y"].tolist() for b in loader]
+    assert peek == plan[0] and whole == plan
     assert len(list(loader)) == len(loader)  # then epoch 1, whole
+    assert loader.order.epoch == 2
 
 
 def finish_without_stopiteration(loader, how: str) -> None:
@@ -446,8 +454,8 @@ def test_resuming_a_checkpoint_from_the_last_step_yields_an_empty_rest(ds, worke
     assert list(resumed) == [] and resumed.order.epoch == 5
     resumed.set_epoch(5)
     assert len(list(resumed)) == len(loader)
-    loader.set_epoch(4)  # a loop that calls set_epoch(4) again on its finished epoch 4
-    assert list(loader) == [] and loader.order.epoch == 5
+    loader.set_epoch(4)  # without a checkpoint loaded, set_epoch(4) runs epoch 4 again, whole
+    assert len(list(loader)) == len(loader) and loader.order.epoch == 5
 
 
 def test_ctrl_c_while_waiting_stops_the_workers(ds):
@@ -525,7 +533,7 @@ def test_multi_part_dataset(tmp_path):
 
 @pytest.mark.parametrize(("workers", "keep"), [(0, None), (2, None), (2, 1)])
 def test_pad_gives_what_gather_gives(ds, workers, keep):
-    loader = chute.Loader(ds, 8, seed=6, num_workers=workers, keep=keep, pad=-1)
+    loader = chute.Loader(ds, 8, seed=6, num_workers=workers, reuse_after=keep, pad=-1)
     plan = loader.order.plan()
     for batch, idx in zip(loader, plan, strict=True):
         want = ds.gather(idx, pad=-1)
@@ -568,7 +576,7 @@ def test_rank_defaults_without_torch_distributed(ds):
         ({"batch_size": 0}, "batch_size must be >= 1"),
         ({"num_workers": -1}, "num_workers must be >= 0"),
         ({"num_workers": 2, "prefetch": 0}, "prefetch must be >= 1"),
-        ({"keep": 0}, "keep must be >= 1"),
+        ({"reuse_after": 0}, "reuse_after must be >= 1"),
         ({"rank": 3, "world_size": 2}, "rank must be < world_size"),
         ({"world_size": 0}, "world_size must be >= 1"),
         ({"transform": 5}, "transform must be callable"),
@@ -599,7 +607,7 @@ def test_pin_memory_without_cuda_warns_and_does_not_pin(ds):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("keep", [None, 1])
 def test_pinned_batches(ds, keep):
-    loader = chute.Loader(ds, 16, num_workers=2, keep=keep)
+    loader = chute.Loader(ds, 16, num_workers=2, reuse_after=keep)
     assert loader.pin_memory
     kept = []
     for batch in loader:
@@ -609,3 +617,25 @@ def test_pinned_batches(ds, keep):
     if keep is None:  # fresh pinned memory: every batch still intact
         for batch in kept:
             check_batch(batch, batch["y"].numpy())
+
+
+def test_options_after_batch_size_are_keyword_only(ds):
+    with pytest.raises(TypeError):
+        chute.Loader(ds, 8, False)
+    params = inspect.signature(chute.Loader).parameters.values()
+    assert [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD] == [
+        "ds",
+        "batch_size",
+    ]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_keep_is_the_deprecated_name_of_reuse_after(ds, workers):
+    with pytest.warns(DeprecationWarning, match="keep=.*use reuse_after=") as caught:
+        old = chute.Loader(ds, 8, seed=1, num_workers=workers, keep=1)
+    assert caught[0].filename == __file__  # points at the caller's line
+    new = chute.Loader(ds, 8, seed=1, num_workers=workers, reuse_after=1)
+    assert (old.reuse_after, old.ring_size) == (1, new.ring_size)
+    assert [b["y"].tolist() for b in old] == [b["y"].tolist() for b in new]
+    with pytest.raises(ArgumentError, match="reuse_after= alone"):
+        chute.Loader(ds, 8, keep=1, reuse_after=1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import math
 
 import numpy as np
@@ -293,3 +295,27 @@ def test_a_hand_made_state_with_the_two_required_keys_is_enough():
     order = Order(10, 2)
     order.load_state_dict({"epoch": 2, "consumed": 4})
     assert (order.epoch, order.consumed, len(order.plan())) == (2, 4, 3)
+
+
+def test_options_after_batch_size_are_keyword_only():
+    with pytest.raises(TypeError):
+        Order(10, 2, False)
+    params = inspect.signature(Order).parameters.values()
+    positional = [p.name for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    assert positional == ["n", "batch_size"]
+
+
+def test_restart_reruns_an_epoch_left_early_and_moves_past_a_finished_one():
+    order = Order(10, 2, seed=1)
+    it = order.batches()
+    next(it), next(it)
+    order.restart()  # left early: the same epoch, from its start
+    assert (order.epoch, order.consumed, len(order.plan())) == (0, 0, 5)
+    list(itertools.islice(order.batches(), 5))  # its last batch, without StopIteration
+    assert order.finished
+    order.restart()  # finished: the next epoch
+    assert (order.epoch, order.consumed) == (1, 0)
+    list(itertools.islice(order.batches(), 5))
+    order.set_epoch(1)  # a finished epoch chosen by set_epoch: run again, whole
+    order.restart()
+    assert (order.epoch, order.consumed, len(order.plan())) == (1, 0, 5)

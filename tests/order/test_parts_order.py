@@ -14,7 +14,16 @@ from chute.order import Order
 
 def epoch(sizes, batch, world, seed=0, e=0, drop_last=False):
     orders = [
-        Order(sum(sizes), batch, True, seed, r, world, drop_last, parts=sizes, window=2)
+        Order(
+            sum(sizes),
+            batch,
+            seed=seed,
+            rank=r,
+            world_size=world,
+            drop_last=drop_last,
+            parts=sizes,
+            window=2,
+        )
         for r in range(world)
     ]
     for o in orders:
@@ -55,12 +64,12 @@ def test_each_rank_reads_its_own_parts():
 def test_resume_across_world_size_is_exact():
     sizes = [30, 25, 40, 35, 20, 50]
     n = sum(sizes)
-    a = [Order(n, 8, True, 5, r, 2, parts=sizes, window=2) for r in range(2)]
+    a = [Order(n, 8, seed=5, rank=r, world_size=2, parts=sizes, window=2) for r in range(2)]
     its = [o.batches() for o in a]
     first = [next(it) for it in its for _ in range(3)]
     state = a[0].state_dict()
     assert state["layout"] == [2, 8]
-    b = [Order(n, 5, True, 5, r, 3, parts=sizes, window=2) for r in range(3)]
+    b = [Order(n, 5, seed=5, rank=r, world_size=3, parts=sizes, window=2) for r in range(3)]
     rest = []
     for o in b:
         o.load_state_dict(state)
@@ -97,7 +106,7 @@ def test_never_materialised_2_40_samples():
     t = time.perf_counter()
     seen = []
     for r in (0, 63):
-        o = Order(2**40, 256, True, 7, r, 64, parts=sizes, window=2)
+        o = Order(2**40, 256, seed=7, rank=r, world_size=64, parts=sizes, window=2)
         plan = o.plan()
         first, later = plan[0], plan[10**6]
         assert len(first) == 256 and len(set(first.tolist())) == 256
@@ -137,11 +146,11 @@ def test_lookups_agree_whatever_the_path(sizes, batch, world, made):
 
 def test_an_older_part_aware_state_is_refused_a_plain_one_loads():
     sizes = [30, 25, 40]
-    o = Order(95, 8, True, 5, 0, 1, parts=sizes, window=2)
+    o = Order(95, 8, seed=5, parts=sizes, window=2)
     old = {**o.state_dict(), "version": 1, "consumed": 16}
     with pytest.raises(ArgumentValueError, match="older chute's part-aware order"):
         o.load_state_dict(old)
     o.load_state_dict({"epoch": 0, "consumed": 0})  # the advice works
-    plain = Order(95, 8, True, 5, 0, 1)
+    plain = Order(95, 8, seed=5)
     plain.load_state_dict({**plain.state_dict(), "version": 1, "consumed": 16})
     assert plain.state_dict()["consumed"] == 16 and plain.state_dict()["version"] == 2

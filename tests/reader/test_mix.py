@@ -273,7 +273,7 @@ def _epoch(loader, epoch):
 def test_loader_threads_ring_and_groups(pool, fixed_pool):
     m = chute.mix({"a": pool["s5"], "b": pool["s2"]}, weights={"a": 0.5, "b": 0.5})
     for keep in (None, 2):
-        loader = chute.Loader(m, 7, seed=1, num_workers=2, keep=keep)
+        loader = chute.Loader(m, 7, seed=1, num_workers=2, reuse_after=keep)
         ids = [i for b in loader for i in b["id"].tolist()]
         whole = m.gather(np.arange(len(m)), epoch=0)["id"].tolist()
         assert sorted(ids) == sorted(whole)

@@ -88,7 +88,7 @@ def test_loader_reads_each_half_once_an_epoch(
     ds = chute.open(path, fields=fields)
     seen = []
     for half in halves(ds):
-        ld = chute.Loader(half, 16, seed=1, num_workers=workers, keep=keep)
+        ld = chute.Loader(half, 16, seed=1, num_workers=workers, reuse_after=keep)
         assert len(ld) == math.ceil(len(half) / 16)
         assert (ld.group > 1) == (fields is not None and workers > 0)  # grouped gathers too
         for epoch in range(2):

@@ -190,7 +190,7 @@ BAD_LOADER_ARGS = [
     ({"num_workers": -1}, "num_workers", VALUE),
     ({"num_workers": 1.0}, "num_workers", TYPE),
     ({"prefetch": 0, "num_workers": 2}, "prefetch", VALUE),
-    ({"keep": 0}, "keep", VALUE),
+    ({"reuse_after": 0}, "reuse_after", VALUE),
     ({"rank": 2, "world_size": 2}, "rank", VALUE),
     ({"rank": -1, "world_size": 2}, "rank", VALUE),
     ({"rank": 0, "world_size": 0}, "world_size", VALUE),
@@ -247,7 +247,7 @@ def test_argument_validation(ds_path: Path, record_property) -> None:
         record_property,
         "bad loader arguments",
         "Loader / dataloader: batch_size 0/neg/float/str/bool, workers < 0, prefetch 0, "
-        "keep 0, rank >= world_size, rank < 0, world_size 0, seed < 0, block_size 0, "
+        "reuse_after 0, rank >= world_size, rank < 0, world_size 0, seed < 0, block_size 0, "
         "non-callable transforms, a pad that does not fit, generator=, not a Dataset; "
         "open(fields=) unknown field or a str",
         cases,
@@ -262,7 +262,7 @@ def test_batch_size_beyond_dataset(ds_path: Path, record_property) -> None:
     outcomes: Counter = Counter()
     for workers, keep in [(0, None), (2, None), (0, 1), (2, 1)]:  # fresh batches and the ring
         try:
-            loader = chute.Loader(ds, batch_size=10**12, num_workers=workers, keep=keep)
+            loader = chute.Loader(ds, batch_size=10**12, num_workers=workers, reuse_after=keep)
             sizes = [len(b["x"]) for b in loader]
             assert sizes == [len(ds)]
             outcomes["one batch of the whole dataset"] += 1
@@ -271,7 +271,8 @@ def test_batch_size_beyond_dataset(ds_path: Path, record_property) -> None:
     record(
         record_property,
         "bad loader arguments",
-        "batch_size 10^12 on a 64-sample dataset (0 and 2 workers, fresh batches and keep=1)",
+        "batch_size 10^12 on a 64-sample dataset (0 and 2 workers, fresh batches and "
+        "reuse_after=1)",
         outcomes.total(),
         outcomes,
     )

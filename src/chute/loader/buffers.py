@@ -4,7 +4,7 @@ long a batch handed out stays valid.
 NOTE (buffers and their lifetime; the Loader's NOTE in ``chute/loader/threads.py`` says who takes a
 buffer when, and how scheduling keeps workers within these lifetimes)
 
-    Fresh (default, ``keep=None``): :class:`Pool`. Each fixed-shape field of a work item is
+    Fresh (default, ``reuse_after=None``): :class:`Pool`. Each fixed-shape field of a work item is
     gathered into a buffer of its own that nothing else refers to, and the batches' tensors of
     that field are views of it: a batch stays valid for as long as anyone holds it, as with
     torch's DataLoader (``list(loader)``, a batch kept for visualisation, gradient
@@ -26,7 +26,7 @@ buffer when, and how scheduling keeps workers within these lifetimes)
     host allocator (one per field and item too), which recycles freed pinned blocks the same
     way.
 
-    Ring (``keep=k``): :class:`Ring`, reused slots, the opt-in fast path. One pre-allocated
+    Ring (``reuse_after=k``): :class:`Ring`, reused slots, the opt-in fast path. One pre-allocated
     (pinned when ``pin_memory``) buffer per fixed-shape field, cut into ``ring_size`` batch
     slots; batch ``j`` lives in slot ``j % ring_size``. Batch ``j`` handed to the consumer
     stays valid until the consumer asks for batch ``j + k``; only then may a worker overwrite
@@ -56,7 +56,7 @@ class Buffers(Protocol):
 
 
 class Pool:
-    """``keep=None``: for each work item and fixed-shape field, a buffer that nothing else
+    """``reuse_after=None``: for each work item and fixed-shape field, a buffer that nothing else
     refers to (see the NOTE).
 
     ``rows``: rows of a work item; ``items``: work items given out at most at once.
@@ -110,8 +110,8 @@ def _aligned(nbytes: int) -> np.ndarray:
 
 
 class Ring:
-    """``keep=k``: one buffer per fixed-shape field, cut into ``items`` work items of ``rows``
-    rows (``group`` batch slots each)."""
+    """``reuse_after=k``: one buffer per fixed-shape field, cut into ``items`` work items of
+    ``rows`` rows (``group`` batch slots each)."""
 
     def __init__(self, ds: Gatherable, rows: int, items: int, pin_memory: bool) -> None:
         self.items = items

@@ -27,11 +27,12 @@ NOTE (what crosses the process boundary, memory, state)
     per worker), so the sampler reads the pure ``plan()`` while ``Order.batches()`` is advanced
     only when the iterator hands a batch to the consumer: ``state_dict()`` counts what was
     received, exactly as :class:`~chute.loader.Loader` does, and resumes with any world size.
-    As there: an epoch whose last batch was received is over even if its iterator was not run
-    to its end (the next ``iter()`` starts the next epoch, unless ``set_epoch`` /
-    ``load_state_dict`` chose that finished position), and one pass runs at a time: a newer
-    ``iter()`` (or a ``set_epoch`` / ``load_state_dict`` that moves the order) ends the live
-    one, whose iterator then raises :class:`~chute.errors.StaleIteratorError`.
+    As there, every ``iter()`` is a fresh pass over the whole current epoch, except the first
+    after ``load_state_dict``, which resumes at the saved position; an epoch whose last batch
+    was received is over even if its iterator was not run to its end (the next ``iter()``
+    starts the next epoch); and one pass runs at a time: a newer ``iter()`` (or a
+    ``set_epoch`` / ``load_state_dict`` that moves the order) ends the live one, whose
+    iterator then raises :class:`~chute.errors.StaleIteratorError`.
 
     Errors. An exception in ``sample_transform`` is re-raised as a
     :class:`~chute.errors.WorkerError` naming the sample, one in the gather, ``collate_fn`` or
@@ -98,9 +99,9 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
     """A ``torch.utils.data.DataLoader`` driven by an :class:`~chute.order.Order`.
 
     Adds ``set_epoch``, ``state_dict`` and ``load_state_dict`` with the semantics of
-    :class:`~chute.loader.Loader`: iterating again continues the epoch where the state says, a
-    finished epoch moves on to the next one, one pass runs at a time. Made by
-    :func:`dataloader`.
+    :class:`~chute.loader.Loader`: each ``iter()`` is a fresh pass of the current epoch (the
+    first after ``load_state_dict`` resumes at the saved position), a finished epoch moves on
+    to the next one, one pass runs at a time. Made by :func:`dataloader`.
     """
 
     def __init__(self, dataset: BatchDataset, order: Order, **kwargs: Any) -> None:
@@ -123,7 +124,7 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
 
     def __iter__(self) -> _Consumed:  # type: ignore[override]
         self._end_active("iter() was called on the DataLoader again")
-        progress = self.order.batches()  # first: it may move on from a finished epoch
+        progress = self._start_pass()  # first: it may move on to the next epoch
         previous = signal.getsignal(signal.SIGINT)
         if threading.current_thread() is not threading.main_thread() or previous is None:
             it = super().__iter__()
@@ -182,9 +183,8 @@ class _Consumed:
             if self._stale is not None:
                 raise StaleIteratorError(
                     f"this DataLoader iterator was ended after {self._handed} batches: "
-                    f"{self._stale}. chute.dataloader runs one pass at a time (the newest "
-                    "iter() continues the epoch where this one stopped): use one iterator at "
-                    "a time, or a second dataloader"
+                    f"{self._stale}. chute.dataloader runs one pass at a time: use one "
+                    "iterator at a time, or a second dataloader"
                 )
             raise StopIteration
         try:
@@ -220,6 +220,7 @@ def _torch_keywords() -> set[str]:
 def dataloader(
     ds: Gatherable,
     batch_size: int,
+    *,
     shuffle: bool | str = True,
     seed: int = 0,
     num_workers: int | None = None,
@@ -227,7 +228,6 @@ def dataloader(
     batch_transform: Callable[[Any], Any] | None = None,
     rank: int | None = None,
     world_size: int | None = None,
-    *,
     drop_last: bool = False,
     block_size: int | None = None,
     pad: float | int | None = None,

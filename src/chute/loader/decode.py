@@ -4,9 +4,9 @@
 chute.RandomHorizontalFlip()]})`` hands out ``batch["image"]`` as uint8 ``(B, 3, 160, 160)``.
 :func:`with_decode` wraps the dataset in a :class:`Decoded` view whose schema says so: the
 decoded field is a fixed-shape ``Tensor((3, H, W), "uint8")``, so the loader's buffers (its
-pool of fresh buffers, or its ring with ``keep=k``) hold it like any fixed field, and
+pool of fresh buffers, or its ring with ``reuse_after=k``) hold it like any fixed field, and
 ``gather(idx, out=)`` decodes straight into ``out[name]`` (no per-batch allocation with
-``keep``; a pooled buffer by default). The rest of the batch is the dataset's own gather.
+``reuse_after``; a pooled buffer by default). The rest of the batch is the dataset's own gather.
 
 Where it runs. In :class:`~chute.Loader` the gather, and so the decode, runs in the worker
 threads: simplejpeg's decode, the resize (torch's or PIL's) and numpy's copy release the GIL

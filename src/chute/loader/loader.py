@@ -70,9 +70,9 @@ class Loader(OnePass):
     Yields dicts ``{field: tensor | RaggedBatch | list[str]}`` (or what ``transform`` returns,
     a batch-level callable run in the workers). By default a batch is yours for as long as
     you hold it, as with torch's DataLoader (``list(loader)`` works): its memory is reused only
-    once nothing refers to it. ``keep=k`` reuses a ring of slots instead, a few percent faster,
-    but a fixed-shape field is then valid only until ``k`` more batches were asked for (see
-    the NOTE in ``chute/loader/buffers.py``). ``num_workers=0`` gathers in the calling thread.
+    once nothing refers to it. ``reuse_after=k`` reuses a ring of slots instead, a few percent
+    faster, but a fixed-shape field is then valid only until ``k`` more batches were asked for
+    (see the NOTE in ``chute/loader/buffers.py``). ``num_workers=0`` gathers in the calling thread.
     ``rank`` and ``world_size`` default to ``torch.distributed``'s when it is initialized,
     else to the launcher's ``RANK`` / ``WORLD_SIZE`` environment variables (torchrun sets them
     before ``init_process_group``), else 0 and 1. Unknown keywords are an
@@ -84,20 +84,24 @@ class Loader(OnePass):
     ``len(subset)``, so shuffling, ``rank`` / ``world_size`` and ``state_dict`` work on the
     subset. ``loader.dataset`` is then a :class:`~chute.reader.subset.SubsetDataset`.
 
-    Epochs. A loader runs one pass at a time, and a new ``iter()`` continues the epoch where
-    the state says: ``next(iter(loader))`` takes the epoch's next batch, and the following
-    ``for`` loop gets the rest. An iterator superseded by a newer pass raises
-    :class:`~chute.errors.StaleIteratorError`. Once the epoch's last batch was handed out, the
-    next pass starts the next epoch (also when the iterator was not run to its end: ``zip``,
-    ``islice``), except right after ``set_epoch(e)`` / ``load_state_dict`` put the loader on
-    a finished epoch ``e`` (a checkpoint saved after the last step): that pass yields nothing
-    and moves on to ``e + 1``. ``state_dict()`` / ``load_state_dict()`` resume exactly, with
-    any world size.
+    Epochs. As with torch's ``DataLoader``, every ``iter()`` is a fresh pass over the whole
+    current epoch: after a ``break`` or a ``next(iter(loader))`` peek, the next ``for`` loop
+    sees every sample. The current epoch is the one ``set_epoch(e)`` chose; once a pass handed
+    out the epoch's last batch (also when its iterator was not run to its end: ``zip``,
+    ``islice``), the next pass runs the next epoch, so loops without ``set_epoch`` get a new
+    shuffle each time. ``state_dict()`` / ``load_state_dict()`` resume exactly, with any
+    world size: the first pass after ``load_state_dict`` starts at the saved position (a
+    checkpoint saved after an epoch's last step: that pass yields nothing and moves on to the
+    next epoch), and ``loader.load_state_dict(loader.state_dict())`` continues where the last
+    pass stopped. A loader runs one pass at a time: an iterator superseded by a newer pass
+    raises :class:`~chute.errors.StaleIteratorError`.
 
     ``num_workers``: gather threads (default ``min(4, CPUs)``). ``prefetch``: batches prepared
-    ahead of the consumer (default 2 per worker). ``keep``: ``None`` (default) for fresh
-    batches; an int ``k`` >= 1 for the ring, whose batches live until ``k`` more were asked
-    for (``k=1`` suits ``chute.to_device``, which copies a batch before asking for the next).
+    ahead of the consumer (default 2 per worker). ``reuse_after``: ``None`` (default) for
+    fresh batches, never reused while referenced; an int ``k`` >= 1 for the ring, whose
+    batches' memory is reused after ``k`` more batches were asked for (``k=1`` suits
+    ``chute.to_device``, which copies a batch before asking for the next). ``keep=`` is the
+    former name of ``reuse_after=``, accepted with a ``DeprecationWarning`` for one release.
     ``pin_memory``: page-locked batches for fast, asynchronous copies to the GPU (default:
     when CUDA is available; ``True`` without CUDA warns and does not pin, as in torch).
     ``pad``: ragged and bytes fields come padded, as with :meth:`Dataset.gather(pad=)
@@ -124,6 +128,7 @@ class Loader(OnePass):
         self,
         ds: Gatherable,
         batch_size: int,
+        *,
         shuffle: bool | str = True,
         seed: int = 0,
         num_workers: int | None = None,
@@ -133,13 +138,14 @@ class Loader(OnePass):
         pin_memory: bool | None = None,
         rank: int | None = None,
         world_size: int | None = None,
-        *,
         block_size: int | None = None,
-        keep: int | None = None,
+        reuse_after: int | None = None,
         pad: float | int | None = None,
         decode: dict[str, Any] | None = None,
         **unknown: Any,
     ) -> None:
+        if "keep" in unknown:  # the former name of reuse_after, for one release
+            reuse_after = _renamed_keep(unknown.pop("keep"), reuse_after)
         if unknown:  # chute's error, with the list of valid keywords (see unknown_keywords)
             valid = [k for k in inspect.signature(Loader).parameters if k not in ("ds", "unknown")]
             raise unknown_keywords("chute.Loader", unknown, valid)
@@ -158,7 +164,7 @@ class Loader(OnePass):
             self.prefetch = 2 * self.num_workers
         else:
             self.prefetch = check_int("prefetch", prefetch, 1)
-        self.keep = None if keep is None else check_int("keep", keep, 1)
+        self.reuse_after = None if reuse_after is None else check_int("reuse_after", reuse_after, 1)
         self.transform = transform
         self.pad = pad
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
@@ -178,7 +184,7 @@ class Loader(OnePass):
     def _geometry(self) -> tuple[int, int]:
         """(batches per work item, work items given out at most at once); see the NOTE in
         ``chute/loader/threads.py``."""
-        keep = self.keep or 1
+        keep = self.reuse_after or 1  # batches a consumer holds at once
         if self.num_workers == 0:
             return 1, keep
         probe = self.dataset.empty_batch(1)  # the fixed-shape fields, one row each
@@ -200,9 +206,9 @@ class Loader(OnePass):
 
     @property
     def ring_size(self) -> int | None:
-        """Batch slots in the ring (``keep=k``): a batch is overwritten ``ring_size`` batches
-        later. ``None`` with fresh batches (the default), which are never overwritten."""
-        return None if self.keep is None else self.group * self._items
+        """Batch slots in the ring (``reuse_after=k``): a batch is overwritten ``ring_size``
+        batches later. ``None`` with fresh batches (the default), which are never overwritten."""
+        return None if self.reuse_after is None else self.group * self._items
 
     def stats(self) -> LoaderStats:
         """Timings of the current or last pass (zeros before the first)."""
@@ -217,9 +223,9 @@ class Loader(OnePass):
         self._end_active("iter() was called on the Loader again")
         if self._buffers is None:
             rows = self.group * self._slot_rows  # of a work item
-            make: type[Pool] | type[Ring] = Pool if self.keep is None else Ring
+            make: type[Pool] | type[Ring] = Pool if self.reuse_after is None else Ring
             self._buffers = make(self.dataset, rows, self._items, self.pin_memory)
-        order_batches = self.order.batches()  # first: it may move on from a finished epoch
+        order_batches = self._start_pass()  # first: it may move on to the next epoch
         ds = self.dataset
         if isinstance(ds, PerEpoch):  # a mix's samples, decode='s crops: per epoch
             ds = ds.at_epoch(self.order.epoch)
@@ -231,7 +237,7 @@ class Loader(OnePass):
             pad=self.pad,
             group=self.group,
             window=self._items,
-            keep=self.keep or 1,
+            reuse_after=self.reuse_after or 1,
             workers=self.num_workers,
             epoch=self.order.epoch,
             first_step=self.order.consumed // self.order.step_samples,
@@ -254,6 +260,21 @@ class Loader(OnePass):
     def __repr__(self) -> str:
         return (
             f"chute.Loader({self.dataset!r}, batch_size={self.batch_size}, "
-            f"num_workers={self.num_workers}, prefetch={self.prefetch}, keep={self.keep}, "
+            f"num_workers={self.num_workers}, prefetch={self.prefetch}, "
+            f"reuse_after={self.reuse_after}, "
             f"ring_size={self.ring_size}, pin_memory={self.pin_memory}, order={self.order!r})"
         )
+
+
+def _renamed_keep(keep: Any, reuse_after: int | None) -> Any:
+    """``Loader(keep=k)``: the former name of ``reuse_after=k``, with a DeprecationWarning."""
+    if reuse_after is not None:
+        raise ArgumentError("keep= is the former name of reuse_after=: pass reuse_after= alone")
+    warnings.warn(
+        "chute.Loader(keep=) is deprecated and will be removed in the next release: use "
+        "reuse_after= (the same meaning: a batch's memory is reused after that many more "
+        "batches)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return keep

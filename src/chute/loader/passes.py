@@ -1,17 +1,28 @@
 """What :class:`~chute.Loader` and :func:`chute.dataloader` share: the epoch position, kept by
-an :class:`~chute.order.Order`, and the rule that a loader runs one pass at a time.
+an :class:`~chute.order.Order`, where a pass starts, and the rule that a loader runs one pass at
+a time.
 
-A pass is the iterator that ``iter(loader)`` returns. The loader keeps a weak reference to the
-live one; a newer ``iter()``, or a ``set_epoch`` / ``load_state_dict`` that moves the position,
-ends it (its ``close(why)``), and it then raises :class:`~chute.errors.StaleIteratorError`
-naming ``why`` rather than ending quietly.
+A pass is the iterator that ``iter(loader)`` returns. As with torch's ``DataLoader`` (and
+``StatefulDataLoader``), every pass is the whole current epoch from its start, so a ``break``
+or a ``next(iter(loader))`` peek costs the following ``for`` loop nothing; the one exception is
+the first pass after ``load_state_dict``, which resumes at the saved position. The current epoch
+is the one ``set_epoch`` chose; a pass that handed out the epoch's last batch moves it on to
+the next, so two ``for`` loops without ``set_epoch`` get two epochs' shuffles (as with torch's
+``shuffle=True``). To continue where a pass stopped, say so:
+``loader.load_state_dict(loader.state_dict())``.
+
+The loader keeps a weak reference to the live pass; a newer ``iter()``, or a ``set_epoch`` /
+``load_state_dict`` that moves the position, ends it (its ``close(why)``), and it then raises
+:class:`~chute.errors.StaleIteratorError` naming ``why`` rather than ending quietly.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
+
+import numpy as np
 
 from .._args import dist_defaults
 from ..errors import ArgumentError
@@ -36,13 +47,22 @@ class Pass(Protocol):
 
 
 class OnePass:
-    """Mixin: ``set_epoch``, ``state_dict``, ``load_state_dict`` over ``self.order``, and
-    :meth:`_end_active` for the live pass (registered by the subclass's ``__iter__`` with
-    :meth:`_track`)."""
+    """Mixin: ``set_epoch``, ``state_dict``, ``load_state_dict`` over ``self.order``,
+    :meth:`_start_pass` for a new pass, and :meth:`_end_active` for the live pass (registered
+    by the subclass's ``__iter__`` with :meth:`_track`)."""
 
     order: Order
     _active: weakref.ref[Any] | None = None
+    _resume = False  # load_state_dict chose where the next pass starts
     _name = "loader"  # in StaleIteratorError messages: "the Loader", "the DataLoader"
+
+    def _start_pass(self) -> Iterator[np.ndarray]:
+        """The order's batches for a new pass: the current epoch from its start, or right
+        after ``load_state_dict`` the saved position (see the module doc)."""
+        if not self._resume:
+            self.order.restart()
+        self._resume = False
+        return self.order.batches()
 
     def _track(self, it: Pass) -> None:
         self._active = weakref.ref(it)
@@ -54,20 +74,21 @@ class OnePass:
         self._active = None
 
     def __len__(self) -> int:
-        """Batches per rank in a whole epoch (:meth:`remaining`: what is left of this one)."""
+        """Batches per rank in a whole epoch (:meth:`remaining`: what the next pass yields)."""
         return len(self.order)
 
     def remaining(self) -> int:
-        """Batches per rank still to come in the current epoch: ``len(loader)`` after a
-        resume mid-epoch counts the whole epoch, this counts what the next pass will yield."""
-        return self.order.remaining()
+        """Batches per rank that the next pass yields: ``len(loader)``, or after
+        ``load_state_dict`` what the saved position left of its epoch."""
+        return self.order.remaining() if self._resume else len(self.order)
 
     def set_epoch(self, epoch: int) -> None:
-        """Move to ``epoch`` (the same epoch again keeps a resumed position); another epoch
-        ends a live pass."""
+        """Make ``epoch`` the one the next pass runs, from its start (the same epoch again
+        keeps a position ``load_state_dict`` chose); another epoch ends a live pass."""
         before = self.order.epoch
         self.order.set_epoch(epoch)
         if epoch != before:
+            self._resume = False
             self._end_active(f"set_epoch({epoch}) moved the {self._name} to another epoch")
 
     def state_dict(self) -> dict[str, Any]:
@@ -76,8 +97,9 @@ class OnePass:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a saved state (any batch size / world size) on the next ``iter()``; ends
-        a live pass."""
+        a live pass. ``load_state_dict(state_dict())`` continues where the last pass stopped."""
         self.order.load_state_dict(state)
+        self._resume = True
         self._end_active(f"load_state_dict() moved the {self._name} to a saved position")
 
 
@@ -99,12 +121,12 @@ def make_order(
     order = Order(
         len(ds),
         batch_size,
-        bool(shuffle),
-        seed,
-        rank,
-        world_size,
-        drop_last,
-        block_size,
+        shuffle=bool(shuffle),
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+        drop_last=drop_last,
+        block_size=block_size,
         **order_options(ds, shuffle),
     )
     order.prepare = getattr(ds, "prepare", None)  # e.g. a Mix locates each chunk at once

@@ -4,8 +4,9 @@ batches, and the iterator that hands them out in order.
 NOTE (threads, scheduling, errors, shutdown; the whole protocol, written down once; the
 buffers a batch lives in, and how long, have their own NOTE in ``chute/loader/buffers.py``)
 
-    Who does what. ``iter(loader)`` takes this rank's remaining batches of the epoch from the
-    :class:`~chute.order.Order` (its ``plan()``: index arrays, each computed when asked) and starts
+    Who does what. ``iter(loader)`` takes this rank's batches of the pass from the
+    :class:`~chute.order.Order` (its ``plan()``: index arrays, each computed when asked; the
+    whole epoch, or after ``load_state_dict`` the rest from the saved position) and starts
     ``num_workers`` daemon threads. A work item is a group of ``group`` consecutive batches
     (``group`` > 1 only when every field is fixed-shape and a batch is smaller than
     ``GROUP_BYTES``; the Loader decides it): a worker gathers the whole group with one
@@ -26,8 +27,8 @@ buffers a batch lives in, and how long, have their own NOTE in ``chute/loader/bu
 
     Buffers. A work item is gathered into buffers from ``chute/loader/buffers.py``, whose NOTE
     states their lifetimes: fresh by default (a batch is valid for as long as anyone holds it), or
-    with ``keep=k`` a ring of slots (batch ``j`` is valid until the consumer asks for batch
-    ``j + k``). The loader keeps them from one pass to the next; a worker gets the buffers of
+    with ``reuse_after=k`` a ring of slots (batch ``j`` is valid until the consumer asks for
+    batch ``j + k``). The loader keeps them from one pass to the next; a worker gets the buffers of
     work item ``q`` with ``take(q)``.
 
     Scheduling (both modes). The consumer gives work items out itself: asking for batch ``j``
@@ -96,7 +97,7 @@ class Run:
         pad: float | int | None,
         group: int,
         window: int,
-        keep: int,
+        reuse_after: int,
         workers: int,
         epoch: int,
         first_step: int,
@@ -110,7 +111,7 @@ class Run:
         self.epoch = epoch
         self.first_step = first_step  # the epoch's step of this pass's first batch
         self.plan = plan
-        self.keep = keep
+        self.reuse_after = reuse_after
         self.workers = workers
         self.items = -(-len(plan) // self.group)  # work items in this pass
         self.tasks: queue.SimpleQueue[int | None] = queue.SimpleQueue()
@@ -291,8 +292,7 @@ class LoaderIter:
             if self._stale is not None:
                 raise StaleIteratorError(
                     f"this Loader iterator was ended after {k} batches: {self._stale}. A Loader "
-                    "runs one pass at a time (the newest iter() continues the epoch where this "
-                    "one stopped): use one iterator at a time, or a second Loader"
+                    "runs one pass at a time: use one iterator at a time, or a second Loader"
                 )
             raise StopIteration
         if k == len(run.plan):
@@ -329,9 +329,9 @@ class LoaderIter:
             ((_, outcome),) = run.produce(k, Exception)
             run.busy[0] += time.perf_counter() - t0
             return outcome
-        # Asking for batch k releases batch k - keep: give out every work item up to
+        # Asking for batch k releases batch k - reuse_after: give out every work item up to
         # `window` past the oldest unreleased one (see the NOTE).
-        run.schedule((k - run.keep + 1) // run.group + run.window)
+        run.schedule((k - run.reuse_after + 1) // run.group + run.window)
         while k not in self._ready:
             self._ready.update(run.results.get())
         return self._ready.pop(k)

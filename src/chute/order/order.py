@@ -26,6 +26,9 @@ the last step) leaves the epoch *finished*; the next :meth:`Order.batches` then 
 next epoch, rather than an empty rest of this one. Except right after ``set_epoch(e)`` or
 ``load_state_dict`` chose that finished position (a checkpoint saved after the last step of
 epoch ``e``): that epoch is over, the next pass yields nothing and moves on to ``e + 1``.
+:meth:`Order.restart` goes back to the start of the epoch (of the next one, from a finished
+epoch no ``set_epoch`` chose): the loaders call it for every pass but the first after
+``load_state_dict``, as a torch ``DataLoader`` starts each pass afresh.
 
 Example::
 
@@ -87,13 +90,13 @@ class Order:
         self,
         n: int,
         batch_size: int,
+        *,
         shuffle: bool = True,
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
         drop_last: bool = False,
         block_size: int | None = None,
-        *,
         window: int = 4,
         parts: Sequence[int] | None = None,
     ) -> None:
@@ -177,6 +180,13 @@ class Order:
             self._epoch = epoch
             self._consumed = 0
         self._chosen = True
+
+    def restart(self) -> None:
+        """Go back to the start of the current epoch, or of the next one when this one is
+        :attr:`finished` and was not chosen by ``set_epoch`` / ``load_state_dict`` (a whole
+        pass moves on to the next epoch's shuffle, a pass left early is run again whole)."""
+        moves_on = self.finished and not self._chosen
+        self._start(self._epoch + 1 if moves_on else self._epoch)
 
     def global_order(self, epoch: int | None = None) -> np.ndarray:
         """The (read-only, int64) global order of ``epoch`` (default: the current one).
@@ -266,7 +276,7 @@ class Order:
         that prefetch call it before :meth:`plan`.
         """
         if self.finished and not self._chosen:
-            self._next_epoch()
+            self._start(self._epoch + 1)
         return self._advance(self._epoch)
 
     def _advance(self, epoch: int) -> Iterator[np.ndarray]:
@@ -277,10 +287,11 @@ class Order:
             self._chosen = False
             yield idx
         if self._epoch == epoch:
-            self._next_epoch()
+            self._start(self._epoch + 1)
 
-    def _next_epoch(self) -> None:
-        self._epoch += 1
+    def _start(self, epoch: int) -> None:
+        """Put the order at the start of ``epoch``, laid out for this world size."""
+        self._epoch = epoch
         self._layout = None
         self._consumed = 0
         self._chosen = False

@@ -59,7 +59,9 @@ class Dataset(torch.utils.data.Dataset):
 
     Create with :func:`chute.open`. ``ds[i]`` and ``ds[a:b]`` give fresh tensors (fixed and
     ragged fields; ragged batches as :class:`chute.RaggedBatch`) and ``str`` for strings;
-    ``gather`` fills the caller's ``out=`` buffers. ``"image" in ds`` asks for a field.
+    ``gather`` fills the caller's ``out=`` buffers. An image field is decoded by ``ds[i]``
+    only: ``ds[a:b]`` and ``gather`` give :class:`~chute.reader.images.EncodedImages`.
+    ``"image" in ds`` asks for a field.
     """
 
     def __init__(
@@ -141,7 +143,14 @@ class Dataset(torch.utils.data.Dataset):
 
     def __getitem__(self, key: int | slice | np.integer | torch.Tensor) -> Batch:
         """Sample ``key`` (an int; numpy ints and 0-d integer tensors too) or the samples of a
-        slice, as fresh tensors."""
+        slice, as fresh tensors.
+
+        Image fields differ by key: ``ds[i]["image"]`` is one image, decoded (uint8
+        ``(3, H, W)``), while a slice ``ds[a:b]["image"]``, like :meth:`gather`, is a batch of
+        :class:`~chute.reader.images.EncodedImages` (the stored bytes plus each image's size;
+        ``.decode(k)`` decodes one), as images of different sizes make no single tensor. For
+        decoded, equal-sized batches use a loader's ``decode=`` (``chute/loader/decode.py``).
+        """
         if isinstance(key, slice):
             return self._slice(*key.indices(self._len))
         part, j = self._locate(self._index(key))
@@ -263,8 +272,10 @@ class Dataset(torch.utils.data.Dataset):
         (e.g. pinned buffers from :meth:`empty_batch`); ragged and bytes fields ->
         :class:`RaggedBatch`, or with ``pad=`` a padded ``(B, L, ...)`` tensor plus
         ``FIELD_lengths`` (B,) (``(B, *max_shape)`` and the shapes ``(B, ndim)`` when several
-        dimensions vary); string fields -> ``list[str]``. ``pad`` must fit each padded field's
-        dtype exactly (no silent truncation or overflow).
+        dimensions vary); string fields -> ``list[str]``; image fields ->
+        :class:`~chute.reader.images.EncodedImages`, not decoded (``ds[i]`` decodes one sample;
+        a loader's ``decode=`` decodes batches). ``pad`` must fit each padded field's dtype
+        exactly (no silent truncation or overflow).
         """
         idx = check_indices(indices, self._len, self.path)
         check_gather_args(self.schema, out, pad, "open it with fields=")
