@@ -193,7 +193,7 @@ class Order:
 
         Materialised: O(n) memory (8 bytes a sample; a :class:`~chute.errors.ChuteError` if
         that exceeds half the machine's RAM). The loaders never call it: :meth:`plan` computes
-        each batch alone.
+        a chunk of batches at a time.
         """
         epoch = self._epoch if epoch is None else check_int("epoch", epoch, 0)
         if self._cache is not None and self._cache[0] == epoch:
