@@ -21,7 +21,7 @@ import torch
 
 from .. import format as fmt
 from .._arrays import KEEP_MAX, idle_buffer
-from ..batch import RaggedBatch, register_batch_type
+from ..batch import RaggedBatch
 from ..errors import FormatError
 from .gather import Piece, gather_var
 
@@ -69,8 +69,6 @@ class EncodedImages(RaggedBatch):
     def __repr__(self) -> str:
         return f"chute.EncodedImages({len(self)} images, {len(self.values):,} bytes)"
 
-
-register_batch_type(EncodedImages)
 
 
 def _checked_sizes(sizes: np.ndarray, where: Path | str) -> np.ndarray:
