@@ -160,30 +160,32 @@ class Run:
             out = self.buffers.take(q)
         except catch as exc:  # as when the gather fails: posted in place of the batches
             return [(j, (None, exc, threading.current_thread().name)) for j in js]
-        # Decodes split across threads (see split_decodes): the pass's first batch, and with
-        # several workers its last ones.
-        split = self.workers if self.workers > 1 and q >= self.items - self.workers else 1
+        # Decodes split across threads (see decodes.decode_threads): the pass's first batch,
+        # and with several workers its last ones.
+        split = decodes.decode_threads(q, self.items, self.workers, first_batch=False)
         if q == 0 and len(js) > 1 and self.workers:
             n = len(plan[first])
-            with decodes.split_decodes(decodes.FIRST_SPLIT):
-                self.results.put(self._produce(js[:1], {k: t[:n] for k, t in out.items()}, catch))
+            first_split = decodes.decode_threads(q, self.items, self.workers, first_batch=True)
+            head_out = {k: t[:n] for k, t in out.items()}
+            self.results.put(self._produce(js[:1], head_out, catch, first_split))
             js, out = js[1:], {k: t[n:] for k, t in out.items()}
         elif q == 0:
-            split = decodes.FIRST_SPLIT
-        with decodes.split_decodes(split):
-            return self._produce(js, out, catch)
+            split = decodes.decode_threads(q, self.items, self.workers, first_batch=True)
+        return self._produce(js, out, catch, split)
 
     def _produce(
-        self, js: range, out: dict[str, torch.Tensor], catch: type[BaseException]
+        self, js: range, out: dict[str, torch.Tensor], catch: type[BaseException], threads: int
     ) -> list[tuple[int, _Outcome]]:
+        """Work item batches ``js`` gathered into ``out``, decodes split across ``threads``."""
         plan = self.plan
+        ds = decodes.with_split(self.ds, threads)
         where = threading.current_thread().name
         try:
             if len(js) == 1:
-                batches = [self.ds.gather(plan[js[0]], out=out, pad=self.pad)]
+                batches = [ds.gather(plan[js[0]], out=out, pad=self.pad)]
             else:  # fixed-shape fields only: one gather, cut into the group's batches
                 idx = np.concatenate([plan[j] for j in js])
-                got = self.ds.gather(idx, out=out)
+                got = ds.gather(idx, out=out)
                 ends = np.cumsum([len(plan[j]) for j in js]).tolist()
                 batches = [
                     {k: t[a:b] for k, t in got.items()}

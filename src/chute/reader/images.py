@@ -70,7 +70,6 @@ class EncodedImages(RaggedBatch):
         return f"chute.EncodedImages({len(self)} images, {len(self.values):,} bytes)"
 
 
-
 def _checked_sizes(sizes: np.ndarray, where: Path | str) -> np.ndarray:
     if len(sizes) and sizes.min() < 1:
         bad = int(np.flatnonzero((sizes < 1).any(axis=1))[0])
