@@ -18,7 +18,8 @@ paste, numpy's copies); what holds the GIL per image is a few calls into them (P
 directly, not its Python wrappers: ~10-20 us against ~0.7 ms of decoding). A plan depends
 only on each sample's dataset index, so a batch may be split: ``decode_planned(encoded[a:b],
 ..., plan_slice(p, a, b), out[a:b])`` from several threads writes the same pixels as one call
-for the whole batch. Each thread has its own scratch buffers, kept across calls. Measured in
+for the whole batch. Each thread has its own scratch buffers, kept across calls
+(:func:`chute.buffers.thread_scratch`). Measured in
 ``benchmarks/image_decoders.py`` and ``benchmarks/image_profile.py``.
 
 The encoded images must be what :func:`chute.image.encode_image` stores (JPEG, YCbCr or gray);
@@ -27,7 +28,6 @@ other bytes (PNG, CMYK JPEG) take a slower PIL path (``decode_image`` + resize).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from .. import _compat
-from .._arrays import KEEP_MAX
+from ..buffers import thread_scratch
 from ..errors import ArgumentError, FormatError, require
 from .codec import decode_image, is_jpeg
 from .ops import Plan, plan
@@ -166,13 +166,13 @@ def decode_planned(
     ibox = np.rint(boxes).astype(np.int64).tolist()
     dims = np.stack([dh, dw], axis=1).tolist()
     flips = p.flips.tolist()
-    # This thread's scratch (see _scratch): the decoded image (RGBX for PIL, RGB for torch),
-    # torch's crop, and PIL's resized image in HWC order, which PIL pastes into and numpy
-    # reads planes from.
-    scratch = _scratch("decoded", int((dh * dw).max() + dw.max()) * 4)  # + a row: see below
-    crop_scratch = _scratch("crop", int((dh * dw).max()) * 3 if by_torch.any() else 0)
-    hwc = _scratch("resized", oh * ow * 4).reshape(oh, ow, 4)
-    rgb = _scratch("resized_rgb", oh * ow * 3).reshape(oh, ow, 3)  # torch's, channels last
+    # This thread's scratch (chute.buffers.thread_scratch): the decoded image (RGBX for PIL,
+    # RGB for torch), torch's crop, and PIL's resized image in HWC order, which PIL pastes
+    # into and numpy reads planes from.
+    scratch = thread_scratch("decoded", int((dh * dw).max() + dw.max()) * 4)  # + a row: see below
+    crop_scratch = thread_scratch("crop", int((dh * dw).max()) * 3 if by_torch.any() else 0)
+    hwc = thread_scratch("resized", oh * ow * 4).reshape(oh, ow, 4)
+    rgb = thread_scratch("resized_rgb", oh * ow * 3).reshape(oh, ow, 3)  # torch's, channels last
     rgb_out = torch.from_numpy(rgb[None]).permute(0, 3, 1, 2)
     # PIL on raw memory (chute._compat.pil_raw): a view wraps the decoded pixels without a
     # copy; resize and paste run in C with the GIL released. ``paste`` writes into ``hwc``.
@@ -226,22 +226,6 @@ def decode_planned(
         paste(small)
         copyto(out[i], mirrored if flips[i] else straight)
     return out
-
-
-_SCRATCH = threading.local()
-
-
-def _scratch(name: str, nbytes: int) -> np.ndarray:
-    """This thread's scratch buffer ``name``, at least ``nbytes`` (its first ``nbytes``),
-    kept across calls up to :data:`~chute._arrays.KEEP_MAX`: fresh megabytes per call are
-    fresh pages that the kernel zeroes on first touch."""
-    if nbytes > KEEP_MAX:
-        return np.empty(nbytes, np.uint8)
-    bufs = _SCRATCH.__dict__
-    buf = bufs.get(name)
-    if buf is None or len(buf) < nbytes:
-        buf = bufs[name] = np.empty(max(nbytes, 1 << 20), np.uint8)
-    return buf[:nbytes]
 
 
 def _decode_other(

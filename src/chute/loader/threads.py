@@ -2,7 +2,7 @@
 batches, and the iterator that hands them out in order.
 
 NOTE (threads, scheduling, errors, shutdown; the whole protocol, written down once; the
-buffers a batch lives in, and how long, have their own NOTE in ``chute/loader/buffers.py``)
+buffers a batch lives in, and how long, have their own NOTE in ``chute/buffers.py``)
 
     Who does what. ``iter(loader)`` takes this rank's remaining batches of the epoch from the
     :class:`~chute.order.Order` (its ``plan()``: index arrays, each computed when asked) and starts
@@ -24,7 +24,7 @@ buffers a batch lives in, and how long, have their own NOTE in ``chute/loader/bu
     threads`` on a few cores collapses (``index_select`` went 25x slower on 2 vCPUs). The
     setting is per thread; the consumer thread keeps its own.
 
-    Buffers. A work item is gathered into buffers from ``chute/loader/buffers.py``, whose NOTE
+    Buffers. A work item is gathered into buffers from ``chute/buffers.py``, whose NOTE
     states their lifetimes: fresh by default (a batch is valid for as long as anyone holds it), or
     with ``keep=k`` a ring of slots (batch ``j`` is valid until the consumer asks for batch
     ``j + k``). The loader keeps them from one pass to the next; a worker gets the buffers of
@@ -72,11 +72,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..buffers import Buffers
 from ..errors import ChuteError, StaleIteratorError, WorkerError
 from ..reader.gather import head
 from ..reader.gatherable import Gatherable
 from . import decode as decodes
-from .buffers import Buffers
 
 __all__ = ["LoaderIter", "Run"]
 
