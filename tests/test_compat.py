@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.utils import _pytree
 from torch.utils.data import default_collate
+from torch.utils.data._utils.collate import default_collate_fn_map
 
 import chute
 from chute import _compat
@@ -52,7 +53,7 @@ def test_without_torchs_registries_a_ragged_batch_still_works(
     monkeypatch: pytest.MonkeyPatch, borrowed: str
 ) -> None:
     """A torch whose pytree or collate table moved: the batch type is simply not registered
-    there (a pytree leaf; default_collate refuses it), everything else is unchanged."""
+    there (a pytree leaf; not in default_collate's table), everything else is unchanged."""
     monkeypatch.setitem(_compat.RESOLVED, borrowed, _compat.fallback(borrowed))
     rb = _batch_type("Fallback")(torch.arange(5), torch.tensor([0, 2, 5]))
     assert [t.tolist() for t in rb] == [[0, 1], [2, 3, 4]]
@@ -63,5 +64,4 @@ def test_without_torchs_registries_a_ragged_batch_still_works(
         default_collate([rb, rb])  # the collate table still took it
     else:
         assert _pytree.tree_leaves(rb)[:2] == [rb.values, rb.offsets]
-        with pytest.raises(TypeError):
-            default_collate([rb, rb])
+        assert type(rb) not in default_collate_fn_map  # (a parent's entry may still match)

@@ -115,8 +115,8 @@ class DeviceLoader:
         if self.prefetches:
             return self._prefetch()
         if self.device.type == "cpu" or self.device.type == "cuda":
-            # CPU, or CUDA asked for on a machine without it: a pass-through (images planned
-            # for the device side are decoded, on the CPU: the only device there is).
+            # CPU, or CUDA asked for on a machine without it: a pass-through (the batch
+            # hooks still run, on the CPU: the only device there is).
             it = iter(self.source)  # now, not at the first next()
             return (_run_hooks(b)[0] for b in it)
         it = iter(self.source)
