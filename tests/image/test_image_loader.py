@@ -242,9 +242,8 @@ def test_decode_split_policy() -> None:
     ``min_per_thread`` images."""
     from chute.loader.decode import FIRST_SPLIT, decode_threads, split_cuts
 
-    assert [decode_threads(q, 5, 2, first_batch=q == 0) for q in range(5)] == [
-        FIRST_SPLIT, 1, 1, 2, 2,
-    ]  # fmt: skip
+    per_item = [decode_threads(q, 5, 2, first_batch=q == 0) for q in range(5)]
+    assert per_item == [FIRST_SPLIT, 1, 1, 2, 2]
     assert [decode_threads(q, 5, 2, first_batch=False) for q in range(5)] == [1, 1, 1, 2, 2]
     assert [decode_threads(q, 3, 1, first_batch=False) for q in range(3)] == [1, 1, 1]
     assert [decode_threads(q, 3, 4, first_batch=False) for q in range(3)] == [4, 4, 4]
