@@ -98,6 +98,40 @@ def test_auto_picks_cuda_when_available_else_the_cpu_silently(args: tuple[str, .
     assert out[0]["x"].device.type == wrapped.device.type
 
 
+class Planned:
+    """Work a batch carries for the device stage, as images planned for the device do."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def _finish_planned(batch: Any) -> tuple[Any, list[torch.Tensor]]:
+    if not isinstance(batch, dict) or not any(isinstance(v, Planned) for v in batch.values()):
+        return batch, []
+    done = {k: torch.full((2,), v.value) if isinstance(v, Planned) else v for k, v in batch.items()}
+    return done, [t for k, t in done.items() if isinstance(batch[k], Planned)]
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"] + (["cuda"] if HAS_CUDA else []))
+def test_a_registered_batch_hook_runs_on_every_batch(
+    monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    """A stage registers what to_device does to its batches (images planned for the device
+    register their decode): it runs on each batch, before the copy; the image hook is one."""
+    from chute.image.on_device import decode_images
+
+    assert decode_images in chute.device._HOOKS
+    monkeypatch.setattr(chute.device, "_HOOKS", list(chute.device._HOOKS))
+    chute.device.register_batch_hook(_finish_planned)
+    chute.device.register_batch_hook(_finish_planned)  # once only
+    assert chute.device._HOOKS.count(_finish_planned) == 1
+    source = [{"x": torch.zeros(2), "p": Planned(i)} for i in range(3)]
+    got = list(to_device(source, device))
+    assert [b["p"].device.type for b in got] == [device] * 3
+    if device != "meta":
+        assert [b["p"].tolist() for b in got] == [[0, 0], [1, 1], [2, 2]]
+
+
 def test_len_and_reiteration_per_epoch() -> None:
     src = Counting(5)
     wrapped = to_device(src, "cpu")

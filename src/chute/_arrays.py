@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 
@@ -18,24 +16,3 @@ def distinct(a: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(s[1:], s[:-1], out=keep[1:])
     return s[keep]
-
-
-# The largest buffer a thread keeps for its next batch (image scratch, gathered JPEG bytes):
-# larger ones (a one-off gather of a whole dataset, a huge panorama) are freed after use, not
-# held for the thread's lifetime.
-KEEP_MAX = 64 << 20
-
-
-def idle_buffer(bufs: list[np.ndarray], nbytes: int) -> np.ndarray | None:
-    """A buffer of ``bufs[1:]`` of at least ``nbytes`` that nothing but ``bufs`` refers to (no
-    array, view or tensor made from it is alive), or None. ``bufs[0]`` is an array that only
-    ``bufs`` refers to: the reference count to compare with, read the same way as the
-    buffers' (not a constant: interpreters differ). How buffers are reused while a batch
-    someone keeps is never written over (the Loader's pool, the image gather's bytes)."""
-    idle = 0
-    for i, raw in enumerate(bufs):
-        if i == 0:
-            idle = sys.getrefcount(raw)
-        elif sys.getrefcount(raw) == idle and len(raw) >= nbytes:
-            return raw
-    return None

@@ -11,7 +11,8 @@ import torch
 from . import format as fmt
 from .format import DTYPE_NAMES
 
-# chute dtype name -> torch dtype; every name of format.DTYPE_NAMES (checked below).
+# chute dtype name -> torch dtype; every name of format.DTYPE_NAMES. uint16/uint32/uint64
+# exist from torch 2.3 on: the floor pyproject.toml declares.
 TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 import operator
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from . import _compat
 from .errors import ArgumentError, SampleIndexError, SchemaError
 
 
@@ -23,7 +25,7 @@ class RaggedBatch:
     ``for img in rb`` loops over the samples. The three parts are reachable by name,
     ``rb.values``, ``rb.offsets``, ``rb.shapes`` (``_fields`` lists them, ``_asdict()`` maps
     them). torch's ``pin_memory`` (:meth:`pin_memory`), ``default_convert`` (passed as it is),
-    ``default_collate`` (part by part, registered below), pytree ``tree_map`` and
+    ``default_collate`` (part by part, see :func:`register_batch_type`), pytree ``tree_map`` and
     ``chute.to_device`` (``map_tensors``) all keep it a RaggedBatch.
     """
 
@@ -36,6 +38,8 @@ class RaggedBatch:
         self.values = values
         self.offsets = offsets
         self.shapes = shapes
+        if type(self) not in _REGISTERED:
+            register_batch_type(type(self))
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -92,38 +96,46 @@ class RaggedBatch:
         )
 
 
+_REGISTERED: set[type] = set()  # the classes registered (or tried) with torch
+_REGISTERING = threading.Lock()
+
+
 def register_batch_type(cls: type[RaggedBatch]) -> None:
     """Let torch see ``cls`` (RaggedBatch or a subclass) by its parts (``cls._fields``):
     pytree (``tree_map``, ``torch.compile``) flattens it, ``default_collate`` collates it part
-    by part. Both are registrations in a table of torch's, nothing runs; they are private
-    modules of torch, so a torch without them simply lacks the integration."""
-    try:
-        from torch.utils import _pytree
-        from torch.utils.data._utils.collate import collate, default_collate_fn_map
-    except ImportError:  # pragma: no cover
-        return
+    by part. Done once per class, when its first batch is made (``import chute`` touches no
+    torch internals): both are registrations in tables of torch's private modules
+    (:mod:`chute._compat`), so a torch without them simply lacks the integration."""
+    with _REGISTERING:
+        if cls not in _REGISTERED:
+            _register(cls)
+            _REGISTERED.add(cls)
+
+
+def _register(cls: type[RaggedBatch]) -> None:
     names = cls._fields
+    register = _compat.pytree_register()
+    if register is not None:
 
-    def flatten(rb: Any) -> tuple[list[Any], None]:
-        return [getattr(rb, n) for n in names], None
+        def flatten(rb: Any) -> tuple[list[Any], None]:
+            return [getattr(rb, n) for n in names], None
 
-    def unflatten(parts: Any, _context: Any) -> Any:
-        return cls(*parts)
+        def unflatten(parts: Any, _context: Any) -> Any:
+            return cls(*parts)
 
-    def collate_parts(batch: Sequence[Any], *, collate_fn_map: Any = None) -> Any:
-        def part(name: str) -> Any:
-            got = [getattr(rb, name) for rb in batch]
-            return None if got[0] is None else collate(got, collate_fn_map=collate_fn_map)
+        register(cls, flatten, unflatten, f"chute.{cls.__name__}")
+    torch_collate = _compat.collate()
+    if torch_collate is not None:
+        collate, fn_map = torch_collate
 
-        return cls(*map(part, names))
+        def collate_parts(batch: Sequence[Any], *, collate_fn_map: Any = None) -> Any:
+            def part(name: str) -> Any:
+                got = [getattr(rb, name) for rb in batch]
+                return None if got[0] is None else collate(got, collate_fn_map=collate_fn_map)
 
-    _pytree.register_pytree_node(
-        cls, flatten, unflatten, serialized_type_name=f"chute.{cls.__name__}"
-    )
-    default_collate_fn_map.setdefault(cls, collate_parts)
+            return cls(*map(part, names))
 
-
-register_batch_type(RaggedBatch)
+        fn_map.setdefault(cls, collate_parts)
 
 
 def check_pad(value: Any, dtype: torch.dtype, field: str) -> None:

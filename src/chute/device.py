@@ -41,9 +41,30 @@ import torch
 
 from ._args import check_int
 from .errors import ArgumentError
-from .image.on_device import decode_images
 
-__all__ = ["DeviceLoader", "map_tensors", "to_device"]
+__all__ = ["BatchHook", "DeviceLoader", "map_tensors", "register_batch_hook", "to_device"]
+
+# batch -> (the batch to copy, the tensors the hook made on a device)
+BatchHook = Callable[[Any], tuple[Any, list[torch.Tensor]]]
+_HOOKS: list[BatchHook] = []
+
+
+def register_batch_hook(hook: BatchHook) -> None:
+    """Run ``hook`` on every batch :func:`to_device` hands out, before the copy (on the side
+    stream with CUDA): it returns the batch to copy and the device tensors it made (whose
+    memory the consumer's stream is then told about). A stage whose batches carry work for
+    the device registers one when it is imported (images planned for the device:
+    :mod:`chute.image.on_device`), so this module knows none of them."""
+    if hook not in _HOOKS:
+        _HOOKS.append(hook)
+
+
+def _run_hooks(batch: Any) -> tuple[Any, list[torch.Tensor]]:
+    made: list[torch.Tensor] = []
+    for hook in _HOOKS:
+        batch, got = hook(batch)
+        made += got
+    return batch, made
 
 
 def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -98,12 +119,12 @@ class DeviceLoader:
         if self.prefetches:
             return self._prefetch()
         if self.device.type == "cpu" or self.device.type == "cuda":
-            # CPU, or CUDA asked for on a machine without it: a pass-through (images planned
-            # for the device side are decoded, on the CPU: the only device there is).
+            # CPU, or CUDA asked for on a machine without it: a pass-through (the batch
+            # hooks still run, on the CPU: the only device there is).
             it = iter(self.source)  # now, not at the first next()
-            return (decode_images(b)[0] for b in it)
+            return (_run_hooks(b)[0] for b in it)
         it = iter(self.source)
-        return (self._to(decode_images(b)[0]) for b in it)
+        return (self._to(_run_hooks(b)[0]) for b in it)
 
     def _to(self, batch: Any) -> Any:
         return map_tensors(batch, lambda t: t.to(self.device, non_blocking=self.non_blocking))
@@ -156,8 +177,8 @@ class DeviceLoader:
             return out
 
         with torch.cuda.stream(stream):
-            batch, decoded = decode_images(batch)  # on the side stream too (nvjpeg)
-            tensors += [t for t in decoded if t.device.type == "cuda"]
+            batch, made = _run_hooks(batch)  # on the side stream too (nvjpeg)
+            tensors += [t for t in made if t.device.type == "cuda"]
             out = map_tensors(batch, copy)
             event = torch.cuda.Event()
             event.record(stream)

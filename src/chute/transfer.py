@@ -31,6 +31,7 @@ from typing import Any
 from . import format as fmt
 from .store.cache import META, RemoteCache
 from .store.client import Store
+from .store.object_store import ObjectStore
 from .store.upload import upload
 from .store.url import URL
 from .writer.commit import commit, new_staging_dir
@@ -39,7 +40,7 @@ __all__ = ["download", "upload"]
 
 
 def download(
-    url: str | URL | Store,
+    url: str | URL | ObjectStore,
     dst: str | os.PathLike,
     *,
     storage_options: Mapping[str, Any] | None = None,
@@ -48,7 +49,7 @@ def download(
 ) -> Path:
     """Download the dataset at ``url`` into the local folder ``dst`` (every file checked,
     zstd files decompressed), committed atomically. Returns ``dst``."""
-    store = url if isinstance(url, Store) else Store(url, storage_options)
+    store = url if isinstance(url, ObjectStore) else Store(url, storage_options)
     dst = Path(dst)
     staging = new_staging_dir(dst, overwrite)
     try:

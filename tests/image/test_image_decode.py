@@ -174,6 +174,43 @@ def test_without_torchs_simd_resize_pil_gives_the_same_pixels(batch, monkeypatch
     assert np.abs(fast.astype(int) - slow).max() <= 1
 
 
+@pytest.mark.parametrize("torch_resize", [True, False])
+@pytest.mark.parametrize("borrowed", ["resize_aa", "pil_raw"])
+def test_public_fallbacks_of_private_apis_give_the_same_pixels(
+    batch, monkeypatch, borrowed, torch_resize
+) -> None:
+    """chute._compat's fallbacks (torch's interpolate + copy for the private out= resize;
+    PIL's frombuffer + a numpy copy for its core) decode the same pixels as the fast paths,
+    through torch's resizer and through PIL's alone."""
+    from chute import _compat
+    from chute.image import decode
+
+    data, h, w = batch
+    idx = np.arange(len(data))
+    monkeypatch.setattr(decode, "_TORCH_RESIZE", torch_resize)
+    for ops in (OPS, CenterCrop(40)):
+        size = 48 if ops is OPS else 40
+        fast = decode_batch(
+            data, h, w, ops, idx, 3, 1, np.empty((len(idx), 3, size, size), np.uint8)
+        )
+        with monkeypatch.context() as m:
+            m.setitem(_compat.RESOLVED, borrowed, _compat.fallback(borrowed))
+            slow = decode_batch(data, h, w, ops, idx, 3, 1, np.empty_like(fast))
+        assert np.array_equal(fast, slow)
+    assert _compat.RESOLVED[borrowed] is not _compat.fallback(borrowed)  # this torch/Pillow
+
+
+def test_a_jpeg_larger_than_its_stored_size_is_named(batch) -> None:
+    """Stored (250, 700) for a 500 x 700 JPEG: it decodes larger than the buffer planned for
+    it; the error says the stored size is wrong (the JPEG's header tells, not the words of
+    simplejpeg's message)."""
+    data, h, w = batch
+    assert (h[4], w[4]) == (500, 700)
+    out = np.empty((1, 3, 16, 16), np.uint8)
+    with pytest.raises(FormatError, match=r"sample 9 .*\(250, 700\) do not match"):
+        decode_batch(data[4:5], [250], [700], Resize(16), [9], 0, 0, out)
+
+
 def test_scaled_boxes(batch) -> None:
     """Where decode_planned decodes: libjpeg-turbo's size at the DCT scale, the box scaled to
     it; RandomResizedCrop's boxes are on whole pixels at full scale, a center crop's not."""

@@ -250,7 +250,7 @@ def test_gathered_bytes_reuse_a_dropped_batch_never_a_kept_one(tmp_path: Path) -
 def test_a_gather_above_the_keep_limit_is_not_held(tmp_path: Path, monkeypatch) -> None:
     """A gather larger than KEEP_MAX (a one-off gather of a whole dataset) gets its own
     buffer, which the thread does not hold on to once the batch is dropped."""
-    import chute.reader.images as images
+    import chute.buffers as buffers
 
     datas = [jpeg(30, 40, seed=i) for i in range(4)]
     ds = chute.open(
@@ -258,13 +258,13 @@ def test_a_gather_above_the_keep_limit_is_not_held(tmp_path: Path, monkeypatch) 
     )
 
     def held_after(limit: int) -> list[int]:  # in a new thread: its own, empty buffers
-        monkeypatch.setattr(images, "KEEP_MAX", limit)
+        monkeypatch.setattr(buffers, "KEEP_MAX", limit)
         out: list[int] = []
 
         def run() -> None:
             got = ds.gather([0, 1, 2, 3])["image"]
             assert [bytes(memoryview(x.numpy())) for x in got.tolist()] == datas
-            out.extend(len(b) for b in images._SPARE.__dict__.get("bufs", [])[1:])
+            out.extend(len(b) for b in buffers._THREAD.__dict__.get("bytes", [])[1:])
 
         t = threading.Thread(target=run)
         t.start()

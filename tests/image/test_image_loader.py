@@ -238,26 +238,46 @@ def test_first_batch_split_across_threads_gives_the_same_pixels(
         assert np.array_equal(imgs, expected(ds, labels, 2, epoch))
 
 
-def test_last_batches_split_across_the_workers(
-    images: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_decode_split_policy() -> None:
+    """A pass's first batch is decoded by FIRST_SPLIT threads, each of its last ``workers``
+    work items by every worker, the rest by one; a batch is cut into slices of at least
+    ``min_per_thread`` images."""
+    from chute.loader.decode import FIRST_SPLIT, decode_threads, split_cuts
+
+    per_item = [decode_threads(q, 5, 2, first_batch=q == 0) for q in range(5)]
+    assert per_item == [FIRST_SPLIT, 1, 1, 2, 2]
+    assert [decode_threads(q, 5, 2, first_batch=False) for q in range(5)] == [1, 1, 1, 2, 2]
+    assert [decode_threads(q, 3, 1, first_batch=False) for q in range(3)] == [1, 1, 1]
+    assert [decode_threads(q, 3, 4, first_batch=False) for q in range(3)] == [4, 4, 4]
+    assert split_cuts(10, 3, min_per_thread=2) == [0, 3, 6, 10]
+    assert split_cuts(5, 2, min_per_thread=2) == [0, 2, 5]
+    assert split_cuts(5, 3, min_per_thread=4) == [0, 5]  # too few images: not split
+    assert split_cuts(100, 2) == [0, 50, 100]
+    assert split_cuts(31, 4) == [0, 31]
+
+
+def test_a_split_decode_gives_the_pixels_of_one_decode(images: Path) -> None:
+    from chute.image import decode_planned, plan
+    from chute.loader.decode import decode_split
+
+    ds = chute.open(images)
+    idx = np.arange(N)
+    enc = ds.gather(idx)["image"]
+    h, w = enc.sizes[:, 0].numpy(), enc.sizes[:, 1].numpy()
+    p = plan(OPS, h, w, idx, 4, 1)
+    one = np.empty((N, 3, 32, 32), np.uint8)
+    decode_planned(enc, h, w, p, one, idx)
+    for threads in (2, 3):
+        split = np.zeros_like(one)
+        decode_split(enc, h, w, p, split, idx, threads, min_per_thread=2)
+        assert np.array_equal(split, one)
+
+
+def test_last_batches_split_across_the_workers(images: Path) -> None:
     """With 2 workers a pass's last 2 batches are decoded by 2 threads each (the first by
-    FIRST_SPLIT): the same pixels, and no worker idles while another ends the pass."""
-    import chute.loader.decode as decode
-
-    splits: list[tuple[int, int]] = []
-    split = decode._decode_split
-
-    def recorded(enc, h, w, p, out, idx, parts):  # the real split, counted
-        splits.append((len(idx), parts))
-        split(enc, h, w, p, out, idx, parts)
-
-    monkeypatch.setattr(decode, "_decode_split", recorded)
-    monkeypatch.setattr(decode, "FIRST_SPLIT", 3)
-    monkeypatch.setattr(decode, "_MIN_SPLIT", 2)  # small batches split too
+    FIRST_SPLIT): the same pixels as a decode of the whole epoch."""
     ds = chute.open(images)
     loader = chute.Loader(ds, 10, seed=4, num_workers=2, decode={"image": OPS})
     labels, imgs = epoch_images(loader, 0)  # 5 batches, the last of 5 images
     assert np.array_equal(np.sort(labels), np.arange(N))
     assert np.array_equal(imgs, expected(ds, labels, 4, 0))
-    assert sorted(splits) == [(5, 2), (10, 2), (10, 3)], splits

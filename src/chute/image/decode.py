@@ -18,7 +18,8 @@ paste, numpy's copies); what holds the GIL per image is a few calls into them (P
 directly, not its Python wrappers: ~10-20 us against ~0.7 ms of decoding). A plan depends
 only on each sample's dataset index, so a batch may be split: ``decode_planned(encoded[a:b],
 ..., plan_slice(p, a, b), out[a:b])`` from several threads writes the same pixels as one call
-for the whole batch. Each thread has its own scratch buffers, kept across calls. Measured in
+for the whole batch. Each thread has its own scratch buffers, kept across calls
+(:func:`chute.buffers.thread_scratch`). Measured in
 ``benchmarks/image_decoders.py`` and ``benchmarks/image_profile.py``.
 
 The encoded images must be what :func:`chute.image.encode_image` stores (JPEG, YCbCr or gray);
@@ -27,14 +28,14 @@ other bytes (PNG, CMYK JPEG) take a slower PIL path (``decode_image`` + resize).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from .._arrays import KEEP_MAX
+from .. import _compat
+from ..buffers import thread_scratch
 from ..errors import ArgumentError, FormatError, require
 from .codec import decode_image, is_jpeg
 from .ops import Plan, plan
@@ -53,10 +54,6 @@ _SCALES = np.array([8, 4, 2, 1])
 # torch's uint8 antialiased resize has a SIMD kernel (and one that stays in the calling
 # thread) on these; elsewhere PIL resizes every image.
 _TORCH_RESIZE = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-# What F.interpolate(mode="bilinear", antialias=True) calls, for its out= (interpolate has
-# none): written channels last, the kernel's own layout, the resize skips a repacking pass
-# that a planar output costs (~35 us an image, a quarter of the resize; image_profile.py).
-_RESIZE_AA: Any = torch._C._nn._upsample_bilinear2d_aa  # typed without its out=
 
 
 def as_buffers(encoded: Any) -> Sequence[Any]:
@@ -169,28 +166,28 @@ def decode_planned(
     ibox = np.rint(boxes).astype(np.int64).tolist()
     dims = np.stack([dh, dw], axis=1).tolist()
     flips = p.flips.tolist()
-    # This thread's scratch (see _scratch): the decoded image (RGBX for PIL, RGB for torch),
-    # torch's crop, and PIL's resized image in HWC order, which PIL pastes into and numpy
-    # reads planes from.
-    scratch = _scratch("decoded", int((dh * dw).max() + dw.max()) * 4)  # + a row: see below
-    crop_scratch = _scratch("crop", int((dh * dw).max()) * 3 if by_torch.any() else 0)
-    hwc = _scratch("resized", oh * ow * 4).reshape(oh, ow, 4)
-    rgb = _scratch("resized_rgb", oh * ow * 3).reshape(oh, ow, 3)  # torch's, channels last
+    # This thread's scratch (chute.buffers.thread_scratch): the decoded image (RGBX for PIL,
+    # RGB for torch), torch's crop, and PIL's resized image in HWC order, which PIL pastes
+    # into and numpy reads planes from.
+    scratch = thread_scratch("decoded", int((dh * dw).max() + dw.max()) * 4)  # + a row: see below
+    crop_scratch = thread_scratch("crop", int((dh * dw).max()) * 3 if by_torch.any() else 0)
+    hwc = thread_scratch("resized", oh * ow * 4).reshape(oh, ow, 4)
+    rgb = thread_scratch("resized_rgb", oh * ow * 3).reshape(oh, ow, 3)  # torch's, channels last
     rgb_out = torch.from_numpy(rgb[None]).permute(0, 3, 1, 2)
-    # PIL's core (what Image.frombuffer / resize / paste call, without their Python checks):
-    # map_buffer wraps the decoded pixels without a copy; resize and paste run in C with the
-    # GIL released. ``hwc``'s core image shares its memory.
-    map_buffer = Image.core.map_buffer
-    raw = ("RGBX", 0, 1)
-    paste = map_buffer(hwc, (ow, oh), "raw", 0, raw).paste
-    extent = (0, 0, ow, oh)
+    # PIL on raw memory (chute._compat.pil_raw): a view wraps the decoded pixels without a
+    # copy; resize and paste run in C with the GIL released. ``paste`` writes into ``hwc``.
+    view, paster = _compat.pil_raw()
+    paste = paster(hwc)
     # Planes out of ``hwc`` or ``rgb``: numpy's strided copy (GIL released), the flip in the
     # strides.
     straight = hwc[:, :, :3].transpose(2, 0, 1)
     mirrored = hwc[:, ::-1, :3].transpose(2, 0, 1)
     rgb_straight = rgb.transpose(2, 0, 1)
     rgb_mirrored = rgb[:, ::-1].transpose(2, 0, 1)
-    copyto, decode_jpeg, resize = np.copyto, sj.decode_jpeg, _RESIZE_AA
+    # torch's antialiased resize writing into ``rgb_out``, channels last: the kernel's own
+    # layout, which skips a repacking pass that a planar output costs (~35 us an image, a
+    # quarter of the resize; image_profile.py). See chute._compat.resize_aa.
+    copyto, decode_jpeg, resize = np.copyto, sj.decode_jpeg, _compat.resize_aa()
     bilinear = int(Image.Resampling.BILINEAR)
     size = (ow, oh)
     for i in range(n):
@@ -205,7 +202,7 @@ def decode_planned(
             if "not a JPEG" in str(exc):  # PNG & co: PIL's slow path, full size
                 _decode_other(buf, h[i], w[i], p.boxes[i], flips[i], out[i], indices, i)
                 continue
-            if "too small" in str(exc):  # larger than its stored size says
+            if _header_size(sj, buf, ih, iw) not in (None, (ih, iw)):  # larger than stored
                 raise FormatError(_where(indices, i) + _mismatch(h[i], w[i])) from None
             raise FormatError(_where(indices, i) + f"corrupt or truncated JPEG: {exc}") from None
         if pixels.shape[0] != ih or pixels.shape[1] != iw:
@@ -215,38 +212,20 @@ def decode_planned(
             crop = crop_scratch[: (y1 - y0) * (x1 - x0) * 3].reshape(y1 - y0, x1 - x0, 3)
             copyto(crop, pixels[y0:y1, x0:x1])
             # Views made in numpy: each torch call releases and retakes the GIL.
-            resize(
-                torch.from_numpy(crop.transpose(2, 0, 1)[None]), p.size, False, None, out=rgb_out
-            )
+            resize(torch.from_numpy(crop.transpose(2, 0, 1)[None]), p.size, rgb_out)
             copyto(out[i], rgb_mirrored if flips[i] else rgb_straight)
             continue
         if exact[i]:  # no torch: PIL resizes the crop alone, a view (offset, row stride) of
             # ``pixels``, which start ``scratch``; PIL checks offset + stride * rows against
             # the buffer's size, hence its spare row.
             x0, y0, x1, y1 = ibox[i]
-            view = (x1 - x0, y1 - y0), "raw", (y0 * iw + x0) * 4, ("RGBX", iw * 4, 1)
-            small = map_buffer(scratch, *view).resize(size, bilinear, (0, 0, x1 - x0, y1 - y0))
+            crop_view = view(scratch, (x1 - x0, y1 - y0), (y0 * iw + x0) * 4, iw * 4)
+            small = crop_view.resize(size, bilinear, (0, 0, x1 - x0, y1 - y0))
         else:
-            small = map_buffer(pixels, (iw, ih), "raw", 0, raw).resize(size, bilinear, dbox[i])
-        paste(small, extent)
+            small = view(pixels, (iw, ih), 0, iw * 4).resize(size, bilinear, dbox[i])
+        paste(small)
         copyto(out[i], mirrored if flips[i] else straight)
     return out
-
-
-_SCRATCH = threading.local()
-
-
-def _scratch(name: str, nbytes: int) -> np.ndarray:
-    """This thread's scratch buffer ``name``, at least ``nbytes`` (its first ``nbytes``),
-    kept across calls up to :data:`~chute._arrays.KEEP_MAX`: fresh megabytes per call are
-    fresh pages that the kernel zeroes on first touch."""
-    if nbytes > KEEP_MAX:
-        return np.empty(nbytes, np.uint8)
-    bufs = _SCRATCH.__dict__
-    buf = bufs.get(name)
-    if buf is None or len(buf) < nbytes:
-        buf = bufs[name] = np.empty(max(nbytes, 1 << 20), np.uint8)
-    return buf[:nbytes]
 
 
 def _decode_other(
@@ -266,6 +245,17 @@ def _decode_other(
     im = Image.fromarray(np.ascontiguousarray(chw.transpose(1, 2, 0)))
     small = np.asarray(im.resize(dst.shape[:0:-1], Image.Resampling.BILINEAR, box=box.tolist()))
     dst[...] = (small[:, ::-1] if flip else small).transpose(2, 0, 1)
+
+
+def _header_size(sj: Any, buf: Any, ih: int, iw: int) -> tuple[int, int] | None:
+    """The size the JPEG's header says ``buf`` decodes to at the scale chosen for ``(ih,
+    iw)`` (None: no readable header). Why a decode failed, asked of the file rather than of
+    the words of simplejpeg's message."""
+    try:
+        height, width, *_ = sj.decode_jpeg_header(buf, min_height=ih, min_width=iw)
+    except ValueError:
+        return None
+    return int(height), int(width)
 
 
 def _mismatch(h: int, w: int) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..device import register_batch_hook
 from ..errors import ArgumentValueError, FormatError, MissingDependencyError
 from .codec import decode_image
 
@@ -168,3 +169,6 @@ def decode_images(batch: Any, device: torch.device | None = None) -> tuple[Any, 
             made.append(v)
         out[k] = v
     return out, made
+
+
+register_batch_hook(decode_images)  # to_device decodes them (chute/device.py)

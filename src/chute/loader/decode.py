@@ -11,7 +11,8 @@ pool of fresh buffers, or its ring with ``reuse_after=k``) hold it like any fixe
 Where it runs. In :class:`~chute.Loader` the gather, and so the decode, runs in the worker
 threads: simplejpeg's decode, the resize (torch's or PIL's) and numpy's copy release the GIL
 (see :mod:`chute.image.decode`); a pass's first and last batches are split across threads
-(:func:`split_decodes`). In :func:`chute.dataloader` it runs in the worker processes.
+(:func:`decode_threads`, :func:`with_split`). In :func:`chute.dataloader` it runs in the worker
+processes.
 
 Randomness. A sample's crop and flip are a pure function of (the loader's ``seed``, the epoch,
 its index: the position the loader's order gives, i.e. the position in a Subset), see
@@ -24,12 +25,11 @@ would have seen.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import itertools
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,15 @@ from ..image.on_device import DeviceImages, check_device, decode_images
 from ..image.ops import Plan, check_ops, plan
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
 
-__all__ = ["FIRST_SPLIT", "Decoded", "split_decodes", "with_decode"]
+__all__ = [
+    "FIRST_SPLIT",
+    "Decoded",
+    "decode_split",
+    "decode_threads",
+    "split_cuts",
+    "with_decode",
+    "with_split",
+]
 
 
 class Decoded:
@@ -77,6 +85,7 @@ class Decoded:
                 self.on_device[name] = device
         self.seed = int(seed)
         self.epoch = int(epoch)
+        self.threads = 1  # that decode a batch (see with_split)
         self._schema: dict[str, fmt.Field] = {  # a field decoded on the device stays encoded
             k: fmt.Tensor((3, *self.sizes[k]), "uint8") if self._here(k) else f
             for k, f in ds.schema.items()
@@ -157,8 +166,8 @@ class Decoded:
         sizes, p = self._plan(name, enc, idx, epoch)
         h, w, arr = sizes[:, 0], sizes[:, 1], as_numpy(dst)
         try:
-            if getattr(_SPLIT, "threads", 1) > 1:  # see split_decodes
-                _decode_split(enc, h, w, p, arr, idx, _SPLIT.threads)
+            if self.threads > 1:  # see with_split
+                decode_split(enc, h, w, p, arr, idx, self.threads)
             else:
                 decode_planned(enc, h, w, p, arr, idx)
         except FormatError as exc:
@@ -201,41 +210,59 @@ def with_decode(ds: Gatherable, decode: Mapping[str, Any] | None, seed: int) -> 
 
 
 FIRST_SPLIT = min(4, os.cpu_count() or 1)  # threads that decode a pass's first batch
-_MIN_SPLIT = 16  # images per thread, at least
-_SPLIT = threading.local()
+MIN_SPLIT = 16  # images per thread, at least
 
 
-@contextlib.contextmanager
-def split_decodes(threads: int) -> Iterator[None]:
-    """Within the block, this thread's decodes (:class:`Decoded` gathers) are cut into
-    ``threads`` slices decoded at once, by it and short-lived helper threads. The Loader does
-    this for a pass's first batch (the consumer waits for it while the other workers have
-    nothing to do yet: :data:`FIRST_SPLIT` threads) and for its last ``num_workers``
-    batches (a worker that finishes early would idle while the others end the pass: with
-    the last batches spread over every thread, they end together)."""
-    before = getattr(_SPLIT, "threads", 1)
-    _SPLIT.threads = threads
-    try:
-        yield
-    finally:
-        _SPLIT.threads = before
+def decode_threads(q: int, items: int, workers: int, first_batch: bool) -> int:
+    """The threads that decode a batch of work item ``q`` (of ``items`` in the pass, with
+    ``workers`` worker threads): the pass's first batch by :data:`FIRST_SPLIT` (the consumer
+    waits for it while the other workers have nothing to do yet), each of the last
+    ``workers`` items by ``workers`` threads (a worker that finishes early would idle while
+    the others end the pass: with the last batches spread over every thread, they end
+    together), any other by its worker alone."""
+    if first_batch:
+        return FIRST_SPLIT
+    return workers if workers > 1 and q >= items - workers else 1
 
 
-def _decode_split(
-    enc: Any, h: np.ndarray, w: np.ndarray, p: Plan, out: np.ndarray, idx: Any, parts: int
+def split_cuts(n: int, threads: int, min_per_thread: int = MIN_SPLIT) -> list[int]:
+    """Where a batch of ``n`` images is cut to be decoded by ``threads`` threads at once:
+    slice boundaries ``[0, ..., n]``, at most ``threads`` slices of ``min_per_thread``
+    images or more (one slice: not split)."""
+    k = max(1, min(threads, n // min_per_thread))
+    return np.linspace(0, n, k + 1).astype(int).tolist()
+
+
+def with_split(ds: Gatherable, threads: int) -> Gatherable:
+    """``ds`` whose decodes are split across ``threads`` threads (a :class:`Decoded` view,
+    see :func:`decode_threads`); any other dataset as it is."""
+    if threads == 1 or not isinstance(ds, Decoded):
+        return ds
+    view = copy.copy(ds)
+    view.threads = threads
+    return view
+
+
+def decode_split(
+    enc: Any,
+    h: np.ndarray,
+    w: np.ndarray,
+    p: Plan,
+    out: np.ndarray,
+    idx: Any,
+    threads: int,
+    min_per_thread: int = MIN_SPLIT,
 ) -> None:
-    """``decode_planned`` with the batch cut into ``parts`` slices, decoded at once (the
-    GIL is released while decoding; see :func:`split_decodes`). Same pixels as one call (a
-    plan depends on each sample's index only)."""
+    """``decode_planned`` with the batch cut by :func:`split_cuts`, the slices decoded at
+    once by this thread and short-lived helper threads (the GIL is released while
+    decoding). The same pixels as one call (a plan depends on each sample's index only)."""
     from ..image.decode import as_buffers, decode_planned, plan_slice
 
-    n = len(idx)
-    k = min(parts, n // _MIN_SPLIT)
-    if k < 2:
+    cuts = split_cuts(len(idx), threads, min_per_thread)
+    if len(cuts) < 3:
         decode_planned(enc, h, w, p, out, idx)
         return
     bufs = as_buffers(enc)
-    cuts = np.linspace(0, n, k + 1).astype(int).tolist()
     errors: dict[int, BaseException] = {}  # by the slice's start
 
     def part(a: int, b: int) -> None:
@@ -244,14 +271,14 @@ def _decode_split(
         except BaseException as exc:  # re-raised in the calling thread, first slice first
             errors[a] = exc
 
-    threads = [
+    helpers = [
         threading.Thread(target=part, args=(a, b), name="chute-decode-split", daemon=True)
         for a, b in itertools.pairwise(cuts[1:])
     ]
-    for t in threads:
+    for t in helpers:
         t.start()
     part(cuts[0], cuts[1])
-    for t in threads:
+    for t in helpers:
         t.join()
     if errors:
         raise errors[min(errors)]

@@ -4,7 +4,7 @@ This module holds the configuration: the :class:`Loader` (its arguments, the wor
 epochs and ``state_dict``) and :class:`LoaderStats`. A pass (``iter(loader)``) is run by
 ``chute/loader/threads.py``, whose NOTE writes down the whole protocol once: threads, scheduling,
 errors, one pass at a time, shutdown. The buffers a batch lives in, and how long, have their own
-NOTE in ``chute/loader/buffers.py``. Epochs, resume and the one-pass rule are
+NOTE in ``chute/buffers.py``. Epochs, resume and the one-pass rule are
 :class:`~chute.loader.passes.OnePass`'s, shared with :func:`chute.dataloader`.
 """
 
@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 from .._args import check_int, default_workers
+from ..buffers import Buffers, Pool, Ring
 from ..errors import ArgumentError
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.subset import loadable
-from .buffers import Buffers, Pool, Ring
 from .decode import with_decode
 from .passes import OnePass, make_order, unknown_keywords
 from .threads import LoaderIter, Run
@@ -72,7 +72,7 @@ class Loader(OnePass):
     you hold it, as with torch's DataLoader (``list(loader)`` works): its memory is reused only
     once nothing refers to it. ``reuse_after=k`` reuses a ring of slots instead, a few percent
     faster, but a fixed-shape field is then valid only until ``k`` more batches were asked for
-    (see the NOTE in ``chute/loader/buffers.py``). ``num_workers=0`` gathers in the calling thread.
+    (see the NOTE in ``chute/buffers.py``). ``num_workers=0`` gathers in the calling thread.
     ``rank`` and ``world_size`` default to ``torch.distributed``'s when it is initialized,
     else to the launcher's ``RANK`` / ``WORLD_SIZE`` environment variables (torchrun sets them
     before ``init_process_group``), else 0 and 1. Unknown keywords are an

@@ -2,7 +2,7 @@
 batches, and the iterator that hands them out in order.
 
 NOTE (threads, scheduling, errors, shutdown; the whole protocol, written down once; the
-buffers a batch lives in, and how long, have their own NOTE in ``chute/loader/buffers.py``)
+buffers a batch lives in, and how long, have their own NOTE in ``chute/buffers.py``)
 
     Who does what. ``iter(loader)`` takes this rank's batches of the pass from the
     :class:`~chute.order.Order` (its ``plan()``: index arrays, each computed when asked; the
@@ -25,7 +25,7 @@ buffers a batch lives in, and how long, have their own NOTE in ``chute/loader/bu
     threads`` on a few cores collapses (``index_select`` went 25x slower on 2 vCPUs). The
     setting is per thread; the consumer thread keeps its own.
 
-    Buffers. A work item is gathered into buffers from ``chute/loader/buffers.py``, whose NOTE
+    Buffers. A work item is gathered into buffers from ``chute/buffers.py``, whose NOTE
     states their lifetimes: fresh by default (a batch is valid for as long as anyone holds it), or
     with ``reuse_after=k`` a ring of slots (batch ``j`` is valid until the consumer asks for
     batch ``j + k``). The loader keeps them from one pass to the next; a worker gets the buffers of
@@ -73,11 +73,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..buffers import Buffers
 from ..errors import ChuteError, StaleIteratorError, WorkerError
 from ..reader.gather import head
 from ..reader.gatherable import Gatherable
 from . import decode as decodes
-from .buffers import Buffers
 
 __all__ = ["LoaderIter", "Run"]
 
@@ -161,30 +161,32 @@ class Run:
             out = self.buffers.take(q)
         except catch as exc:  # as when the gather fails: posted in place of the batches
             return [(j, (None, exc, threading.current_thread().name)) for j in js]
-        # Decodes split across threads (see split_decodes): the pass's first batch, and with
-        # several workers its last ones.
-        split = self.workers if self.workers > 1 and q >= self.items - self.workers else 1
+        # Decodes split across threads (see decodes.decode_threads): the pass's first batch,
+        # and with several workers its last ones.
+        split = decodes.decode_threads(q, self.items, self.workers, first_batch=False)
         if q == 0 and len(js) > 1 and self.workers:
             n = len(plan[first])
-            with decodes.split_decodes(decodes.FIRST_SPLIT):
-                self.results.put(self._produce(js[:1], {k: t[:n] for k, t in out.items()}, catch))
+            first_split = decodes.decode_threads(q, self.items, self.workers, first_batch=True)
+            head_out = {k: t[:n] for k, t in out.items()}
+            self.results.put(self._produce(js[:1], head_out, catch, first_split))
             js, out = js[1:], {k: t[n:] for k, t in out.items()}
         elif q == 0:
-            split = decodes.FIRST_SPLIT
-        with decodes.split_decodes(split):
-            return self._produce(js, out, catch)
+            split = decodes.decode_threads(q, self.items, self.workers, first_batch=True)
+        return self._produce(js, out, catch, split)
 
     def _produce(
-        self, js: range, out: dict[str, torch.Tensor], catch: type[BaseException]
+        self, js: range, out: dict[str, torch.Tensor], catch: type[BaseException], threads: int
     ) -> list[tuple[int, _Outcome]]:
+        """Work item batches ``js`` gathered into ``out``, decodes split across ``threads``."""
         plan = self.plan
+        ds = decodes.with_split(self.ds, threads)
         where = threading.current_thread().name
         try:
             if len(js) == 1:
-                batches = [self.ds.gather(plan[js[0]], out=out, pad=self.pad)]
+                batches = [ds.gather(plan[js[0]], out=out, pad=self.pad)]
             else:  # fixed-shape fields only: one gather, cut into the group's batches
                 idx = np.concatenate([plan[j] for j in js])
-                got = self.ds.gather(idx, out=out)
+                got = ds.gather(idx, out=out)
                 ends = np.cumsum([len(plan[j]) for j in js]).tolist()
                 batches = [
                     {k: t[a:b] for k, t in got.items()}

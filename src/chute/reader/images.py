@@ -11,7 +11,6 @@ and the sample.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,8 @@ import numpy as np
 import torch
 
 from .. import format as fmt
-from .._arrays import KEEP_MAX, idle_buffer
-from ..batch import RaggedBatch, register_batch_type
+from ..batch import RaggedBatch
+from ..buffers import thread_bytes
 from ..errors import FormatError
 from .gather import Piece, gather_var
 
@@ -70,9 +69,6 @@ class EncodedImages(RaggedBatch):
         return f"chute.EncodedImages({len(self)} images, {len(self.values):,} bytes)"
 
 
-register_batch_type(EncodedImages)
-
-
 def _checked_sizes(sizes: np.ndarray, where: Path | str) -> np.ndarray:
     if len(sizes) and sizes.min() < 1:
         bad = int(np.flatnonzero((sizes < 1).any(axis=1))[0])
@@ -87,7 +83,7 @@ def gather_images(pieces: Sequence[Piece], b: int) -> EncodedImages:
     """The ``b`` samples of an image field that ``pieces`` locate, in the batch's order: the
     bytes by the reader's ragged gather (one slice copy per image, checked offsets, bounded
     memory), the sizes put at their positions."""
-    data = gather_var(pieces, fmt.Bytes(), b, _bytes_buffer)
+    data = gather_var(pieces, fmt.Bytes(), b, thread_bytes)
     sizes = np.empty((b, 2), np.int32)
     for piece in pieces:
         rows = _checked_sizes(
@@ -95,27 +91,6 @@ def gather_images(pieces: Sequence[Piece], b: int) -> EncodedImages:
         )
         sizes[slice(None) if piece.pos is None else piece.pos] = rows
     return EncodedImages(data.values, data.offsets, torch.from_numpy(sizes))
-
-
-_SPARE = threading.local()  # this thread's buffers for the bytes: see _bytes_buffer
-
-
-def _bytes_buffer(nbytes: int) -> np.ndarray:
-    """``nbytes`` of uint8 for a batch's JPEG bytes: this thread's buffer of its last batch
-    once nothing refers to it any more (a loader decodes a batch's images and drops the
-    bytes; a batch someone keeps keeps its buffer, and a new one is made). A new buffer per
-    batch is fresh memory in a loader's worker thread each time (glibc gives a thread
-    arena's freed top back to the kernel; numpy asks huge pages for it): ~15 us of the
-    kernel's page clearing per image (perf), ~3% of a decode. Only up to
-    :data:`~chute._arrays.KEEP_MAX`: a larger gather is not kept once dropped."""
-    if nbytes > KEEP_MAX:
-        return np.empty(nbytes, np.uint8)
-    bufs = _SPARE.__dict__.setdefault("bufs", [np.empty(0, np.uint8)])
-    buf = idle_buffer(bufs, nbytes)
-    if buf is None:
-        buf = np.empty(nbytes + nbytes // 4, np.uint8)  # batches differ in size
-        bufs[1:] = [buf]
-    return buf[:nbytes]
 
 
 def slice_images(

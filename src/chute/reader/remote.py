@@ -38,6 +38,7 @@ from .. import format as fmt
 from .._arrays import distinct
 from ..store.cache import RemoteCache
 from ..store.client import Store
+from ..store.object_store import ObjectStore
 from ..store.parts import HeldParts, PartFeed
 from .dataset import Batch, Dataset
 from .files import Files, Part, check
@@ -112,15 +113,16 @@ class RemoteDataset(Dataset):
 
     def __init__(
         self,
-        url: str | Store,
+        url: str | ObjectStore,
         fields: Sequence[str] | None = None,
         *,
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ):
-        # a Store: its retries, backoff and timeout (chute.open passes a URL)
-        store = url if isinstance(url, Store) else Store(url, storage_options)
+        # a store: a Store's retries, backoff and timeout, or any ObjectStore (chute.open
+        # passes a URL)
+        store = url if isinstance(url, ObjectStore) else Store(url, storage_options)
         cache = RemoteCache(store, cache_dir, cache_limit)
         cache.open()
         self._init(cache, None if fields is None else list(fields), False)

@@ -7,8 +7,10 @@ Standalone for now: ``chute.open(url, ...)`` is to be wired onto these pieces. N
 
 from .cache import RemoteCache
 from .client import Store
+from .folder import FolderStore
 from .locks import Pin
 from .manifest import Entry
+from .object_store import ObjectStore
 from .paths import default_cache_dir
 from .prefetch import Prefetcher
 from .url import URL, is_url, parse_url
@@ -16,6 +18,8 @@ from .url import URL, is_url, parse_url
 __all__ = [
     "URL",
     "Entry",
+    "FolderStore",
+    "ObjectStore",
     "Pin",
     "Prefetcher",
     "RemoteCache",

@@ -55,9 +55,10 @@ from ..errors import (
     DatasetNotFoundError,
 )
 from ..manifest import write_manifest
-from .client import CorruptObjectError, Store
+from .client import CorruptObjectError
 from .locks import Pin, lock_fd, locked, release_all, unlock_fd
 from .manifest import Entry, parse_remote_manifest
+from .object_store import ObjectStore
 from .paths import PayloadHash, default_cache_dir, disk_error, folder_name, mismatch, present
 
 META = ".chute-cache"
@@ -75,7 +76,7 @@ class RemoteCache:
 
     def __init__(
         self,
-        store: Store,
+        store: ObjectStore,
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | str | None = None,
         *,

@@ -24,13 +24,14 @@ from ..errors import ArgumentError, ArgumentValueError, DatasetExistsError, requ
 from ..manifest import read_manifest
 from .client import CHUNK, EXTRA, Store
 from .manifest import ZSTD_SUFFIX
+from .object_store import ObjectStore
 from .paths import default_cache_dir, folder_name
 from .url import URL
 
 _DATA_SUFFIXES = (".npy", ".npy" + ZSTD_SUFFIX)
 
 
-def writable(store: Store) -> Store:
+def writable(store: ObjectStore) -> ObjectStore:
     """``store``, refused now (before anything is staged or sent) if its URL cannot be
     written: http(s):// is read-only."""
     if store.url.scheme in ("http", "https"):
@@ -43,19 +44,19 @@ def writable(store: Store) -> Store:
 
 def upload(
     src: str | os.PathLike,
-    url: str | URL | Store,
+    url: str | URL | ObjectStore,
     *,
     storage_options: Mapping[str, Any] | None = None,
     compression: str | None = None,
     level: int = 3,
     overwrite: bool = False,
     workers: int = 8,
-) -> Store:
+) -> ObjectStore:
     """Upload the local dataset ``src`` to ``url``: parts in parallel (``workers``), then the
     manifest. ``compression``: None or ``"zstd"`` (at ``level``). Returns the store."""
     if compression not in (None, "zstd"):
         raise ArgumentError(f"compression must be None or 'zstd', got {compression!r}")
-    store = writable(url if isinstance(url, Store) else Store(url, storage_options))
+    store = writable(url if isinstance(url, ObjectStore) else Store(url, storage_options))
     src = Path(src)
     manifest = read_manifest(src)  # a finished, valid local dataset
     if store.head(fmt.MANIFEST) is not None:
@@ -93,7 +94,7 @@ def upload(
     return store
 
 
-def _put_zstd(store: Store, path: Path, key: str, level: int) -> dict[str, Any]:
+def _put_zstd(store: ObjectStore, path: Path, key: str, level: int) -> dict[str, Any]:
     """Upload ``path`` zstd-compressed as ``key``, streamed; returns the stored size and
     xxh3_64 (of the last attempt: a retry compresses again)."""
     zstandard = require("zstandard", EXTRA)

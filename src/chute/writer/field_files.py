@@ -24,7 +24,7 @@ import xxhash
 from .. import format as fmt
 from ..npy_header import header_bytes
 from .commit import libc
-from .values import VarBatch
+from .var_batch import VarBatch
 
 _COPY_CHUNK = 64 << 20
 WRITEBACK_BYTES = 32 << 20  # a file starts writing its pages to disk every this many bytes

@@ -19,7 +19,7 @@ import numpy as np
 from .. import format as fmt
 from ..errors import ArgumentError, FormatError, SchemaError
 from ..image.codec import EncodedImage, encode_image
-from .values import VarBatch
+from .var_batch import VarBatch
 
 __all__ = ["is_image", "prepare_images"]
 

@@ -13,7 +13,7 @@ ragged); one that does not fit a declared field is a :class:`~chute.SchemaError`
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ import torch
 from .. import format as fmt
 from .._torch import as_numpy
 from ..errors import SchemaError
+from .var_batch import VarBatch
 
 
 def flatten(values: Any) -> Any:
@@ -196,16 +197,6 @@ class Promote(Exception):
 
     def __init__(self, field: fmt.Field):
         self.field = field
-
-
-class VarBatch(NamedTuple):
-    """A batch of a values+offsets field: flat values, per-sample lengths, optional shapes
-    (a Ragged field's) or sizes (an Image field's (N, 2) int32 height, width)."""
-
-    values: np.ndarray
-    lengths: np.ndarray
-    shapes: np.ndarray | None
-    sizes: np.ndarray | None = None
 
 
 def _widen(
