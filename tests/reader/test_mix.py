@@ -448,3 +448,15 @@ def test_a_loader_locates_each_chunk_once_and_gets_the_same_batches(tmp_path):
         b = fresh.gather(idx, epoch=2)
         want.append((b["source"].tolist(), b["x"].tolist()))
     assert got == want
+
+
+def test_a_loader_made_after_mix_set_epoch_starts_at_that_epoch(tmp_path):
+    for name, size in (("a", 60), ("b", 40)):
+        chute.write(tmp_path / name, {"x": np.arange(size, dtype=np.int64)})
+    m = chute.mix({"a": chute.open(tmp_path / "a"), "b": chute.open(tmp_path / "b")}, seed=5)
+    m.set_epoch(2)
+    loader = chute.Loader(m, batch_size=10, shuffle=False, num_workers=0)
+    assert loader.state_dict()["epoch"] == 2
+    got = torch.cat([b["x"] for b in loader]).tolist()
+    assert got == m.gather(np.arange(len(m)), epoch=2)["x"].tolist()
+    assert [m[i]["x"].item() for i in range(5)] == got[:5]  # mix[i] reads the same epoch

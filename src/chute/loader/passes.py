@@ -28,7 +28,7 @@ from .._args import dist_defaults
 from ..errors import ArgumentError
 from ..order import Order
 from ..order.parts import order_options
-from ..reader.gatherable import Gatherable
+from ..reader.gatherable import Gatherable, PerEpoch
 
 
 def unknown_keywords(who: str, unknown: Iterable[str], valid: Iterable[str]) -> ArgumentError:
@@ -130,4 +130,7 @@ def make_order(
         **order_options(ds, shuffle),
     )
     order.prepare = getattr(ds, "prepare", None)  # e.g. a Mix locates each chunk at once
+    first = getattr(ds, "epoch", 0) if isinstance(ds, PerEpoch) else 0
+    if first:  # a mix moved on with set_epoch: its loaders start there, not at epoch 0
+        order.set_epoch(first)
     return order

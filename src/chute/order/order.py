@@ -374,4 +374,3 @@ class Order:
 
 def _identity(positions: np.ndarray) -> np.ndarray:
     return positions
-

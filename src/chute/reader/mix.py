@@ -165,7 +165,9 @@ class Mix:
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Read ``epoch`` from now on where no ``epoch=`` is given (the loaders pass theirs)."""
+        """Read ``epoch`` from now on where no ``epoch=`` is given: in ``mix[i]`` and
+        ``gather``. A loader made afterwards starts at this epoch; from then on the loader's
+        own epoch (``loader.set_epoch``, or a whole pass moving on) decides what it loads."""
         self._epoch = check_int("epoch", epoch, 0)
 
     def at_epoch(self, epoch: int) -> Mix:
