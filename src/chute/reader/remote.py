@@ -66,7 +66,7 @@ class RemoteFiles(Files):
         size and checksum of each download)."""
         rel = []
         for name, f in schema.items():
-            for fn in fmt.field_files(name, f).values():
+            for fn in f.files(name).values():
                 file = part.folder / fn
                 self._sizes[str(file)] = part.files[fn].nbytes
                 rel.append(os.path.relpath(file, self.path))
