@@ -66,14 +66,23 @@ class Tensor(FieldKind):
         return prepare_fixed(values, self, name, start, auto)
 
     def sampler(self) -> Sampler:
+        import torch
+
         from .._torch import to_torch
 
         dtype = self.dtype
+        if dtype == "bfloat16":  # stored as its 16 bits: to_torch views them
 
-        def sample(col: Mapping[str, np.ndarray], j: int, at: FieldPart) -> Any:
-            return to_torch(col["data"][j, ...], dtype)
+            def sample(col: Mapping[str, np.ndarray], j: int, at: FieldPart) -> Any:
+                return to_torch(col["data"][j, ...], dtype)
 
-        return sample
+            return sample
+        from_numpy, copy = torch.from_numpy, np.array
+
+        def sample_copy(col: Mapping[str, np.ndarray], j: int, at: FieldPart) -> Any:
+            return from_numpy(copy(col["data"][j, ...]))  # a fresh copy out of the map
+
+        return sample_copy
 
     def take(self, col: Mapping[str, np.ndarray], a: int, b: int, at: FieldPart) -> Any:
         from .._torch import to_torch

@@ -34,6 +34,7 @@ from .._args import check_path
 from .._arrays import distinct
 from .._torch import empty_buffers
 from ..errors import ArgumentError
+from ..format.kind import Sampler
 from .files import Part, Snapshot, check, snapshot
 from .gather import FieldPart, Piece, Split, check_gather_args, check_indices, out_of_range
 
@@ -73,6 +74,8 @@ class Dataset(torch.utils.data.Dataset):
         self._files = snap.files
         self._parts = snap.parts
         self._columns: dict[tuple[int, str], tuple[dict[str, np.ndarray], FieldPart]] = {}
+        self._readers: dict[int, tuple[tuple[str, Sampler, dict[str, np.ndarray], FieldPart], ...]]
+        self._readers = {}  # part -> what ds[i] reads there, field by field (see _part_readers)
         self._mapping = threading.Lock()  # guards _part_locks
         self._part_locks: dict[tuple[int, str], threading.Lock] = {}
         self._len = sum(p.num_samples for p in self._parts)
@@ -107,6 +110,17 @@ class Dataset(torch.utils.data.Dataset):
                     self._columns[part, name] = got
         return got
 
+    def _part_readers(
+        self, part: int
+    ) -> tuple[tuple[str, Sampler, dict[str, np.ndarray], FieldPart], ...]:
+        """For each field: its name, sampler, arrays and files in part ``part`` (ds[i] looks up
+        one entry per sample, not one per field)."""
+        got = self._readers.get(part)
+        if got is None:
+            got = tuple((name, read, *self._column(part, name)) for name, read in self._samplers)
+            self._readers[part] = got
+        return got
+
     def check_files(self) -> None:
         """Map every file of the selected fields now and check its header and offsets against
         the manifest (``chute verify`` does, after the checksums); else a FormatError."""
@@ -139,10 +153,8 @@ class Dataset(torch.utils.data.Dataset):
                 return self._slice(*key.indices(self._len))
             key = self._index(key)
         part, j = self._locate(key)
-        columns = self._columns
         out: Batch = {}
-        for name, sample in self._samplers:
-            col, at = columns.get((part, name)) or self._column(part, name)
+        for name, sample, col, at in self._readers.get(part) or self._part_readers(part):
             out[name] = sample(col, j, at)
         self._recheck((part,))
         return out
@@ -263,6 +275,7 @@ class Dataset(torch.utils.data.Dataset):
         after checking they are still the files ``open()`` saw (else
         :class:`~chute.DatasetChangedError`). ``with chute.open(path) as ds:`` closes on exit."""
         self._columns.clear()
+        self._readers.clear()
 
     def __enter__(self) -> Dataset:
         return self
