@@ -82,3 +82,26 @@ def test_the_helper_reports_a_difference(tmp_path):
     samples = [np.arange(3, dtype="i4") for _ in range(4)]
     with pytest.raises(AssertionError, match=r"ds\[0\]"):
         check_field_kind(fields.Ragged("int32"), samples, tmp_path, lambda s: s + 1, ray=False)
+
+
+def test_kinds_live_in_chute_fields():
+    assert chute.fields.__all__ == ["Bytes", "Field", "Image", "Ragged", "String", "Tensor"]
+    assert chute.Ragged is fields.Ragged and chute.Bytes is fields.Bytes
+    assert chute.String is fields.String
+    assert "Tensor" not in chute.__all__ and "Image" not in chute.__all__
+
+
+@pytest.mark.parametrize("name", ["Tensor", "Image"])
+def test_colliding_top_level_names_still_work_but_warn(name):
+    with pytest.warns(
+        DeprecationWarning, match=rf"chute\.{name} is deprecated.*chute\.fields\.{name}"
+    ):
+        cls = getattr(chute, name)
+    assert cls is getattr(fields, name)
+    with pytest.warns(DeprecationWarning):
+        exec(f"from chute import {name}", {})
+
+
+def test_unknown_attribute_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'Tensr'"):
+        chute.Tensr  # noqa: B018

@@ -76,7 +76,7 @@ class Image(VarKind):
             raise FormatError(f"field {name!r}: {exc}") from None
 
     def describe(self) -> str:
-        return f"image   {self.codec}"
+        return f"image {self.codec}"
 
     def prepare(self, values: Any, name: str, start: int, auto: bool) -> Any:
         from ..writer.images import prepare_images  # encodes: PIL, bytes, arrays -> JPEG + sizes

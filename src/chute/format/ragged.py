@@ -47,7 +47,7 @@ class Ragged(VarKind):
 
     def describe(self) -> str:
         inner = ", ".join("?" if d is None else str(d) for d in self.inner_shape)
-        return f"ragged  {self.dtype:<10} (?{', ' if inner else ''}{inner})"
+        return f"ragged {self.dtype} (?{', ' if inner else ''}{inner})"
 
     def prepare(self, values: Any, name: str, start: int, auto: bool) -> Any:
         from ..writer.values import prepare_var, ragged_row

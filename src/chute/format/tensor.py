@@ -58,7 +58,7 @@ class Tensor(FieldKind):
             raise FormatError(f"field {name!r}: {exc}") from None
 
     def describe(self) -> str:
-        return f"tensor  {self.dtype:<10} {self.shape}"
+        return f"tensor {self.dtype} {self.shape}"
 
     def prepare(self, values: Any, name: str, start: int, auto: bool) -> np.ndarray:
         from ..writer.values import prepare_fixed

@@ -277,7 +277,7 @@ def _common_schema(
     for k in wanted:
         specs = {n: sc[k] for n, sc in zip(names, schemas, strict=True)}
         if len(set(specs.values())) > 1:
-            got = ", ".join(f"{n!r}: {' '.join(f.describe().split())}" for n, f in specs.items())
+            got = ", ".join(f"{n!r}: {f.describe()}" for n, f in specs.items())
             raise SchemaError(
                 f"field {k!r} differs between the sources ({got}); convert one, or leave the "
                 "field out with fields="
