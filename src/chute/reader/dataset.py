@@ -39,6 +39,8 @@ from .files import Part, Snapshot, check, snapshot
 from .gather import FieldPart, Piece, Split, check_gather_args, check_indices, out_of_range
 
 Batch = dict[str, Any]
+Reader = tuple[str, Sampler, dict[str, np.ndarray], FieldPart]
+"""What ``ds[i]`` reads of one field in one part: name, sampler, the part's arrays, files."""
 
 
 class Dataset(torch.utils.data.Dataset):
@@ -74,8 +76,7 @@ class Dataset(torch.utils.data.Dataset):
         self._files = snap.files
         self._parts = snap.parts
         self._columns: dict[tuple[int, str], tuple[dict[str, np.ndarray], FieldPart]] = {}
-        self._readers: dict[int, tuple[tuple[str, Sampler, dict[str, np.ndarray], FieldPart], ...]]
-        self._readers = {}  # part -> what ds[i] reads there, field by field (see _part_readers)
+        self._readers: dict[int, tuple[Reader, ...]] = {}  # part -> (see _part_readers)
         self._mapping = threading.Lock()  # guards _part_locks
         self._part_locks: dict[tuple[int, str], threading.Lock] = {}
         self._len = sum(p.num_samples for p in self._parts)
@@ -104,15 +105,14 @@ class Dataset(torch.utils.data.Dataset):
                     p, f = self._parts[part], self.schema[name]
                     col = self._files.column(p, name, f)
                     names = f.files(name)
-                    values = str(p.folder / names["values"]) if "values" in names else ""
-                    allocated = self._files.allocated.get(values)
+                    allocated = None
+                    if "values" in names:  # bytes on disk, bounding what a read allocates
+                        allocated = self._files.allocated.get(str(p.folder / names["values"]))
                     got = col, FieldPart(p.folder, names, allocated, self.path, name, p.start)
                     self._columns[part, name] = got
         return got
 
-    def _part_readers(
-        self, part: int
-    ) -> tuple[tuple[str, Sampler, dict[str, np.ndarray], FieldPart], ...]:
+    def _part_readers(self, part: int) -> tuple[Reader, ...]:
         """For each field: its name, sampler, arrays and files in part ``part`` (ds[i] looks up
         one entry per sample, not one per field)."""
         got = self._readers.get(part)
