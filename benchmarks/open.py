@@ -35,8 +35,8 @@ import chute
 
 IMAGE = (3, 64, 64)
 SCHEMA = {
-    "image": chute.Tensor(IMAGE, "uint8"),
-    "label": chute.Tensor((), "int64"),
+    "image": chute.fields.Tensor(IMAGE, "uint8"),
+    "label": chute.fields.Tensor((), "int64"),
     "tokens": chute.Ragged("int32"),
 }
 MEAN_TOKENS = 32

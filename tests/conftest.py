@@ -41,8 +41,8 @@ def mixed_samples(n: int) -> list[dict[str, Any]]:
 
 
 MIXED_SCHEMA = {
-    "x": chute.Tensor((2, 3), "float32"),
-    "label": chute.Tensor((), "int64"),
+    "x": chute.fields.Tensor((2, 3), "float32"),
+    "label": chute.fields.Tensor((), "int64"),
     "tokens": chute.Ragged("int32"),
     "image": chute.Ragged("uint8", (None, 3)),
     "blob": chute.Bytes(),

@@ -191,30 +191,30 @@ def test_header_refuses_fortran_order_and_garbage():
     ],
 )
 def test_dtype_names(dtype, name):
-    assert chute.Tensor((), dtype).dtype == name
+    assert chute.fields.Tensor((), dtype).dtype == name
     assert chute.Ragged(dtype).dtype == name
 
 
 @pytest.mark.parametrize("dtype", [object, "U4", "datetime64[s]", np.longdouble, "nope", 3.5])
 def test_unstorable_dtypes_are_schema_errors(dtype):
     with pytest.raises(SchemaError):
-        chute.Tensor((), dtype)
+        chute.fields.Tensor((), dtype)
 
 
 @pytest.mark.parametrize("shape", [(-1,), (None,), (1.5,), (True,), "ab", (1,) * 33])
 def test_bad_tensor_shapes(shape):
     with pytest.raises(SchemaError, match=r"shape|dimension"):
-        chute.Tensor(shape, "float32")
+        chute.fields.Tensor(shape, "float32")
 
 
 def test_field_kinds_are_frozen_values():
-    assert chute.Tensor(3) == chute.Tensor((3,), "float32")
+    assert chute.fields.Tensor(3) == chute.fields.Tensor((3,), "float32")
     assert chute.Ragged("uint8", [None, 3]).inner_shape == (None, 3)
     assert chute.Ragged("uint8", (None, 3)).variable_dims
     assert not chute.Ragged("uint8", (4,)).variable_dims
     assert chute.Bytes() == chute.Bytes() and chute.String().kind == "string"
     with pytest.raises(AttributeError):
-        chute.Tensor((3,)).shape = (4,)  # type: ignore[misc]
+        chute.fields.Tensor((3,)).shape = (4,)  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("field", list(golden.SCHEMA.values()))
@@ -314,7 +314,7 @@ def test_unsafe_names_are_plain_format_errors_too(manifest_json):
 @pytest.mark.parametrize(
     ("field", "role", "n", "total", "shape"),
     [
-        (chute.Tensor((2, 3)), "data", 4, None, (4, 2, 3)),
+        (chute.fields.Tensor((2, 3)), "data", 4, None, (4, 2, 3)),
         (chute.Ragged("int8", (4,)), "offsets", 4, None, (5,)),
         (chute.Ragged("int8", (4,)), "values", 4, 9, (9, 4)),
         (chute.Ragged("int8", (None, 3)), "values", 4, 9, (9,)),
@@ -323,16 +323,16 @@ def test_unsafe_names_are_plain_format_errors_too(manifest_json):
     ],
 )
 def test_expected_shapes(field, role, n, total, shape):
-    assert fmt.expected_shape(field, role, n, total) == shape
+    assert field.expected_shape(role, n, total) == shape
 
 
 def test_field_files():
-    assert fmt.field_files("x", chute.Tensor(())) == {"data": "x.npy"}
-    assert fmt.field_files("g/t", chute.Ragged("int32")) == {
+    assert chute.fields.Tensor(()).files("x") == {"data": "x.npy"}
+    assert chute.Ragged("int32").files("g/t") == {
         "values": "g/t.values.npy",
         "offsets": "g/t.offsets.npy",
     }
-    assert set(fmt.field_files("im", chute.Ragged("uint8", (None, 3)))) == {
+    assert set(chute.Ragged("uint8", (None, 3)).files("im")) == {
         "values",
         "offsets",
         "shapes",

@@ -56,13 +56,13 @@ def arrays(draw, dtype: str, shape: tuple[int, ...]) -> Any:
 
 
 @st.composite
-def fields(draw) -> tuple[chute.Tensor | chute.Ragged | chute.Bytes | chute.String, Any]:
+def fields(draw) -> tuple[chute.fields.Tensor | chute.Ragged | chute.Bytes | chute.String, Any]:
     """A field kind and a strategy for one sample of it."""
     kind = draw(st.sampled_from(["tensor", "ragged", "ragged", "varying", "bytes", "string"]))
     dtype = draw(st.sampled_from(DTYPES))
     if kind == "tensor":
         shape = tuple(draw(st.lists(dims, max_size=3)))
-        return chute.Tensor(shape, dtype), arrays(dtype, shape)
+        return chute.fields.Tensor(shape, dtype), arrays(dtype, shape)
     if kind == "ragged":
         inner = tuple(draw(st.lists(dims, max_size=2)))
         return chute.Ragged(dtype, inner), dims.flatmap(lambda n: arrays(dtype, (n, *inner)))
@@ -111,7 +111,7 @@ def batch_items(batch: dict[str, Any], name: str) -> list:
 
 def batch_of(f: Any, values: list, stack: bool) -> Any:
     """What extend() takes for a field: a list of samples, or for Tensor fields a stacked array."""
-    if not stack or not isinstance(f, chute.Tensor):
+    if not stack or not isinstance(f, chute.fields.Tensor):
         return values
     return torch.stack(values) if isinstance(values[0], torch.Tensor) else np.stack(values)
 
@@ -184,7 +184,7 @@ def test_write_arrays_round_trip(tmp_path_factory, dtype, inner, n, data):
     path = tmp_path_factory.mktemp("rt") / "d.chute"
     chute.write(path, {"x": x}, chunk_bytes=data.draw(st.sampled_from([7, 100, 64 << 20])))
     ds = chute.open(path)
-    assert ds.schema == {"x": chute.Tensor(inner, dtype)}
+    assert ds.schema == {"x": chute.fields.Tensor(inner, dtype)}
     assert as_bytes(ds[0:n]["x"]) == as_bytes(x)
     on_disk = np.load(path / "x.npy", allow_pickle=False)
     assert as_bytes(on_disk) == as_bytes(x)
@@ -214,7 +214,7 @@ def test_promotion_round_trip(tmp_path_factory, lengths, data):
             w.append({"v": s})
     ds = chute.open(path)
     varied = len(set(lengths)) > 1
-    want = chute.Ragged("int16", (2,)) if varied else chute.Tensor((lengths[0], 2), "int16")
+    want = chute.Ragged("int16", (2,)) if varied else chute.fields.Tensor((lengths[0], 2), "int16")
     assert ds.schema == {"v": want}
     assert [as_bytes(ds[i]["v"]) for i in range(len(samples))] == [as_bytes(s) for s in samples]
     chute.verify(path)

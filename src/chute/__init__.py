@@ -5,7 +5,10 @@ memory maps, gathered in batches with zero per-sample Python, fed to the GPU wit
 overlapped. See https://github.com/chute-dev/chute#readme.
 """
 
-# -- exports of the other stages (loader, device, sources, ...) are added below --
+import warnings
+from typing import Any
+
+from . import fields
 from .batch import RaggedBatch
 from .cache import cache
 from .convert import convert, from_iterable, from_torch
@@ -32,7 +35,7 @@ from .errors import (
     WorkerError,
     WriteError,
 )
-from .format import Bytes, Image, Ragged, String, Tensor
+from .fields import Bytes, Ragged, String
 from .image.normalize import normalize
 from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .loader.dataloader import dataloader
@@ -65,7 +68,6 @@ __all__ = [
     "DatasetNotFoundError",
     "EncodedImages",
     "FormatError",
-    "Image",
     "Loader",
     "LoaderStats",
     "MissingDependencyError",
@@ -83,7 +85,6 @@ __all__ = [
     "SourceError",
     "StaleIteratorError",
     "String",
-    "Tensor",
     "UnsafePathError",
     "VersionError",
     "WorkerError",
@@ -92,6 +93,7 @@ __all__ = [
     "cache",
     "convert",
     "dataloader",
+    "fields",
     "from_dask",
     "from_image_folder",
     "from_iterable",
@@ -102,3 +104,19 @@ __all__ = [
     "verify",
     "write",
 ]
+
+# The kinds whose names collide with torch.Tensor and PIL.Image: kept for one release, each
+# access warning. chute.fields holds every kind.
+_RENAMED = ("Tensor", "Image")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        warnings.warn(
+            f"chute.{name} is deprecated and will be removed: use chute.fields.{name} (the kinds "
+            f"live in chute.fields, clear of torch.Tensor and PIL.Image)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(fields, name)
+    raise AttributeError(f"module 'chute' has no attribute {name!r}")

@@ -41,6 +41,5 @@ def empty_buffers(
         name: torch.empty(
             (batch_size, *f.shape), dtype=TORCH_DTYPES[f.dtype], pin_memory=pin_memory
         )
-        for name, f in schema.items()
-        if isinstance(f, fmt.Tensor)
+        for name, f in fmt.fixed_fields(schema).items()
     }

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from . import __version__
-from . import format as fmt
 from ._args import parse_size
 from .demo import DEFAULT_SIZE
 from .errors import ChuteError, DatasetExistsError, NotWritableError
@@ -70,15 +69,6 @@ def _human(n: float) -> str:
     raise AssertionError
 
 
-def _describe(f: fmt.Field) -> str:
-    if isinstance(f, fmt.Tensor):
-        return f"tensor  {f.dtype:<10} {tuple(f.shape)}"
-    if isinstance(f, fmt.Ragged):
-        inner = ", ".join("?" if d is None else str(d) for d in f.inner_shape)
-        return f"ragged  {f.dtype:<10} (?{', ' if inner else ''}{inner})"
-    return f"{f.kind}"
-
-
 def cmd_info(args: argparse.Namespace) -> int:
     from .reader.opening import open as open_dataset
 
@@ -87,7 +77,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"{where}: {len(ds)} samples, {len(ds.parts)} part(s), {_human(ds.nbytes)} on disk")
     width = max(len(n) for n in ds.schema)
     for name, f in ds.schema.items():
-        print(f"  {name:<{width}}  {_describe(f)}")
+        print(f"  {name:<{width}}  {f.describe()}")
     if ds.metadata:
         print(f"  metadata: {dict(ds.metadata)}")
     return 0

@@ -25,13 +25,13 @@ METADATA = {"source": "tests/data/make_golden.py", "classes": ["cat", "dog"], "v
 DATASETS = {"golden-v1.chute": None, "golden-v1-parts.chute": PART_SIZE}
 
 SCHEMA = {
-    "image": chute.Tensor((2, 3), "uint8"),
-    "label": chute.Tensor((), "int64"),
-    "flag": chute.Tensor((), "bool"),
-    "half": chute.Tensor((2,), "float16"),
-    "bf16": chute.Tensor((2,), "bfloat16"),
-    "z": chute.Tensor((), "complex64"),
-    "meta/id": chute.Tensor((), "uint16"),
+    "image": chute.fields.Tensor((2, 3), "uint8"),
+    "label": chute.fields.Tensor((), "int64"),
+    "flag": chute.fields.Tensor((), "bool"),
+    "half": chute.fields.Tensor((2,), "float16"),
+    "bf16": chute.fields.Tensor((2,), "bfloat16"),
+    "z": chute.fields.Tensor((), "complex64"),
+    "meta/id": chute.fields.Tensor((), "uint16"),
     "tokens": chute.Ragged("int32"),
     "boxes": chute.Ragged("float32", (4,)),
     "picture": chute.Ragged("uint8", (None, 3)),

@@ -95,7 +95,7 @@ def test_write_from_ray_items_in_parts(tmp_path):
             "v": chute.Ragged("float64"),
             "s": chute.String(),
             "b": chute.Bytes(),
-            "n": chute.Tensor((), "int64"),
+            "n": chute.fields.Tensor((), "int64"),
         }
         assert (
             max(tuple(p.num_samples for p in got.parts)) <= 7
@@ -166,7 +166,7 @@ def test_blocks_that_disagree_name_the_field(tmp_path):
     with pytest.raises(chute.SchemaError, match="field 'a'"):
         chute.ray.write(ds, tmp_path / "o.chute")
     assert not (tmp_path / "o.chute").exists() and leftovers(tmp_path) == []
-    schema = {"a": chute.Tensor((), "float64")}  # schema= settles it
+    schema = {"a": chute.fields.Tensor((), "float64")}  # schema= settles it
     chute.ray.write(ds, tmp_path / "o.chute", schema=schema)
     assert chute.open(tmp_path / "o.chute")[0:20]["a"].tolist() == list(range(20))
 
@@ -175,5 +175,7 @@ def test_empty_dataset_needs_a_schema(tmp_path):
     empty = ray.data.range(5).filter(lambda r: False)
     with pytest.raises(chute.SchemaError, match="schema="):
         chute.ray.write(empty, tmp_path / "o.chute")
-    out = chute.ray.write(empty, tmp_path / "o.chute", schema={"id": chute.Tensor((), "int64")})
+    out = chute.ray.write(
+        empty, tmp_path / "o.chute", schema={"id": chute.fields.Tensor((), "int64")}
+    )
     assert len(chute.open(out)) == 0

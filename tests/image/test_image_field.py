@@ -1,5 +1,5 @@
-"""chute.Image fields: the manifest entry, writing PIL images / bytes / arrays through Writer,
-write and from_iterable, reading back (ds[i] decoded, gather encoded), corrupt data."""
+"""chute.fields.Image fields: the manifest entry, writing PIL images / bytes / arrays through
+Writer, write and from_iterable, reading back (ds[i] decoded, gather encoded), corrupt data."""
 
 from __future__ import annotations
 
@@ -35,7 +35,10 @@ def test_manifest_entry_and_files(tmp_path: Path) -> None:
     dst = chute.write(
         tmp_path / "d.chute",
         {"image": [jpeg(40, 50)], "label": np.arange(1)},
-        schema={"image": chute.Image(max_side=64), "label": chute.Tensor((), "int64")},
+        schema={
+            "image": chute.fields.Image(max_side=64),
+            "label": chute.fields.Tensor((), "int64"),
+        },
     )
     manifest = json.loads((dst / "chute.json").read_text())
     assert manifest["version"] == 1
@@ -49,7 +52,7 @@ def test_manifest_entry_and_files(tmp_path: Path) -> None:
     assert sizes.dtype == np.int32 and sizes.tolist() == [[40, 50]]
     assert (dst / "image.values.npy").exists() and (dst / "image.offsets.npy").exists()
     ds = chute.open(dst)
-    assert ds.schema["image"] == chute.Image(64, 90)
+    assert ds.schema["image"] == chute.fields.Image(64, 90)
     chute.verify(dst)
 
 
@@ -63,7 +66,7 @@ def test_unknown_kind_or_codec_is_refused() -> None:
     with pytest.raises(chute.FormatError, match="quality"):
         fmt.field_from_json("i", {"kind": "image", "codec": "jpeg", "quality": 0})
     with pytest.raises(chute.SchemaError):
-        chute.Image(max_side=0)
+        chute.fields.Image(max_side=0)
 
 
 @pytest.mark.parametrize("how", ["writer", "write", "from_iterable"])
@@ -81,7 +84,7 @@ def test_round_trip_pil_bytes_arrays(tmp_path: Path, how: str) -> None:
     pil = Image.fromarray(picture(40, 61, seed=4)).convert("P", palette=Image.Palette.ADAPTIVE)
     values.append(pil)
     refs.append(np.asarray(pil.convert("RGB")).transpose(2, 0, 1))
-    schema = {"image": chute.Image(), "i": chute.Tensor((), "int64")}
+    schema = {"image": chute.fields.Image(), "i": chute.fields.Tensor((), "int64")}
     dst = tmp_path / "d.chute"
     if how == "writer":
         with chute.Writer(dst, schema) as w:
@@ -113,24 +116,24 @@ def test_round_trip_pil_bytes_arrays(tmp_path: Path, how: str) -> None:
 
 
 def test_encoded_images_infer_an_image_field_pil_stays_lossless(tmp_path: Path) -> None:
-    """Only an explicit choice makes JPEGs: chute.Image() in the schema, or values already
+    """Only an explicit choice makes JPEGs: chute.fields.Image() in the schema, or values already
     encoded (chute.image.encode_image). A PIL image alone stays its exact pixels; bytes stay
     Bytes."""
     ims = [Image.fromarray(picture(30, 40, seed=s)) for s in range(3)]
     encoded = [encode_image(im) for im in ims]
     dst = chute.write(tmp_path / "a.chute", {"image": encoded, "raw": [jpeg()] * 3})
-    assert chute.open(dst).schema == {"image": chute.Image(), "raw": chute.Bytes()}
+    assert chute.open(dst).schema == {"image": chute.fields.Image(), "raw": chute.Bytes()}
     with chute.Writer(tmp_path / "b.chute") as w:
         w.append({"image": ims[0]})
     ds = chute.open(tmp_path / "b.chute")
-    assert ds.schema["image"] == chute.Tensor((30, 40, 3), "uint8")
+    assert ds.schema["image"] == chute.fields.Tensor((30, 40, 3), "uint8")
     np.testing.assert_array_equal(ds[0]["image"].numpy(), np.asarray(ims[0]))
 
 
 def test_ds_i_equals_pil_decode(tmp_path: Path) -> None:
     data = [jpeg(60 + i, 90 - i, seed=i, progressive=i % 2 == 1) for i in range(6)]
     dst = chute.write(
-        tmp_path / "d.chute", {"image": data}, schema={"image": chute.Image()}, part_size=4
+        tmp_path / "d.chute", {"image": data}, schema={"image": chute.fields.Image()}, part_size=4
     )
     ds = chute.open(dst)
     for i, d in enumerate(data):
@@ -148,7 +151,7 @@ def test_max_side_and_quality_are_applied(tmp_path: Path) -> None:
     dst = chute.write(
         tmp_path / "d.chute",
         {"image": [jpeg(200, 300)]},
-        schema={"image": chute.Image(max_side=90, quality=50)},
+        schema={"image": chute.fields.Image(max_side=90, quality=50)},
     )
     ds = chute.open(dst)
     assert tuple(ds[0]["image"].shape) == (3, 60, 90)
@@ -159,10 +162,10 @@ def test_not_an_image_names_field_and_sample(tmp_path: Path) -> None:
         chute.write(
             tmp_path / "d.chute",
             {"image": [jpeg(), jpeg(), b"nope"]},
-            schema={"image": chute.Image()},
+            schema={"image": chute.fields.Image()},
         )
     with pytest.raises(chute.SchemaError, match=r"field 'image', sample 0: .*PIL image"):
-        chute.write(tmp_path / "e.chute", {"image": [1.5]}, schema={"image": chute.Image()})
+        chute.write(tmp_path / "e.chute", {"image": [1.5]}, schema={"image": chute.fields.Image()})
     assert not (tmp_path / "d.chute").exists()
 
 
@@ -182,7 +185,7 @@ def test_corrupt_image_at_load_time_names_dataset_field_and_index(tmp_path: Path
     dst = chute.write(
         tmp_path / "d.chute",
         {"image": [jpeg(seed=i) for i in range(3)]},
-        schema={"image": chute.Image()},
+        schema={"image": chute.fields.Image()},
     )
     corrupt_second_image(dst)
     ds = chute.open(dst)
@@ -194,7 +197,7 @@ def test_corrupt_image_at_load_time_names_dataset_field_and_index(tmp_path: Path
 def test_encoded_image_values_are_stored_as_they_are(tmp_path: Path) -> None:
     e = encode_image(kinds()["png"])
     assert isinstance(e, EncodedImage)
-    dst = chute.write(tmp_path / "d.chute", {"image": [e]}, schema={"image": chute.Image()})
+    dst = chute.write(tmp_path / "d.chute", {"image": [e]}, schema={"image": chute.fields.Image()})
     b = chute.open(dst).gather([0])["image"]
     assert bytes(b[0].numpy()) == e.data and b.sizes.tolist() == [[e.height, e.width]]
 
@@ -203,7 +206,7 @@ def test_encoded_image_values_are_stored_as_they_are(tmp_path: Path) -> None:
 def parts_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
     data = [jpeg(8 + i % 5, 9 + i % 3, seed=i) for i in range(23)]
     dst = tmp_path_factory.mktemp("parts") / "d.chute"
-    chute.write(dst, {"image": data}, schema={"image": chute.Image()}, part_size=6)
+    chute.write(dst, {"image": data}, schema={"image": chute.fields.Image()}, part_size=6)
     return dst, data
 
 
@@ -224,7 +227,9 @@ def test_gathered_bytes_reuse_a_dropped_batch_never_a_kept_one(tmp_path: Path) -
     once nothing refers to it (what a loader does: decode, drop); a batch someone keeps (or
     any view of it) is never written over: the next gather takes a new buffer."""
     datas = [jpeg(30 + i, 40, seed=i) for i in range(6)]
-    dst = chute.write(tmp_path / "d.chute", {"image": datas}, schema={"image": chute.Image()})
+    dst = chute.write(
+        tmp_path / "d.chute", {"image": datas}, schema={"image": chute.fields.Image()}
+    )
     ds = chute.open(dst)
 
     def ptr(batch: EncodedImages) -> int:
@@ -254,7 +259,7 @@ def test_a_gather_above_the_keep_limit_is_not_held(tmp_path: Path, monkeypatch) 
 
     datas = [jpeg(30, 40, seed=i) for i in range(4)]
     ds = chute.open(
-        chute.write(tmp_path / "d.chute", {"image": datas}, schema={"image": chute.Image()})
+        chute.write(tmp_path / "d.chute", {"image": datas}, schema={"image": chute.fields.Image()})
     )
 
     def held_after(limit: int) -> list[int]:  # in a new thread: its own, empty buffers

@@ -87,8 +87,8 @@ def test_truncated_file_skipped_and_listed(tree: Path, tmp_path: Path) -> None:
     assert [s["path"] for s in meta["skipped"]] == ["dog/h_truncated.jpg"]
     assert "truncated" in meta["skipped"][0]["reason"]
     assert ds.schema == {
-        "image": chute.Image(100, 90),
-        "label": chute.Tensor((), "int64"),
+        "image": chute.fields.Image(100, 90),
+        "label": chute.fields.Tensor((), "int64"),
         "path": chute.String(),
     }
     s = ds[2]
@@ -122,7 +122,7 @@ def test_chute_convert_detects_an_image_folder(tree: Path, tmp_path: Path) -> No
         fields={"image": "img", "label": "y"},
     )
     ds = chute.open(skip)
-    assert set(ds.schema) == {"img", "y"} and ds.schema["img"] == chute.Image(50)
+    assert set(ds.schema) == {"img", "y"} and ds.schema["img"] == chute.fields.Image(50)
 
 
 def test_source_kind(tree: Path, tmp_path: Path) -> None:

@@ -29,8 +29,8 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
         dst,
         {"image": data, "label": np.arange(N), "name": [f"s{i}" for i in range(N)]},
         schema={
-            "image": chute.Image(),
-            "label": chute.Tensor((), "int64"),
+            "image": chute.fields.Image(),
+            "label": chute.fields.Tensor((), "int64"),
             "name": chute.String(),
         },
         part_size=20,
@@ -144,7 +144,7 @@ def test_corrupt_image_in_the_loader_names_field_and_index(tmp_path: Path) -> No
     dst = chute.write(
         tmp_path / "d.chute",
         {"image": [jpeg(seed=i) for i in range(3)]},
-        schema={"image": chute.Image()},
+        schema={"image": chute.fields.Image()},
     )
     corrupt_second_image(dst)
     loader = chute.Loader(chute.open(dst), 3, num_workers=1, decode={"image": OPS})

@@ -96,7 +96,7 @@ def test_corrupt_image_and_bad_devices(tmp_path: Path, images: Path) -> None:
     dst = chute.write(
         tmp_path / "d.chute",
         {"image": [jpeg(seed=i) for i in range(3)]},
-        schema={"image": chute.Image()},
+        schema={"image": chute.fields.Image()},
     )
     corrupt_second_image(dst)
     loader = chute.Loader(chute.open(dst), 3, decode={"image": ON_CPU}, num_workers=1)

@@ -55,8 +55,8 @@ def ds(tmp_path_factory) -> chute.Dataset:
             "s": [str(i) for i in idx],
         },
         schema={
-            "x": chute.Tensor((3, 4), "uint8"),
-            "y": chute.Tensor((), "int64"),
+            "x": chute.fields.Tensor((3, 4), "uint8"),
+            "y": chute.fields.Tensor((), "int64"),
             "tok": chute.Ragged("int32"),
             "s": chute.String(),
         },

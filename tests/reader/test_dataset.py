@@ -96,7 +96,7 @@ def test_samples_are_fresh_copies_of_read_only_maps(mixed, check_sample):
         assert torch.equal(ds.gather([3])["x"][0], torch.from_numpy(samples[3]["x"]))
         loader = chute.Loader(ds, batch_size=4, shuffle=False, num_workers=0)
         assert torch.equal(next(iter(loader))["label"], torch.tensor([0, 1, 2, 0]))
-        col = ds._column(0, "x")["data"]  # what gather reads from: a write cannot happen
+        col = ds._column(0, "x")[0]["data"]  # what gather reads from: a write cannot happen
         with pytest.raises(ValueError, match="read-only"):
             col[0] = 1
     assert {p.name: p.read_bytes() for p in path.glob("*.npy")} == before

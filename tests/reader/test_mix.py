@@ -30,8 +30,8 @@ def _write(path, k: int, n: int, extra: bool = False, xdtype=np.int64):
         "name": [f"s{k}-{i}" for i in range(n)],
     }
     schema = {
-        "id": chute.Tensor((), np.dtype(xdtype).name),
-        "vec": chute.Tensor((2,), "float32"),
+        "id": chute.fields.Tensor((), np.dtype(xdtype).name),
+        "vec": chute.fields.Tensor((2,), "float32"),
         "tok": chute.Ragged("int32"),
         "name": chute.String(),
     }

@@ -53,13 +53,13 @@ def _write_one(tmp_path: Path, schema: dict, sample: dict) -> chute.Dataset:
 
 @pytest.mark.parametrize("value", [0.5, 0.1, 1 / 3, 1e-30])
 def test_i13_python_float_fits_float32_field(tmp_path: Path, value: float) -> None:
-    ds = _write_one(tmp_path, {"x": chute.Tensor((), "float32")}, {"x": value})
+    ds = _write_one(tmp_path, {"x": chute.fields.Tensor((), "float32")}, {"x": value})
     assert float(ds[0]["x"]) == float(np.float32(value))
 
 
 def test_i13_python_float_lists_fit_float32_fields(tmp_path: Path) -> None:
     """Tokenizers and feature code emit Python lists."""
-    schema = {"v": chute.Ragged("float32"), "t": chute.Tensor((3,), "float16")}
+    schema = {"v": chute.Ragged("float32"), "t": chute.fields.Tensor((3,), "float16")}
     ds = _write_one(tmp_path, schema, {"v": [0.1, 0.2, 0.3], "t": [0.1, 0.2, 0.3]})
     assert ds[0]["v"].tolist() == np.array([0.1, 0.2, 0.3], np.float32).tolist()
     assert ds[0]["t"].tolist() == np.array([0.1, 0.2, 0.3], np.float16).tolist()
@@ -68,7 +68,7 @@ def test_i13_python_float_lists_fit_float32_fields(tmp_path: Path) -> None:
 def test_i13_python_ints_follow_the_field_dtype(tmp_path: Path) -> None:
     ds = _write_one(
         tmp_path,
-        {"ids": chute.Ragged("int32"), "f": chute.Tensor((), "float32")},
+        {"ids": chute.Ragged("int32"), "f": chute.fields.Tensor((), "float32")},
         {"ids": [1, 2, 70000], "f": 3},
     )
     assert ds[0]["ids"].tolist() == [1, 2, 70000] and float(ds[0]["f"]) == 3.0
@@ -77,14 +77,14 @@ def test_i13_python_ints_follow_the_field_dtype(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        (chute.Tensor((), "uint8"), 300),  # out of range
-        (chute.Tensor((), "int32"), 1.5),  # a float into an int field: not same_kind
-        (chute.Tensor((), "float32"), 1e300),  # overflows to inf
-        (chute.Tensor((), "int8"), -129),
+        (chute.fields.Tensor((), "uint8"), 300),  # out of range
+        (chute.fields.Tensor((), "int32"), 1.5),  # a float into an int field: not same_kind
+        (chute.fields.Tensor((), "float32"), 1e300),  # overflows to inf
+        (chute.fields.Tensor((), "int8"), -129),
     ],
 )
 def test_i13_python_numbers_that_do_not_fit_are_refused(
-    tmp_path: Path, field: chute.Tensor, value: float
+    tmp_path: Path, field: chute.fields.Tensor, value: float
 ) -> None:
     """The guard that must stay: range-checked, numpy's ``same_kind`` rules."""
     with pytest.raises(chute.SchemaError):

@@ -41,7 +41,7 @@ def test_round_trip_every_layout(h5, tmp_path):
     with chute.open(out) as ds:
         assert len(ds) == N
         assert set(ds.schema) == set(data)
-        assert ds.schema["chunked"] == chute.Tensor((8,), "uint8")
+        assert ds.schema["chunked"] == chute.fields.Tensor((8,), "uint8")
         batch = ds[0:N]
         for name, ref in data.items():
             np.testing.assert_array_equal(batch[name].numpy(), ref)
@@ -121,7 +121,7 @@ def test_compound_is_refused_or_split(tmp_path):
         chute.convert(path, tmp_path / "o.chute", progress=False)
     out = chute.convert(path, tmp_path / "o.chute", split_compound=True, progress=False)
     with chute.open(out) as ds:
-        assert ds.schema["grp/rec/ij"] == chute.Tensor((2,), "int16")
+        assert ds.schema["grp/rec/ij"] == chute.fields.Tensor((2,), "int16")
         np.testing.assert_array_equal(ds[0:20]["grp/rec/ij"].numpy(), rec["ij"])
         np.testing.assert_array_equal(ds[0:20]["grp/rec/x"].numpy(), rec["x"])
 

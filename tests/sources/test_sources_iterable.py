@@ -46,7 +46,7 @@ def test_tuples_with_names_and_pil_images(tmp_path):
 
 
 def test_single_values_and_schema(tmp_path):
-    schema = {"0": chute.Tensor((2,), "float32")}
+    schema = {"0": chute.fields.Tensor((2,), "float32")}
     out = chute.from_iterable(
         (np.full(2, i, np.float32) for i in range(5)), tmp_path / "o.chute", schema, progress=False
     )
@@ -83,6 +83,8 @@ def test_pick_and_rename_fields(tmp_path):
 def test_empty_iterable_needs_a_schema(tmp_path):
     with pytest.raises(SchemaError, match="pass schema="):
         chute.from_iterable([], tmp_path / "o.chute", progress=False)
-    out = chute.from_iterable([], tmp_path / "o.chute", {"x": chute.Tensor()}, progress=False)
+    out = chute.from_iterable(
+        [], tmp_path / "o.chute", {"x": chute.fields.Tensor()}, progress=False
+    )
     with chute.open(out) as ds:
         assert len(ds) == 0

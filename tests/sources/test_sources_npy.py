@@ -28,7 +28,7 @@ def read_all(path, n=N):
 def test_npy_round_trip_in_small_batches(tmp_path):
     np.save(tmp_path / "x.npy", X)
     with NpySource(tmp_path / "x.npy", batch_bytes=1000) as src:
-        assert src.schema == {"x": chute.Tensor((2, 3), "float64")}
+        assert src.schema == {"x": chute.fields.Tensor((2, 3), "float64")}
         assert [len(b["x"]) for b in src.batches()][:2] == [20, 20]
     got = read_all(chute.convert(tmp_path / "x.npy", tmp_path / "o.chute", progress=False))
     np.testing.assert_array_equal(got["x"], X)

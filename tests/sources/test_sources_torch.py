@@ -48,7 +48,7 @@ def test_two_workers_equal_one_process(tmp_path):
     multi = chute.from_torch(data, tmp_path / "w2.chute", num_workers=2, **kw)
     single = chute.from_torch(data, tmp_path / "w0.chute", num_workers=0, **kw)
     with chute.open(multi) as a, chute.open(single) as b:
-        assert a.schema["image"] == chute.Tensor((8, 6, 3), "uint8")
+        assert a.schema["image"] == chute.fields.Tensor((8, 6, 3), "uint8")
         np.testing.assert_array_equal(a[0:70]["image"].numpy(), np.stack(data.arrays))
         np.testing.assert_array_equal(a[0:70]["label"].numpy(), np.arange(70))
         np.testing.assert_array_equal(a[0:70]["image"].numpy(), b[0:70]["image"].numpy())

@@ -75,7 +75,7 @@ def test_single_array_store_is_named_after_it(tmp_path):
     path = tmp_path / "images.zarr"
     zarr.save_array(path, X, zarr_format=2)
     with ZarrSource(path) as src:
-        assert src.schema == {"images": chute.Tensor((6,), "float32")}
+        assert src.schema == {"images": chute.fields.Tensor((6,), "float32")}
     out = chute.convert(path, tmp_path / "o.chute", fields={"images": "x"}, progress=False)
     with chute.open(out) as ds:
         np.testing.assert_array_equal(ds[0:N]["x"].numpy(), X)

@@ -154,7 +154,7 @@ def test_decode_on_a_remote_image_dataset_prefetches(
     rng = np.random.default_rng(0)
     photos = [Image.fromarray(rng.integers(0, 255, (40, 50, 3), np.uint8)) for _ in range(60)]
     url = url_for(request)
-    chute.write(url, {"image": photos}, schema={"image": chute.Image()}, part_size=10)
+    chute.write(url, {"image": photos}, schema={"image": chute.fields.Image()}, part_size=10)
     ds = chute.open(url)
     loader = chute.Loader(ds, 8, shuffle=False, decode={"image": chute.CenterCrop(16)})
     it = iter(loader)

@@ -64,7 +64,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, l
         )
     part = root / ".p.chute.tmp-1-ab" / "part-00000"
     part.parent.mkdir()
-    schema = '{"x": chute.Tensor((1000,), "float32")}'
+    schema = '{"x": chute.fields.Tensor((1000,), "float32")}'
     batches = '[{"x": np.ones((1000, 1000), np.float32)}] * 10'
     code.append(f"report('part', lambda: write_part({str(part)!r}, {schema}, {batches}))")
     proc = subprocess.run(
@@ -177,7 +177,7 @@ def test_python_numbers_follow_the_field_dtype(
     tmp_path: Path, dtype: str, value: object, ok: bool
 ) -> None:
     path = tmp_path / "n.chute"
-    schema = {"x": chute.Tensor((), dtype)}
+    schema = {"x": chute.fields.Tensor((), dtype)}
     if ok:
         with chute.Writer(path, schema) as w:
             w.append({"x": value})
@@ -192,7 +192,7 @@ def test_python_numbers_follow_the_field_dtype(
 
 
 def test_python_number_out_of_range_names_its_sample_in_a_batch(tmp_path: Path) -> None:
-    schema = {"x": chute.Tensor((2,), "uint8")}
+    schema = {"x": chute.fields.Tensor((2,), "uint8")}
     with (
         pytest.raises(chute.SchemaError, match=r"sample 11: .*value 300"),
         chute.Writer(tmp_path / "b.chute", schema) as w,
@@ -206,6 +206,6 @@ def test_arrays_keep_the_strict_rule(tmp_path: Path) -> None:
     when every value fits."""
     with (
         pytest.raises(chute.SchemaError, match="dtype int64 does not fit"),
-        chute.Writer(tmp_path / "a.chute", {"x": chute.Tensor((), "uint8")}) as w,
+        chute.Writer(tmp_path / "a.chute", {"x": chute.fields.Tensor((), "uint8")}) as w,
     ):
         w.append({"x": np.int64(5)})

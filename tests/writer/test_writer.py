@@ -40,10 +40,10 @@ def test_write_arrays_tensors_and_lists(tmp_path, check_sample):
     assert path == tmp_path / "d.chute"
     ds = chute.open(path)
     assert ds.schema == {
-        "x": chute.Tensor((3,), "float32"),
-        "y": chute.Tensor((), "int16"),
+        "x": chute.fields.Tensor((3,), "float32"),
+        "y": chute.fields.Tensor((), "int16"),
         "w": chute.String(),
-        "n": chute.Tensor((), "int64"),
+        "n": chute.fields.Tensor((), "int64"),
     }
     for i in range(7):
         check_sample(ds[i], {"x": x[i], "y": y[i], "w": words[i], "n": np.int64(i)})
@@ -92,7 +92,7 @@ def test_append_and_extend_mix(tmp_path, check_sample):
         w.extend({"x": [np.float32(4.5)], "s": ["d"]})
         w.extend({"x": np.zeros(0, np.float32), "s": []})
         assert len(w) == 4
-        assert w.schema == {"x": chute.Tensor((), "float32"), "s": chute.String()}
+        assert w.schema == {"x": chute.fields.Tensor((), "float32"), "s": chute.String()}
     ds = chute.open(path)
     assert ds.gather(range(4))["s"] == ["a", "b", "c", "d"]
     assert ds.gather(range(4))["x"].tolist() == [1.5, 2.5, 3.5, 4.5]
@@ -103,18 +103,18 @@ def test_schema_inference_kinds(tmp_path):
     with chute.Writer(path) as w:
         w.append({"f": 1.0, "i": 3, "b": True, "s": "é", "raw": b"\x00", "c": 1j, "a": [1, 2]})
     assert chute.open(path).schema == {
-        "f": chute.Tensor((), "float64"),
-        "i": chute.Tensor((), "int64"),
-        "b": chute.Tensor((), "bool"),
+        "f": chute.fields.Tensor((), "float64"),
+        "i": chute.fields.Tensor((), "int64"),
+        "b": chute.fields.Tensor((), "bool"),
         "s": chute.String(),
         "raw": chute.Bytes(),
-        "c": chute.Tensor((), "complex128"),
-        "a": chute.Tensor((2,), "int64"),
+        "c": chute.fields.Tensor((), "complex128"),
+        "a": chute.fields.Tensor((2,), "int64"),
     }
 
 
 def test_declared_schema_accepts_safe_casts_and_refuses_lossy_ones(tmp_path):
-    schema = {"x": chute.Tensor((3,), "float32")}
+    schema = {"x": chute.fields.Tensor((3,), "float32")}
     with chute.Writer(tmp_path / "ok.chute", schema) as w:
         w.append({"x": [1, 2, 3]})  # Python ints that fit exactly
         w.append({"x": np.array([1, 2, 3], np.int16)})  # safe numpy cast
@@ -148,7 +148,7 @@ def test_bfloat16_and_exotic_dtypes(tmp_path, check_sample):
         for s in samples:
             w.append(s)
     ds = chute.open(path)
-    assert ds.schema["bf"] == chute.Tensor((2,), "bfloat16")
+    assert ds.schema["bf"] == chute.fields.Tensor((2,), "bfloat16")
     for i, s in enumerate(samples):
         check_sample(ds[i], s)
     assert ds.gather([3, 1])["bf"].dtype == torch.bfloat16
@@ -172,14 +172,18 @@ def test_metadata_round_trip_and_refusal(tmp_path):
 
 
 def test_empty_datasets(tmp_path):
-    schema = {"x": chute.Tensor((3,), "int8"), "t": chute.Ragged("int16"), "s": chute.String()}
+    schema = {
+        "x": chute.fields.Tensor((3,), "int8"),
+        "t": chute.Ragged("int16"),
+        "s": chute.String(),
+    }
     with chute.Writer(tmp_path / "a.chute", schema):
         pass
     ds = chute.open(tmp_path / "a.chute")
     assert len(ds) == 0 and ds.schema == schema
     assert ds.gather([])["x"].shape == (0, 3)
     chute.write(tmp_path / "b.chute", {"x": np.zeros((0, 2, 2), np.uint8)})
-    assert chute.open(tmp_path / "b.chute").schema == {"x": chute.Tensor((2, 2), "uint8")}
+    assert chute.open(tmp_path / "b.chute").schema == {"x": chute.fields.Tensor((2, 2), "uint8")}
     with pytest.raises(SchemaError, match="pass schema="), chute.Writer(tmp_path / "c.chute"):
         pass
     assert not (tmp_path / "c.chute").exists() and not leftovers(tmp_path / "c.chute")
@@ -233,7 +237,7 @@ def test_bad_part_size(tmp_path, part_size):
 def test_parallel_write_part_and_commit(tmp_path):
     """The low-level API parallel writers (Dask tasks) use: one part per thread, one commit."""
     path = tmp_path / "d.chute"
-    schema = {"x": chute.Tensor((2,), "float32"), "t": chute.Ragged("int64")}
+    schema = {"x": chute.fields.Tensor((2,), "float32"), "t": chute.Ragged("int64")}
     staging = cw.new_staging_dir(path)
     infos: list = [None] * 3
 
@@ -263,11 +267,11 @@ def test_parallel_write_part_and_commit(tmp_path):
 def test_write_part_checks_its_folder_and_schema(tmp_path):
     staging = cw.new_staging_dir(tmp_path / "d.chute")
     with pytest.raises(SchemaError, match="part-00000"):
-        cw.write_part(staging / "evil", {"x": chute.Tensor()}, [])
+        cw.write_part(staging / "evil", {"x": chute.fields.Tensor()}, [])
     with pytest.raises(SchemaError, match=r"field 'x', sample 2: shape \(2,\)"):
         cw.write_part(
             staging / "part-00000",
-            {"x": chute.Tensor((3,), "float32")},
+            {"x": chute.fields.Tensor((3,), "float32")},
             [{"x": np.zeros((2, 3), np.float32)}, {"x": [np.zeros(2, np.float32)]}],
         )
 
@@ -308,7 +312,7 @@ def test_append_errors(tmp_path):
     path = tmp_path / "d.chute"
     chute.write(path, {"x": np.arange(3)})
     with pytest.raises(SchemaError, match="differs from the dataset's"):
-        chute.Writer(path, {"x": chute.Tensor((), "float32")}, append=True)
+        chute.Writer(path, {"x": chute.fields.Tensor((), "float32")}, append=True)
     with pytest.raises(ArgumentValueError, match="exclude each other"):
         chute.Writer(path, append=True, overwrite=True)
     with pytest.raises(DatasetNotFoundError):
@@ -480,7 +484,7 @@ def test_promotion_within_one_extend(tmp_path):
 
 
 def test_shape_change_is_an_error_when_the_schema_is_given(tmp_path):
-    schema = {"t": chute.Tensor((3,), "int64")}
+    schema = {"t": chute.fields.Tensor((3,), "int64")}
     path = tmp_path / "d.chute"
     with (
         pytest.raises(SchemaError, match=r"field 't', sample 2: shape \(4,\).*chute\.Ragged"),
@@ -548,7 +552,7 @@ def test_first_batch_with_an_empty_field_is_not_dropped_silently(tmp_path):
     with chute.Writer(tmp_path / "b.chute") as w:
         w.extend({"x": [], "y": np.zeros(0)})  # all empty: nothing to infer from yet
         w.extend({"x": [5], "y": [6.0]})
-    assert chute.open(tmp_path / "b.chute").schema["x"] == chute.Tensor((), "int64")
+    assert chute.open(tmp_path / "b.chute").schema["x"] == chute.fields.Tensor((), "int64")
 
 
 def test_missing_and_unexpected_fields(tmp_path):
@@ -574,7 +578,7 @@ def test_missing_and_unexpected_fields(tmp_path):
         ({"x": chute.Bytes()}, np.zeros(2, np.int32), "Bytes takes bytes"),
         ({"x": chute.Ragged("float32", (3,))}, np.zeros((4, 2), np.float32), r"\(n, 3\)"),
         ({"x": chute.Ragged("float32")}, np.float32(1), r"shape \(\)"),
-        ({"x": chute.Tensor((), "int8")}, 300, "int64 does not fit the schema dtype int8"),
+        ({"x": chute.fields.Tensor((), "int8")}, 300, "int64 does not fit the schema dtype int8"),
     ],
 )
 def test_values_that_do_not_fit_the_declared_schema(tmp_path, schema, value, match):
@@ -585,7 +589,7 @@ def test_values_that_do_not_fit_the_declared_schema(tmp_path, schema, value, mat
 
 @pytest.mark.parametrize(
     "schema",
-    [{}, {"x": "float32"}, {"../x": chute.Tensor()}, {"a.b": chute.Tensor()}, ["x"]],
+    [{}, {"x": "float32"}, {"../x": chute.fields.Tensor()}, {"a.b": chute.fields.Tensor()}, ["x"]],
 )
 def test_bad_schemas(tmp_path, schema):
     with pytest.raises(SchemaError):
@@ -764,7 +768,7 @@ STREAMING_WRITER = """
 import resource, sys, numpy as np, chute
 peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 batch = np.zeros((256, 64 << 10), np.uint8)  # 16 MiB per extend, refilled in place
-schema = {"x": chute.Tensor((64 << 10,), "uint8"), "t": chute.Ragged("uint8")}
+schema = {"x": chute.fields.Tensor((64 << 10,), "uint8"), "t": chute.Ragged("uint8")}
 with chute.Writer(sys.argv[1], schema) as w:
     w.extend({"x": batch, "t": list(batch[:, :4096])})
     before = peak()

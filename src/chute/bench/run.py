@@ -107,7 +107,7 @@ def run_bench(
             setup = Setup(
                 root=root,
                 copy=copy,
-                fields={k: f for k, f in ds.schema.items() if isinstance(f, fmt.Tensor)},
+                fields=fmt.fixed_fields(ds.schema),
                 num_samples=n,
                 batch_size=batch_size,
                 workers=workers,
@@ -129,15 +129,15 @@ def _copy_sample(
 ) -> tuple[BenchReport, Path]:
     """Copy the first ``max_bytes`` of the fixed-shape fields into a fresh chute dataset."""
     src = _open_source(source, root, log)
-    fields = {k: f for k, f in src.schema.items() if isinstance(f, fmt.Tensor)}
+    fields = fmt.fixed_fields(src.schema)
     if not fields:
         raise SchemaError(
-            f"{source} has no fixed-shape (chute.Tensor) field; chute bench compares fixed-shape "
-            "fields only"
+            f"{source} has no fixed-shape (chute.fields.Tensor) field; chute bench compares "
+            "fixed-shape fields only"
         )
     for k in src.schema.keys() - fields.keys():
         log(f"field {k!r} is {src.schema[k].kind}: not benchmarked (fixed-shape fields only)")
-    row_bytes = sum(fmt.row_nbytes(f) for f in fields.values())
+    row_bytes = sum(f.row_nbytes() for f in fields.values())
     n = min(len(src), max(1, max_bytes // max(1, row_bytes)))
     need = n * row_bytes * (n_stores + 1)
     free = shutil.disk_usage(root).free

@@ -123,25 +123,25 @@ def _block(batch: Mapping[str, Any], schema: Mapping[str, fmt.Field]) -> pa.Tabl
     cols: dict[str, Any] = {}
     for name, f in schema.items():
         v = batch[name]
-        if isinstance(f, fmt.Tensor):
+        if f.fixed:
             cols[name] = _tensors(name, _numpy(v))
-        elif isinstance(f, fmt.String):
+        elif f.kind == "string":
             cols[name] = pa.array(v, pa.large_string())
         else:
             # an Image field: its JPEG bytes, as a Bytes field would be
-            cols[name] = _var_column(name, fmt.Bytes() if isinstance(f, fmt.Image) else f, v)
+            cols[name] = _var_column(name, fmt.Bytes() if f.kind == "image" else f, v)
     return pa.table(cols)
 
 
-def _var_column(name: str, f: fmt.Ragged | fmt.Bytes, v: RaggedBatch) -> Any:
+def _var_column(name: str, f: fmt.Field, v: RaggedBatch) -> Any:
     """Bytes as binary and ragged fields as list columns, sharing the batch's buffers; ragged
     fields with inner dimensions as Ray's variable-shaped tensors (one array per sample)."""
     offsets = v.offsets.numpy()
-    if isinstance(f, fmt.Bytes):
+    if f.kind == "bytes":
         bufs = [None, pa.py_buffer(offsets), pa.py_buffer(v.values.numpy())]
         return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offsets) - 1, bufs)
     values = _numpy(v.values)
-    if not f.inner_shape:
+    if not f.sample_shape[1:]:
         return pa.LargeListArray.from_arrays(offsets, values)
     rows = np.empty(len(offsets) - 1, object)
     for i, (p, q) in enumerate(itertools.pairwise(offsets.tolist())):

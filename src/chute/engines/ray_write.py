@@ -59,7 +59,7 @@ class Sink(Datasink):  # type: ignore[misc]  # Ray's classes are untyped for myp
     >>> ds.write_datasink(chute.ray.Sink("out.chute", part_size=100_000))
 
     The schema is ``schema`` if given, else inferred from the first block of each write task:
-    numeric (tensor) columns -> :class:`chute.Tensor`, list / variable-shaped tensor columns
+    numeric (tensor) columns -> :class:`chute.fields.Tensor`, list / variable-shaped tensor columns
     -> :class:`chute.Ragged`, binary -> :class:`chute.Bytes`, string -> :class:`chute.String`.
     A field whose shape varies between tasks becomes Ragged at the commit, as with
     :class:`chute.Writer`; any other difference is a :class:`chute.SchemaError` naming the
@@ -242,7 +242,7 @@ def _infer_field(name: str, col: np.ndarray) -> fmt.Field:
     if isinstance(col[0], (bytes, bytearray)):
         return fmt.Bytes()
     kinds = [infer_field(name, v) for v in col]
-    shapes = {k.shape for k in kinds if isinstance(k, fmt.Tensor)}
+    shapes = {k.sample_shape for k in kinds if k.fixed}
     if len(shapes) != len(set(kinds)) or len({len(s) for s in shapes}) != 1 or () in shapes:
         raise SchemaError(
             f"field {name!r}: samples of kinds {sorted(map(str, set(kinds)))[:4]} cannot make one "
@@ -270,25 +270,14 @@ def _merge(schemas: list[dict[str, fmt.Field]]) -> dict[str, fmt.Field]:
     return out
 
 
-def _dims(f: fmt.Field) -> tuple[int | None, ...] | None:
-    """The sample shape with the first axis free (None for bytes and strings)."""
-    if isinstance(f, fmt.Tensor):
-        return (None, *f.shape[1:]) if f.shape else None
-    if isinstance(f, fmt.Ragged):
-        return (None, *f.inner_shape)
-    return None
-
-
 def _widen(name: str, a: fmt.Field, b: fmt.Field) -> fmt.Field:
-    da, db = _dims(a), _dims(b)
-    if da is None or db is None or a.dtype != b.dtype or len(da) != len(db):
+    merged = fmt.merge_fields(a, b)
+    if merged is None:
         raise SchemaError(
             f"field {name!r} is {a} in some blocks and {b} in others; make the blocks agree "
             "(cast them in map_batches) or pass schema= to chute.ray.Sink / chute.ray.write"
         )
-    return fmt.Ragged(
-        a.dtype, tuple(x if x == y else None for x, y in zip(da[1:], db[1:], strict=True))
-    )
+    return merged
 
 
 def _conform(
@@ -298,7 +287,7 @@ def _conform(
     files = dict(info.files)
     for name, f in want.items():
         if have[name] != f:
-            for stale in fmt.field_files(name, have[name]).values():
+            for stale in have[name].files(name).values():
                 files.pop(stale, None)
             col = promote(staging / info.name, name, have[name], f, None, info.num_samples)
             files.update(col.close())

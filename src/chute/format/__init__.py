@@ -1,5 +1,8 @@
-"""The chute on-disk format, version 1: the spec, as constants, dtypes, field kinds
-(``fields``) and the manifest schema (``schema``). No I/O, no torch.
+"""The chute on-disk format, version 1: the spec, as constants and dtypes (``spec``), the field
+kinds, one module each (``tensor``, ``ragged``, ``blob``, ``image``) behind one registry
+(``kinds``) and one contract (``kind``), and the manifest schema (``schema``). The spec does no
+I/O and needs no torch; a kind's reading and writing methods import the reader and writer when
+called.
 
 A dataset is a folder holding ``chute.json`` (the manifest) and plain ``.npy`` files, one set
 per part: the root folder itself (part ``"."``) and/or ``part-NNNNN/`` sub-folders. Paths are
@@ -7,13 +10,31 @@ never read from the manifest: they are derived from validated field and part nam
 manifest cannot point outside its folder. ``docs/format.md`` is the prose version.
 """
 
-from .fields import (
+from .blob import Bytes, String
+from .image import IMAGE_CODECS, Image
+from .kind import FieldKind, VarKind
+from .kinds import (
+    KINDS,
+    Field,
+    field_from_json,
+    field_to_json,
+    fixed_fields,
+    is_field,
+    merge_fields,
+)
+from .ragged import Ragged
+from .schema import (
+    FileInfo,
+    Manifest,
+    PartInfo,
+    parse_manifest,
+)
+from .spec import (
     CHECKSUM,
     DTYPE_NAMES,
     FIELD_NAME,
     FORMAT_NAME,
     FORMAT_VERSION,
-    IMAGE_CODECS,
     MANIFEST,
     MAX_NDIM,
     MAX_SAMPLES,
@@ -21,29 +42,11 @@ from .fields import (
     PART_NAME,
     ROOT_PART,
     SHAPES_DTYPE,
-    Bytes,
-    Field,
-    Image,
-    Ragged,
-    String,
-    Tensor,
-    VarField,
     check_field_name,
     dtype_name,
-    expected_shape,
-    field_files,
-    field_from_json,
-    field_to_json,
-    role_dtype,
-    row_nbytes,
     storage_dtype,
 )
-from .schema import (
-    FileInfo,
-    Manifest,
-    PartInfo,
-    parse_manifest,
-)
+from .tensor import Tensor
 
 __all__ = [
     "CHECKSUM",
@@ -52,6 +55,7 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "IMAGE_CODECS",
+    "KINDS",
     "MANIFEST",
     "MAX_NDIM",
     "MAX_SAMPLES",
@@ -61,6 +65,7 @@ __all__ = [
     "SHAPES_DTYPE",
     "Bytes",
     "Field",
+    "FieldKind",
     "FileInfo",
     "Image",
     "Manifest",
@@ -68,15 +73,14 @@ __all__ = [
     "Ragged",
     "String",
     "Tensor",
-    "VarField",
+    "VarKind",
     "check_field_name",
     "dtype_name",
-    "expected_shape",
-    "field_files",
     "field_from_json",
     "field_to_json",
+    "fixed_fields",
+    "is_field",
+    "merge_fields",
     "parse_manifest",
-    "role_dtype",
-    "row_nbytes",
     "storage_dtype",
 ]

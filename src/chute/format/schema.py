@@ -9,18 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import FormatError, SchemaError, UnsafePathError, VersionError
-from .fields import (
+from .kinds import Field, field_from_json
+from .spec import (
     CHECKSUM,
     FORMAT_NAME,
     FORMAT_VERSION,
     MAX_SAMPLES,
     PART_NAME,
     ROOT_PART,
-    Field,
     check_field_name,
-    field_files,
-    field_from_json,
-    field_to_json,
 )
 
 
@@ -59,7 +56,7 @@ class Manifest:
             "version": FORMAT_VERSION,
             "num_samples": self.num_samples,
             "checksum": CHECKSUM,
-            "fields": {n: field_to_json(f) for n, f in self.fields.items()},
+            "fields": {n: f.to_json() for n, f in self.fields.items()},
             "parts": [
                 {
                     "name": p.name,
@@ -99,7 +96,7 @@ def parse_manifest(obj: Any) -> Manifest:
         except SchemaError as exc:
             raise _name_error(name)(str(exc)) from None
         fields[name] = field_from_json(name, spec)
-    expected = {fn for n, f in fields.items() for fn in field_files(n, f).values()}
+    expected = {fn for n, f in fields.items() for fn in f.files(n).values()}
     raw_parts = obj.get("parts")
     if not isinstance(raw_parts, list):
         raise FormatError("manifest 'parts' must be a list")

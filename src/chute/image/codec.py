@@ -34,7 +34,7 @@ __all__ = ["EncodedImage", "decode_image", "encode_image", "is_jpeg", "jpeg_size
 
 
 class EncodedImage(NamedTuple):
-    """What :func:`encode_image` returns and a :class:`chute.Image` field stores per sample:
+    """What :func:`encode_image` returns and a :class:`chute.fields.Image` field stores per sample:
     the JPEG bytes and the upright image's height and width. A :class:`chute.Writer` stores
     one as it is (it was checked when it was made), so encoding can happen elsewhere, e.g. in
     a pool of threads (:func:`chute.from_image_folder` does)."""

@@ -69,12 +69,12 @@ class Decoded:
         self.on_device: dict[str, str] = {}  # fields decoded by to_device (image/on_device.py)
         for name, field_ops in ops.items():
             f = ds.schema.get(name)
-            if not isinstance(f, fmt.Image):
+            if f is None or f.kind != "image":
                 what = "no such field" if f is None else f"a {f.kind} field"
-                images = [k for k, v in ds.schema.items() if isinstance(v, fmt.Image)]
+                images = [k for k, v in ds.schema.items() if v.kind == "image"]
                 raise SchemaError(
                     f"decode={{{name!r}: ...}}: {what}; decode= takes the dataset's "
-                    f"chute.Image fields ({images})"
+                    f"chute.fields.Image fields ({images})"
                 )
             checked = check_ops(field_ops)
             self.ops[name] = checked

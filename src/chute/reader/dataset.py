@@ -21,6 +21,7 @@ import os
 import pickle
 import threading
 import zlib
+from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,27 +32,15 @@ import torch
 from .. import format as fmt
 from .._args import check_path
 from .._arrays import distinct
-from .._torch import empty_buffers, to_torch
-from ..batch import RaggedBatch, pad_batch
+from .._torch import empty_buffers
 from ..errors import ArgumentError
+from ..format.kind import Sampler
 from .files import Part, Snapshot, check, snapshot
-from .gather import (
-    Piece,
-    Split,
-    check_backed,
-    check_gather_args,
-    check_indices,
-    check_shapes,
-    checked_offsets,
-    gather_fixed,
-    gather_var,
-    out_of_range,
-    out_rows,
-    strings,
-)
-from .images import decode_sample, gather_images, slice_images
+from .gather import FieldPart, Piece, Split, check_gather_args, check_indices, out_of_range
 
 Batch = dict[str, Any]
+Reader = tuple[str, Sampler, dict[str, np.ndarray], FieldPart]
+"""What ``ds[i]`` reads of one field in one part: name, sampler, the part's arrays, files."""
 
 
 class Dataset(torch.utils.data.Dataset):
@@ -83,14 +72,18 @@ class Dataset(torch.utils.data.Dataset):
         self._blob: bytes | None = None  # what __getstate__ sends, made on first use
         self.metadata: Mapping[str, Any] = snap.manifest.metadata
         self.schema: dict[str, fmt.Field] = snap.schema
-        self._fixed = frozenset(k for k, f in self.schema.items() if isinstance(f, fmt.Tensor))
+        # Made once here, so that ds[i] builds nothing but its result: each field's reader,
+        # and per (part, field) its arrays and files (paths built only for an error).
+        self._samplers = tuple((name, f.sampler()) for name, f in self.schema.items())
         self._files = snap.files
         self._parts = snap.parts
-        self._columns: dict[tuple[int, str], dict[str, np.ndarray]] = {}  # mapped on first use
+        self._columns: dict[tuple[int, str], tuple[dict[str, np.ndarray], FieldPart]] = {}
+        self._readers: dict[int, tuple[Reader, ...]] = {}  # part -> (see _part_readers)
         self._mapping = threading.Lock()  # guards _part_locks
         self._part_locks: dict[tuple[int, str], threading.Lock] = {}
         self._len = sum(p.num_samples for p in self._parts)
         self._ends = np.array([p.start + p.num_samples for p in self._parts], np.int64)
+        self._ends_list = self._ends.tolist()  # for bisect in ds[i]: no numpy call per sample
         if self._files.in_memory and self._files.stale is None:
             for i in range(len(self._parts)):
                 for name in self.schema:
@@ -102,21 +95,33 @@ class Dataset(torch.utils.data.Dataset):
         checksum of each file."""
         return self._parts
 
-    def _file(self, part: int, name: str, role: str) -> Path:
-        """The file of field ``name``'s ``role`` in part ``part`` (for error messages)."""
-        return self._parts[part].file(name, self.schema[name], role)
-
-    def _column(self, part: int, name: str) -> dict[str, np.ndarray]:
-        col = self._columns.get((part, name))
-        if col is None:
+    def _column(self, part: int, name: str) -> tuple[dict[str, np.ndarray], FieldPart]:
+        """Field ``name``'s arrays in part ``part`` (mapped on first use) and its files."""
+        got = self._columns.get((part, name))
+        if got is None:
             with self._mapping:
                 lock = self._part_locks.setdefault((part, name), threading.Lock())
             with lock:  # loader threads meeting a new part map its files once
-                col = self._columns.get((part, name))
-                if col is None:
-                    col = self._files.column(self._parts[part], name, self.schema[name])
-                    self._columns[part, name] = col
-        return col
+                got = self._columns.get((part, name))
+                if got is None:
+                    p, f = self._parts[part], self.schema[name]
+                    col = self._files.column(p, name, f)
+                    names = f.files(name)
+                    allocated = None
+                    if "values" in names:  # bytes on disk, bounding what a read allocates
+                        allocated = self._files.allocated.get(str(p.folder / names["values"]))
+                    got = col, FieldPart(p.folder, names, allocated, self.path, name, p.start)
+                    self._columns[part, name] = got
+        return got
+
+    def _part_readers(self, part: int) -> tuple[Reader, ...]:
+        """For each field: its name, sampler, arrays and files in part ``part`` (ds[i] looks up
+        one entry per sample, not one per field)."""
+        got = self._readers.get(part)
+        if got is None:
+            got = tuple((name, read, *self._column(part, name)) for name, read in self._samplers)
+            self._readers[part] = got
+        return got
 
     def check_files(self) -> None:
         """Map every file of the selected fields now and check its header and offsets against
@@ -133,8 +138,9 @@ class Dataset(torch.utils.data.Dataset):
     def _locate(self, i: int) -> tuple[int, int]:
         if not -self._len <= i < self._len:
             raise out_of_range(i, self._len, self.path)
-        i %= self._len
-        part = int(np.searchsorted(self._ends, i, side="right"))
+        if i < 0:
+            i += self._len
+        part = bisect_right(self._ends_list, i)
         return part, i - self._parts[part].start
 
     def __contains__(self, name: object) -> bool:
@@ -151,42 +157,16 @@ class Dataset(torch.utils.data.Dataset):
         ``.decode(k)`` decodes one), as images of different sizes make no single tensor. For
         decoded, equal-sized batches use a loader's ``decode=`` (``chute/loader/decode.py``).
         """
-        if isinstance(key, slice):
-            return self._slice(*key.indices(self._len))
-        part, j = self._locate(self._index(key))
+        if type(key) is not int:
+            if isinstance(key, slice):
+                return self._slice(*key.indices(self._len))
+            key = self._index(key)
+        part, j = self._locate(key)
         out: Batch = {}
-        for name, f in self.schema.items():
-            col = self._column(part, name)
-            if isinstance(f, fmt.Tensor):
-                out[name] = to_torch(col["data"][j, ...], f.dtype)
-                continue
-            offsets = checked_offsets(col, j, j + 1, self._file(part, name, "offsets"))
-            values = self._var_values(col, offsets, part, name, f"sample {j} of this part")
-            if isinstance(f, fmt.Image):  # decoded, uint8 (3, H, W): chute.reader.images
-                index = self._parts[part].start + j
-                out[name] = decode_sample(values, col["sizes"][j], self.path, name, index)
-            elif isinstance(f, fmt.String):
-                out[name] = values.tobytes().decode("utf-8", errors="replace")
-            elif "shapes" in col:
-                shape = col["shapes"][j : j + 1]
-                check_shapes(
-                    shape, np.diff(offsets), f.inner_shape, self._file(part, name, "shapes")
-                )
-                out[name] = to_torch(values.reshape(shape[0]), f.dtype)
-            else:
-                out[name] = to_torch(values, f.dtype)
-        self._recheck([part])
+        for name, sample, col, at in self._readers.get(part) or self._part_readers(part):
+            out[name] = sample(col, j, at)
+        self._recheck((part,))
         return out
-
-    def _var_values(
-        self, col: dict[str, np.ndarray], offsets: np.ndarray, part: int, name: str, what: str
-    ) -> np.ndarray:
-        """The values between ``offsets[0]`` and ``offsets[-1]`` (a view of the map), once
-        checked that the values file can back them (:func:`check_backed`)."""
-        values = col["values"][offsets[0] : offsets[-1]]
-        file = self._file(part, name, "values")
-        check_backed(values.nbytes, self._files.allocated.get(str(file)), file, what)
-        return values
 
     def _recheck(self, parts: Any) -> None:
         """The mapped files of ``parts`` (indices) are still those ``open()`` saw: checked
@@ -221,27 +201,8 @@ class Dataset(torch.utils.data.Dataset):
         a, b = start - self._parts[part].start, stop - self._parts[part].start
         out: Batch = {}
         for name, f in self.schema.items():
-            col = self._column(part, name)
-            if isinstance(f, fmt.Tensor):
-                out[name] = to_torch(col["data"][a:b], f.dtype)
-                continue
-            offsets = checked_offsets(col, a, b, self._file(part, name, "offsets"))
-            values = self._var_values(col, offsets, part, name, f"samples {a}..{b - 1}")
-            offsets = offsets - offsets[0]
-            if isinstance(f, fmt.String):
-                out[name] = strings(values, offsets)
-                continue
-            if isinstance(f, fmt.Image):  # encoded: chute.reader.images.EncodedImages
-                where = self._file(part, name, "sizes")
-                out[name] = slice_images(values, offsets, col["sizes"][a:b], where)
-                continue
-            shapes = None
-            if "shapes" in col:
-                rows = col["shapes"][a:b]
-                lengths = np.diff(offsets)
-                check_shapes(rows, lengths, f.inner_shape, self._file(part, name, "shapes"))
-                shapes = to_torch(rows, "int64")
-            out[name] = RaggedBatch(to_torch(values, f.dtype), torch.from_numpy(offsets), shapes)
+            col, at = self._column(part, name)
+            out[name] = f.take(col, a, b, at)
         self._recheck([part])
         return out
 
@@ -283,49 +244,17 @@ class Dataset(torch.utils.data.Dataset):
         split = self._split(idx)
         batch: Batch = {}
         for name, f in self.schema.items():
-            if isinstance(f, fmt.Tensor):
-                batch[name] = self._gather_fixed(name, f, split, b, out)
-                continue
-            if isinstance(f, fmt.Image):  # encoded: chute.reader.images.EncodedImages
-                pieces = self._pieces(name, split)
-                batch[name] = gather_images(pieces, b)
-                continue
-            rb = self._gather_var(name, f, split, b)
-            if isinstance(f, fmt.String):
-                batch[name] = strings(rb.values.numpy(), rb.offsets.numpy())
-            elif pad is not None:
-                batch[name], batch[f"{name}_lengths"] = pad_batch(rb, pad, name)
-            else:
-                batch[name] = rb
+            batch.update(f.gather(name, self._pieces(name, split), b, out, pad))
         self._recheck(p for p, _, _ in split)
         return batch
 
     def _pieces(self, name: str, split: Split) -> list[Piece]:
         """Each part's arrays of field ``name`` for the batch that ``split`` locates."""
-        f = self.schema[name]
         pieces = []
         for p, pos, local in split:
-            files = {r: self._parts[p].folder / fn for r, fn in fmt.field_files(name, f).items()}
-            allocated = (
-                self._files.allocated.get(str(files["values"])) if "values" in files else None
-            )
-            pieces.append(Piece(self._column(p, name), files, pos, local, allocated))
+            col, at = self._column(p, name)
+            pieces.append(Piece(col, at, pos, local, at.allocated))
         return pieces
-
-    def _gather_fixed(
-        self, name: str, f: fmt.Tensor, split: Split, b: int, out: Mapping[str, Any] | None
-    ) -> torch.Tensor:
-        pieces = self._pieces(name, split)
-        if out is None or name not in out:
-            return to_torch(gather_fixed(pieces, f, b), f.dtype)
-        t = out[name]
-        gather_fixed(pieces, f, b, out_rows(t, name, f, b))
-        return t if len(t) == b else t[:b]
-
-    def _gather_var(
-        self, name: str, f: fmt.Ragged | fmt.Bytes | fmt.String, split: Split, b: int
-    ) -> RaggedBatch:
-        return gather_var(self._pieces(name, split), f, b)
 
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
         """Pre-allocated ``out=`` buffers for :meth:`gather`, one per fixed-shape field."""
@@ -347,7 +276,7 @@ class Dataset(torch.utils.data.Dataset):
             p.files[fn].nbytes
             for p in self._parts
             for name, f in self.schema.items()
-            for fn in fmt.field_files(name, f).values()
+            for fn in f.files(name).values()
         )
 
     def close(self) -> None:
@@ -357,6 +286,7 @@ class Dataset(torch.utils.data.Dataset):
         after checking they are still the files ``open()`` saw (else
         :class:`~chute.DatasetChangedError`). ``with chute.open(path) as ds:`` closes on exit."""
         self._columns.clear()
+        self._readers.clear()
 
     def __enter__(self) -> Dataset:
         return self

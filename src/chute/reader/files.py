@@ -55,10 +55,6 @@ class Part:
     num_samples: int
     files: Mapping[str, fmt.FileInfo]
 
-    def file(self, name: str, f: fmt.Field, role: str) -> Path:
-        """The file of field ``name`` (kind ``f``) for ``role`` (``data``, ``values``, ...)."""
-        return self.folder / fmt.field_files(name, f)[role]
-
 
 class Snapshot(NamedTuple):
     """What ``open()`` checked: the manifest, the selected fields, the parts, their files."""
@@ -130,10 +126,10 @@ def snapshot(path: Path, fields: Sequence[str] | None, in_memory: bool) -> Snaps
 
 def _data_nbytes(f: fmt.Field, role: str, n: int) -> int | None:
     """Bytes after the header of file ``role`` of a part of ``n`` samples (None: values)."""
-    shape = fmt.expected_shape(f, role, n)
+    shape = f.expected_shape(role, n)
     if shape is None or role == "values":
         return None
-    itemsize = fmt.storage_dtype(fmt.role_dtype(f, role)).itemsize
+    itemsize = fmt.storage_dtype(f.role_dtype(role)).itemsize
     return math.prod(shape) * itemsize
 
 
@@ -163,7 +159,7 @@ class Files:
     def check_part(self, part: Part, schema: Mapping[str, fmt.Field]) -> None:
         """Check the files of the fields ``schema`` in ``part``."""
         for name, f in schema.items():
-            for role, fn in fmt.field_files(name, f).items():
+            for role, fn in f.files(name).items():
                 data = _data_nbytes(f, role, part.num_samples)
                 self._check_file(part.folder / fn, part.files[fn].nbytes, data)
 
@@ -264,28 +260,23 @@ class Files:
             raise self.changed(self.stale)
         col = self._column(part, name, f)
         if not self.in_memory:
-            paths = [str(part.folder / fn) for fn in fmt.field_files(name, f).values()]
+            paths = [str(part.folder / fn) for fn in f.files(name).values()]
             self._mapped[part.name, name] = tuple((p, self._loaded[p]) for p in paths)
         return col
 
     def _column(self, part: Part, name: str, f: fmt.Field) -> dict[str, np.ndarray]:
         folder, n = part.folder, part.num_samples
-        files = fmt.field_files(name, f)
-        if isinstance(f, fmt.Tensor):
-            return {"data": self._load(folder / files["data"], f.dtype, (n, *f.shape))}
-        offsets = self._load(folder / files["offsets"], "int64", (n + 1,))
-        values = self._load(folder / files["values"], f.dtype, None)
-        inner = () if f.variable_dims else f.inner_shape
-        if values.shape[1:] != inner or offsets[0] != 0 or offsets[-1] != len(values):
-            raise FormatError(
-                f"{folder / files['values']}: values {values.shape} do not match the "
-                f"offsets (0..{int(offsets[-1])}) and inner shape {inner}"
-            )
-        col = {"values": values, "offsets": offsets}
-        if f.variable_dims:
-            col["shapes"] = self._load(
-                folder / files["shapes"], "int64", (n, 1 + len(f.inner_shape))
-            )
-        if "sizes" in files:  # an Image field: (height, width) per sample
-            col["sizes"] = self._load(folder / files["sizes"], "int32", (n, 2))
+        files = f.files(name)
+        col = {
+            role: self._load(folder / fn, f.role_dtype(role), f.expected_shape(role, n))
+            for role, fn in files.items()
+        }
+        if "offsets" in col:
+            values, offsets = col["values"], col["offsets"]
+            inner = f.expected_shape("values", n, 0)[1:]  # type: ignore[index]
+            if values.shape[1:] != inner or offsets[0] != 0 or offsets[-1] != len(values):
+                raise FormatError(
+                    f"{folder / files['values']}: values {values.shape} do not match the "
+                    f"offsets (0..{int(offsets[-1])}) and inner shape {inner}"
+                )
         return col

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -34,11 +34,41 @@ Split = list[tuple[int, np.ndarray | None, np.ndarray]]
 in the part) for each part the batch hits."""
 
 
+class FieldPart(Mapping[str, Path]):
+    """Field ``name``'s files in one part, by role (``data``, ``values``...): each path is
+    built when it is looked up, i.e. for an error message, never per read. Made once when the
+    part's files are mapped, with what reads check against: the bytes on disk of the values
+    file (:func:`check_backed`), and the dataset and first sample, which errors name."""
+
+    __slots__ = ("allocated", "dataset", "folder", "name", "names", "start")
+
+    def __init__(
+        self,
+        folder: Path,
+        names: Mapping[str, str],
+        allocated: int | None = None,
+        dataset: object = None,
+        name: str = "",
+        start: int = 0,
+    ) -> None:
+        self.folder, self.names, self.allocated = folder, names, allocated
+        self.dataset, self.name, self.start = dataset, name, start
+
+    def __getitem__(self, role: str) -> Path:
+        return self.folder / self.names[role]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
 class Piece(NamedTuple):
     """One part's share of a batch, for one field: what the gathers read."""
 
     arrays: Mapping[str, np.ndarray]  # the field's arrays in the part: data | values, offsets..
-    files: Mapping[str, Path]  # their files, named in errors
+    files: Mapping[str, Path]  # their files, named in errors (a FieldPart: built on error)
     pos: np.ndarray | None  # positions in the batch (None: all of them, in order)
     local: np.ndarray  # sample indices in the part
     allocated: int | None = None  # bytes on disk of the values file (see check_backed)
@@ -140,7 +170,7 @@ def gather_fixed(
 
 def gather_var(
     parts: Sequence[Piece],
-    f: fmt.Ragged | fmt.Bytes | fmt.String,
+    f: fmt.VarKind,
     b: int,
     alloc: Callable[[int], np.ndarray] | None = None,
 ) -> RaggedBatch:
@@ -168,7 +198,7 @@ def gather_var(
         total = n_values if len(parts) == 1 else int(n.sum())
         src = piece.arrays["values"]
         rows = src.itemsize * math.prod(src.shape[1:])
-        check_backed(total * rows, piece.allocated, piece.files["values"], piece)
+        check_backed(total * rows, piece.allocated, piece.files, piece.local)
     inner: tuple[int, ...] = () if f.variable_dims else f.inner_shape  # type: ignore[assignment]
     if alloc is not None:
         values = alloc(n_values)
@@ -199,7 +229,7 @@ def gather_var(
                 got,
                 lengths if piece.pos is None else lengths[piece.pos],
                 f.inner_shape,
-                piece.files["shapes"],
+                piece.files,
             )
             shapes[slice(None) if piece.pos is None else piece.pos] = got
     return RaggedBatch(
@@ -207,6 +237,21 @@ def gather_var(
         torch.from_numpy(offsets),
         None if shapes is None else torch.from_numpy(shapes),
     )
+
+
+def batch_pieces(parts: Sequence[tuple[np.ndarray, RaggedBatch]], name: str) -> list[Piece]:
+    """Sub-batches of variable-size field ``name`` (a mix's sources: ``(positions, batch)``,
+    a :class:`RaggedBatch` or an ``EncodedImages``) as pieces for the gathers."""
+    where = Path(f"mix field {name!r}")
+    pieces = []
+    for pos, rb in parts:
+        arrays = {"values": as_numpy(rb.values), "offsets": rb.offsets.numpy()}
+        for role in ("shapes", "sizes"):
+            if getattr(rb, role, None) is not None:
+                arrays[role] = getattr(rb, role).numpy()
+        files = dict.fromkeys(("values", "offsets", "shapes", "sizes"), where)
+        pieces.append(Piece(arrays, files, pos, np.arange(len(rb), dtype=np.int64)))
+    return pieces
 
 
 def sample_bounds(
@@ -244,20 +289,21 @@ def segments(
     return flat
 
 
-def check_backed(nbytes: int, allocated: int | None, file: Path, what: object) -> None:
-    """Refuse to allocate ``nbytes`` for samples read from ``file`` when the file cannot back
-    them: more than :data:`UNBACKED_SLACK` and more than the file's blocks on disk
+def check_backed(
+    nbytes: int, allocated: int | None, files: Mapping[str, Path], samples: Any
+) -> None:
+    """Refuse to allocate ``nbytes`` for samples read from ``files["values"]`` when the file
+    cannot back them: more than :data:`UNBACKED_SLACK` and more than the file's blocks on disk
     (``allocated``; None or 0 when the filesystem does not say). A sparse file, or offsets
     that claim gigabytes a few KB hold, would otherwise allocate memory unbounded by the data.
-    ``what``: the samples, for the message."""
+    ``samples``: their indices in the part, for the message."""
     if nbytes <= UNBACKED_SLACK or not allocated or nbytes <= allocated:
         return
-    local = getattr(what, "local", None)
-    samples = f"samples {head(local)}" if local is not None else str(what)
     raise FormatError(
-        f"{file}: {samples} would take {nbytes:,} bytes, but the file has only {allocated:,} "
-        "bytes on disk: a sparse file or offsets that do not describe its data (corrupt or "
-        "crafted); refusing to allocate. Run `chute verify` on the dataset"
+        f"{files['values']}: samples {head(samples)} would take {nbytes:,} bytes, but the "
+        f"file has only {allocated:,} bytes on disk: a sparse file or offsets that do not "
+        "describe its data (corrupt or crafted); refusing to allocate. Run `chute verify` on "
+        "the dataset"
     )
 
 
@@ -267,19 +313,35 @@ def head(indices: Any) -> str:
     return f"{idx[:4].tolist()}{'...' if len(idx) > 4 else ''}"
 
 
-def checked_offsets(col: dict[str, np.ndarray], a: int, b: int, where: Path) -> np.ndarray:
+def part_values(
+    col: Mapping[str, np.ndarray], a: int, b: int, files: FieldPart
+) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, values) of samples ``a..b-1`` of a part's column of a values+offsets field:
+    the offsets checked (:func:`checked_offsets`), the values a view of the map once checked
+    that the values file can back them (:func:`check_backed`)."""
+    offsets = checked_offsets(col, a, b, files)
+    values = col["values"][offsets[0] : offsets[-1]]
+    check_backed(values.nbytes, files.allocated, files, range(a, b))
+    return offsets, values
+
+
+def checked_offsets(
+    col: Mapping[str, np.ndarray], a: int, b: int, files: Mapping[str, Path]
+) -> np.ndarray:
     """Offsets of samples ``a..b`` of a part's column, checked to lie in order inside its
     values: a corrupt offsets file must not turn into a negative or out-of-range slice."""
     offsets = col["offsets"][a : b + 1]
     if offsets[0] < 0 or offsets[-1] > len(col["values"]) or (np.diff(offsets) < 0).any():
         raise FormatError(
-            f"{where}: offsets of samples {a}..{b - 1} of this part are invalid "
+            f"{files['offsets']}: offsets of samples {a}..{b - 1} of this part are invalid "
             f"({offsets[:4].tolist()}... of {len(col['values'])} values); the dataset is corrupt"
         )
     return offsets
 
 
-def check_shapes(shapes: np.ndarray, lengths: np.ndarray, inner: tuple, where: Path) -> None:
+def check_shapes(
+    shapes: np.ndarray, lengths: np.ndarray, inner: tuple, files: Mapping[str, Path]
+) -> None:
     """Per-sample shapes of samples of ``lengths`` values: no negative dim, the fixed dims,
     exactly the sample's number of values (an int64 overflow is caught by the float check)."""
     with np.errstate(over="ignore"):
@@ -291,8 +353,8 @@ def check_shapes(shapes: np.ndarray, lengths: np.ndarray, inner: tuple, where: P
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise FormatError(
-            f"{where}: a sample's shape {shapes[i].tolist()} does not fit its {int(lengths[i])} "
-            f"values and the inner shape {inner}; the dataset is corrupt"
+            f"{files['shapes']}: a sample's shape {shapes[i].tolist()} does not fit its "
+            f"{int(lengths[i])} values and the inner shape {inner}; the dataset is corrupt"
         )
 
 
@@ -302,7 +364,7 @@ def check_gather_args(
     """``out=`` holds buffers of fixed-shape fields only, and ``pad=`` would add no
     ``FIELD_lengths`` that is already a field (``narrow``: how to leave one out, e.g. "open it
     with fields="); else a SchemaError."""
-    fixed = {k for k, f in schema.items() if isinstance(f, fmt.Tensor)}
+    fixed = set(fmt.fixed_fields(schema))
     if out is not None and (not isinstance(out, Mapping) or not fixed.issuperset(out)):
         raise SchemaError(
             f"out= takes a dict of buffers for fixed-shape fields {sorted(fixed)} (see "
@@ -310,7 +372,7 @@ def check_gather_args(
         )
     if pad is not None:
         for name, f in schema.items():
-            if isinstance(f, (fmt.Ragged, fmt.Bytes)) and f"{name}_lengths" in schema:
+            if f.pads and f"{name}_lengths" in schema:
                 raise SchemaError(
                     f"pad= would add {name + '_lengths'!r} (the lengths of field {name!r}), but "
                     f"there is a field of that name; {narrow} without one of them, or pad "

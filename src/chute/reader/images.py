@@ -1,4 +1,5 @@
-"""Reading :class:`chute.Image` fields: the encoded batch type, its gather, and ``ds[i]``'s decode.
+"""Reading :class:`chute.fields.Image` fields: the encoded batch type, its gather, and
+``ds[i]``'s decode.
 
 ``ds.gather(idx)`` and ``ds[a:b]`` give an image field as :class:`EncodedImages`: the JPEG
 bytes of each sample (values + offsets, as a :class:`chute.RaggedBatch` of bytes would) plus
@@ -11,7 +12,7 @@ and the sample.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +70,12 @@ class EncodedImages(RaggedBatch):
         return f"chute.EncodedImages({len(self)} images, {len(self.values):,} bytes)"
 
 
-def _checked_sizes(sizes: np.ndarray, where: Path | str) -> np.ndarray:
+def _checked_sizes(sizes: np.ndarray, files: Mapping[str, Path]) -> np.ndarray:
     if len(sizes) and sizes.min() < 1:
         bad = int(np.flatnonzero((sizes < 1).any(axis=1))[0])
         raise FormatError(
-            f"{where}: a stored image size {sizes[bad].tolist()} is not positive; the dataset "
-            "is corrupt"
+            f"{files['sizes']}: a stored image size {sizes[bad].tolist()} is not positive; the "
+            "dataset is corrupt"
         )
     return sizes
 
@@ -86,18 +87,17 @@ def gather_images(pieces: Sequence[Piece], b: int) -> EncodedImages:
     data = gather_var(pieces, fmt.Bytes(), b, thread_bytes)
     sizes = np.empty((b, 2), np.int32)
     for piece in pieces:
-        rows = _checked_sizes(
-            np.take(piece.arrays["sizes"], piece.local, axis=0), piece.files["sizes"]
-        )
+        rows = _checked_sizes(np.take(piece.arrays["sizes"], piece.local, axis=0), piece.files)
         sizes[slice(None) if piece.pos is None else piece.pos] = rows
     return EncodedImages(data.values, data.offsets, torch.from_numpy(sizes))
 
 
 def slice_images(
-    values: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, where: Path
+    values: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, files: Mapping[str, Path]
 ) -> EncodedImages:
-    """``ds[a:b]`` of an image field inside one part: values, 0-based offsets, sizes rows."""
-    sizes = _checked_sizes(np.array(sizes, np.int32), where)
+    """``ds[a:b]`` of an image field inside one part: values, 0-based offsets, sizes rows
+    (``files``: the field's files in the part, named in errors)."""
+    sizes = _checked_sizes(np.array(sizes, np.int32), files)
     return EncodedImages(
         torch.from_numpy(np.array(values)), torch.from_numpy(offsets), torch.from_numpy(sizes)
     )

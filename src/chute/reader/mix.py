@@ -45,7 +45,6 @@ from __future__ import annotations
 import collections
 import copy
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,14 +53,12 @@ import torch
 from .. import format as fmt
 from .._args import check_int
 from .._arrays import distinct
-from .._torch import as_numpy, empty_buffers, to_torch
-from ..batch import RaggedBatch, pad_batch
+from .._torch import empty_buffers
 from ..errors import ArgumentError, SchemaError
 from ..order.counts import source_counts
 from ..order.permute import Permutation
 from .dataset import Dataset
-from .gather import Piece, check_gather_args, check_indices, gather_var, out_rows
-from .images import gather_images
+from .gather import check_gather_args, check_indices
 from .subset import SubsetDataset, loadable
 
 __all__ = ["Mix", "mix"]
@@ -258,22 +255,8 @@ class Mix:
             parts.append((where, self.datasets[self.sources[s]].gather(idx[where])))
         batch: dict[str, Any] = {}
         for name, f in self.schema.items():
-            if name == SOURCE:
-                batch[name] = _fixed(name, _SOURCE_FIELD, b, out, [(np.arange(b), {name: src})])
-            elif isinstance(f, fmt.Tensor):
-                batch[name] = _fixed(name, f, b, out, parts)
-            elif isinstance(f, fmt.String):
-                strings: list[Any] = [None] * b
-                for where, sub in parts:
-                    for w, text in zip(where.tolist(), sub[name], strict=True):
-                        strings[w] = text
-                batch[name] = strings
-            else:
-                rb = _merge_ragged(f, b, [(where, sub[name]) for where, sub in parts], name)
-                if pad is None:
-                    batch[name] = rb
-                else:
-                    batch[name], batch[f"{name}_lengths"] = pad_batch(rb, pad, name)
+            got = [(np.arange(b), src)] if name == SOURCE else [(w, sub[name]) for w, sub in parts]
+            batch.update(f.merge_batches(name, b, got, out, pad))
         return batch
 
     def __getitem__(self, i: Any) -> dict[str, Any]:
@@ -341,20 +324,12 @@ def _common_schema(
     for k in wanted:
         specs = {n: sc[k] for n, sc in zip(names, schemas, strict=True)}
         if len(set(specs.values())) > 1:
-            got = ", ".join(f"{n!r}: {_describe(f)}" for n, f in specs.items())
+            got = ", ".join(f"{n!r}: {f.describe()}" for n, f in specs.items())
             raise SchemaError(
                 f"field {k!r} differs between the sources ({got}); convert one, or leave the "
                 "field out with fields="
             )
     return {k: schemas[0][k] for k in wanted}
-
-
-def _describe(f: fmt.Field) -> str:
-    if isinstance(f, fmt.Tensor):
-        return f"{f.dtype} {tuple(f.shape)}"
-    if isinstance(f, fmt.Ragged):
-        return f"ragged {f.dtype} (n, {', '.join(str(d) for d in f.inner_shape)})"
-    return f.kind
 
 
 def _select(ds: Any, wanted: list[str]) -> Any:
@@ -369,45 +344,3 @@ def _select(ds: Any, wanted: list[str]) -> Any:
         narrowed.__setstate__({**ds.__getstate__(), "fields": wanted})
         return narrowed
     return ds
-
-
-# ---------------------------------------------------------------------- merging sub-batches
-
-
-def _fixed(
-    name: str, f: fmt.Tensor, b: int, out: Mapping[str, Any] | None, parts: list
-) -> torch.Tensor:
-    """Fixed-shape field ``name`` of the batch: each source's rows put at their positions."""
-    t = out[name] if out is not None and name in out else None
-    if t is None:
-        rows = np.empty((b, *f.shape), fmt.storage_dtype(f.dtype))
-    else:
-        rows = out_rows(t, name, f, b)
-    for where, sub in parts:
-        got = sub[name]
-        rows[where] = as_numpy(got) if isinstance(got, torch.Tensor) else got
-    if t is None:
-        return to_torch(rows, f.dtype)
-    return t if len(t) == b else t[:b]
-
-
-def _merge_ragged(
-    f: fmt.Ragged | fmt.Bytes | fmt.Image,
-    b: int,
-    parts: list[tuple[np.ndarray, RaggedBatch]],
-    name: str,
-) -> RaggedBatch:
-    """One RaggedBatch (EncodedImages for an image field) of the sources' ones, samples at
-    their positions: the reader's gathers over the sub-batches as pieces."""
-    where = Path(f"mix field {name!r}")
-    pieces = []
-    for pos, rb in parts:
-        arrays = {"values": as_numpy(rb.values), "offsets": rb.offsets.numpy()}
-        for part in ("shapes", "sizes"):
-            if getattr(rb, part, None) is not None:
-                arrays[part] = getattr(rb, part).numpy()
-        files = dict.fromkeys(("values", "offsets", "shapes", "sizes"), where)
-        pieces.append(Piece(arrays, files, pos, np.arange(len(rb), dtype=np.int64)))
-    if isinstance(f, fmt.Image):
-        return gather_images(pieces, b)
-    return gather_var(pieces, f, b)

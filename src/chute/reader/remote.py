@@ -59,6 +59,7 @@ class RemoteFiles(Files):
         self._relpaths: list[list[str]] = []  # per part: its files of the selected fields
         self._sizes: dict[str, int] = {}
         self.columns: dict[tuple[int, str], Any] | None = None  # the dataset's maps
+        self.readers: dict[int, Any] | None = None  # and what its ds[i] reads, per part
         self.held = HeldParts(None if in_memory else keep, self._forget)
         self._lock = threading.Lock()
 
@@ -67,7 +68,7 @@ class RemoteFiles(Files):
         size and checksum of each download)."""
         rel = []
         for name, f in schema.items():
-            for fn in fmt.field_files(name, f).values():
+            for fn in f.files(name).values():
                 file = part.folder / fn
                 self._sizes[str(file)] = part.files[fn].nbytes
                 rel.append(os.path.relpath(file, self.path))
@@ -104,6 +105,8 @@ class RemoteFiles(Files):
         if columns is not None:
             for key in [k for k in list(columns) if k[0] == part]:
                 columns.pop(key, None)
+        if self.readers is not None:
+            self.readers.pop(part, None)
 
 
 class RemoteDataset(Dataset):
@@ -137,7 +140,7 @@ class RemoteDataset(Dataset):
         snap = check(cache.folder, cache.manifest, fields, in_memory, None, files)
         cache.check_limit(PREFETCH_AHEAD + KEEP, list(snap.schema))
         self._set(cache.folder, snap)
-        files.columns = self._columns
+        files.columns, files.readers = self._columns, self._readers
         self._remote_files = files
 
     # ----------------------------------------------------------------- prefetch

@@ -6,7 +6,6 @@ import os
 
 from tqdm.auto import tqdm
 
-from .. import format as fmt
 from ..errors import ChecksumError
 from ..manifest import file_checksum
 from .opening import open as open_dataset
@@ -29,7 +28,7 @@ def verify(path: str | os.PathLike, progress: bool = False) -> int:
         with bar:
             for part in ds.parts:
                 for name, f in ds.schema.items():
-                    for fn in fmt.field_files(name, f).values():
+                    for fn in f.files(name).values():
                         file = part.folder / fn
                         if file_checksum(file) != part.files[fn].checksum:
                             bad.append(str(file))

@@ -239,9 +239,9 @@ class ArraySource(Source):
         Strings stored as UTF-8 bytes (HDF5, a compound's string member) are decoded here,
         so every array kind gives ``str`` objects for a String field.
         """
-        if isinstance(field, fmt.String):
+        if field.kind == "string":
             return lambda a, b: as_strings(array[a:b], f"{self.name}: rows {a}:{b}")
-        if isinstance(field, fmt.Bytes):
+        if field.kind == "bytes":
             return lambda a, b: array[a:b].tolist()  # bytes objects; the writer checks them
         return lambda a, b: array[a:b]
 
@@ -259,8 +259,7 @@ class ArraySource(Source):
     def ranges(self) -> list[range]:
         """The row ranges :meth:`batches` reads, in order."""
         row_bytes = sum(
-            fmt.row_nbytes(f) if isinstance(f, fmt.Tensor) else _STRING_ROW_BYTES
-            for f in self.schema.values()
+            f.row_nbytes() if f.fixed else _STRING_ROW_BYTES for f in self.schema.values()
         )
         chunks = [c for a in self._arrays.values() if (c := self.chunk_rows(a))]
         return plan_ranges(self.num_samples, row_bytes, chunks, self.batch_bytes)

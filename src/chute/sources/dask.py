@@ -32,7 +32,7 @@ _WHERE = "<dask arrays>"
 
 def _write_part(folder: str, schema: dict[str, fmt.Field], blocks: dict[str, Any]) -> fmt.PartInfo:
     """The task: write one block of rows as a part (runs on a Dask worker)."""
-    batch = {k: v.tolist() if isinstance(schema[k], fmt.VarField) else v for k, v in blocks.items()}
+    batch = {k: v.tolist() if not schema[k].fixed else v for k, v in blocks.items()}
     return write_part(folder, schema, [batch])
 
 

@@ -2,7 +2,7 @@
 
 The source is a path or an open ``h5py.File`` / ``Group`` / ``Dataset``, read the same way
 (an object stays open: its owner closes it). Nested groups give field names like
-``group/name``. Numeric datasets become :class:`chute.Tensor` fields, 1-D string datasets
+``group/name``. Numeric datasets become :class:`chute.fields.Tensor` fields, 1-D string datasets
 :class:`chute.String`, 1-D variable-length numeric datasets :class:`chute.Ragged`. Rows are
 read in whole HDF5 chunks (see :func:`~chute.sources.base.plan_ranges`), so each chunk is
 decompressed once. Soft and external links are not followed: each is left out with a warning
@@ -77,7 +77,7 @@ class HDF5Source(ArraySource):
         return super().field(key, array)
 
     def reader(self, array: Any, field: fmt.Field) -> Callable[[int, int], Any]:
-        if isinstance(field, fmt.Ragged):
+        if field.kind == "ragged":
             return lambda a, b: list(array[a:b])
         return super().reader(array, field)  # strings: UTF-8 bytes decoded there
 

@@ -4,7 +4,7 @@
 images by extension listed apart) and, iterated, yields ``{"image": EncodedImage, "label":
 int, "path": str}`` per image, encoded with :func:`chute.image.encode_image` in a pool of
 threads (PIL and simplejpeg release the GIL), in file order, with a progress bar: samples a
-:class:`chute.Writer` with a :class:`chute.Image` field stores as they are.
+:class:`chute.Writer` with a :class:`chute.fields.Image` field stores as they are.
 :func:`from_image_folder` writes them.
 
 A file that cannot be decoded raises :class:`chute.SourceError` naming it
@@ -140,7 +140,7 @@ def from_image_folder(
 ) -> Path:
     """Convert an ImageFolder tree (``root/CLASS/.../file.jpg``) to a chute dataset at ``dst``.
 
-    Fields: ``image`` (:class:`chute.Image`: JPEGs within ``max_side`` kept byte for byte,
+    Fields: ``image`` (:class:`chute.fields.Image`: JPEGs within ``max_side`` kept byte for byte,
     others converted to RGB, shrunk to ``max_side`` and encoded at ``quality``, see
     :func:`chute.image.encode_image`), ``label`` (int64, the class's position in the sorted
     class folders), ``path`` (the file's path relative to ``root``). Encoded in

@@ -2,7 +2,7 @@
 
 ``chute convert ROOT DST`` (and ``chute.convert(root, dst)``) detect the torchvision
 ImageFolder layout (:func:`chute.sniff.is_image_folder`) and write what
-:func:`chute.from_image_folder` writes: fields ``image`` (:class:`chute.Image`), ``label``
+:func:`chute.from_image_folder` writes: fields ``image`` (:class:`chute.fields.Image`), ``label``
 (int64), ``path`` (String), the class names, ignored and skipped files in the metadata.
 Options: ``max_side``, ``quality``, ``num_workers`` (encoding threads, default one per CPU),
 ``on_error`` (``"raise"`` or ``"skip"``); the array sources' ``workers`` and

@@ -214,7 +214,7 @@ class RemoteCache:
         m = self._manifest()
         info = m.parts[part]
         names = m.fields if fields is None else fields
-        files = [fn for n in names for fn in fmt.field_files(n, m.fields[n]).values()]
+        files = [fn for n in names for fn in m.fields[n].files(n).values()]
         return [fn if info.name == fmt.ROOT_PART else f"{info.name}/{fn}" for fn in files]
 
     def pin_part(self, part: int, fields: Sequence[str] | None = None) -> Pin:

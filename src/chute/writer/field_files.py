@@ -17,6 +17,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import xxhash
@@ -104,21 +105,13 @@ class FieldWriter:
             raise
 
     def _open(self, folder: Path) -> None:
-        f, names = self.field, fmt.field_files(self.name, self.field)
+        f, names = self.field, self.field.files(self.name)
         (folder / self.name).parent.mkdir(parents=True, exist_ok=True)
-        sd = fmt.storage_dtype(f.dtype)
-        if isinstance(f, fmt.Tensor):
-            self.files["data"] = _ArrayFile(folder / names["data"], sd, f.shape)
-            return
-        inner = () if f.variable_dims else f.inner_shape
-        self.files["values"] = _ArrayFile(folder / names["values"], sd, inner)  # type: ignore[arg-type]
-        self.files["offsets"] = _ArrayFile(folder / names["offsets"], fmt.OFFSETS_DTYPE, ())
-        if f.variable_dims:
-            ndim = 1 + len(f.inner_shape)
-            self.files["shapes"] = _ArrayFile(folder / names["shapes"], fmt.SHAPES_DTYPE, (ndim,))
-        if "sizes" in names:  # an Image field: (height, width) per sample
-            self.files["sizes"] = _ArrayFile(folder / names["sizes"], np.dtype("<i4"), (2,))
-        self.files["offsets"].write(np.zeros(1, np.int64))
+        for role, fn in names.items():
+            row = f.expected_shape(role, 0, 0)[1:]  # type: ignore[index]
+            self.files[role] = _ArrayFile(folder / fn, fmt.storage_dtype(f.role_dtype(role)), row)
+        if "offsets" in self.files:
+            self.files["offsets"].write(np.zeros(1, np.int64))
 
     def write(self, batch: np.ndarray | VarBatch) -> None:
         if isinstance(batch, np.ndarray):
@@ -133,7 +126,7 @@ class FieldWriter:
             self.files["sizes"].write(batch.sizes)
 
     def close(self) -> dict[str, fmt.FileInfo]:
-        names = fmt.field_files(self.name, self.field)
+        names = self.field.files(self.name)
         try:
             return {names[role]: af.close() for role, af in self.files.items()}
         except BaseException:
@@ -155,15 +148,16 @@ def promote(
     """
     if col is not None:
         col.close()
-    old_files = {r: folder / fn for r, fn in fmt.field_files(name, old).items()}
+    old_files = {r: folder / fn for r, fn in old.files(name).items()}
     arrays = {r: np.load(p, mmap_mode="r", allow_pickle=False) for r, p in old_files.items()}
     for p in old_files.values():  # the maps keep the data alive; free the names for the new files
         os.replace(p, p.with_name(p.name + ".old"))
     out = FieldWriter(folder, name, new)
-    if isinstance(old, fmt.Tensor):  # a promoted Tensor has ndim >= 1 (see _widen)
-        rows = arrays["data"].reshape(n * old.shape[0], *old.shape[1:])
-        row_len = np.full(n, old.shape[0], np.int64)
-        shapes = np.tile(np.array(old.shape, np.int64), (n, 1))
+    if old.fixed:  # a promoted Tensor has ndim >= 1 (see _widen)
+        shape = cast(tuple[int, ...], old.sample_shape)
+        rows = arrays["data"].reshape(n * shape[0], *shape[1:])
+        row_len = np.full(n, shape[0], np.int64)
+        shapes = np.tile(np.array(shape, np.int64), (n, 1))
     else:
         rows = arrays["values"]
         row_len = np.diff(arrays["offsets"])
@@ -171,9 +165,8 @@ def promote(
             shapes = arrays["shapes"]
         else:
             shapes = np.column_stack(
-                [row_len, np.tile(np.array(old.inner_shape, np.int64), (n, 1))]
+                [row_len, np.tile(np.array(old.sample_shape[1:], np.int64), (n, 1))]
             ).astype(np.int64)
-    assert isinstance(new, fmt.Ragged)
     lengths = row_len * math.prod(rows.shape[1:]) if new.variable_dims else row_len
     starts = np.concatenate([[0], np.cumsum(row_len)])
     step = max(

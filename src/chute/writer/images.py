@@ -1,4 +1,4 @@
-"""The writer's side of :class:`chute.Image` fields: user images -> JPEG bytes + sizes.
+"""The writer's side of :class:`chute.fields.Image` fields: user images -> JPEG bytes + sizes.
 
 A value may be a PIL image, encoded bytes (any format PIL reads), a uint8 array or tensor
 (``(H, W, 3)``, ``(3, H, W)`` or ``(H, W)``), or an :class:`~chute.image.codec.EncodedImage`

@@ -1,7 +1,8 @@
 """The writer's checks and conversions: user values -> arrays of the field's dtype and shape.
 
-A batch is checked and converted whole (:func:`prepare`) before anything is appended, so a bad
-sample never leaves the field's files out of step with the others. Python ints and floats
+A batch is checked and converted whole (each kind's ``prepare``, built from the functions here)
+before anything is appended, so a bad sample never leaves the field's files out of step with
+the others. Python ints and floats
 (and lists of them) follow the field's dtype when they fit: numpy's ``same_kind`` rule (an int
 into a float field, a float into float16; never a float into an int field), range-checked (300
 into uint8 or 1e40 into float32 are refused). Arrays keep their dtype: they are cast only where
@@ -12,7 +13,7 @@ ragged); one that does not fit a declared field is a :class:`~chute.SchemaError`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -70,8 +71,10 @@ def to_array(value: Any, name: str, index: int) -> tuple[np.ndarray, str, bool]:
     return arr, arr.dtype.name, native
 
 
-def _var_bytes(value: Any, f: fmt.Field, name: str, index: int) -> np.ndarray:
-    if isinstance(f, fmt.String):
+def string_row(name: str) -> Callable[[Any, int], np.ndarray]:
+    """The conversion of one sample of String field ``name``: a ``str`` -> its UTF-8 bytes."""
+
+    def row(value: Any, index: int) -> np.ndarray:
         if not isinstance(value, str):
             raise SchemaError(
                 f"field {name!r}, sample {index}: expected str, got {type(value).__name__}"
@@ -83,12 +86,24 @@ def _var_bytes(value: Any, f: fmt.Field, name: str, index: int) -> np.ndarray:
                 f"field {name!r}, sample {index}: the str has no UTF-8 form ({exc.reason} at "
                 f"character {exc.start}: {value[exc.start : exc.end]!r}); clean it first"
             ) from None
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return np.frombuffer(bytes(value), np.uint8)
-    arr, dt, _ = to_array(value, name, index)
-    if dt != "uint8" or arr.ndim != 1:
-        raise SchemaError(f"field {name!r}, sample {index}: Bytes takes bytes or a 1-D uint8 array")
-    return arr
+
+    return row
+
+
+def bytes_row(name: str) -> Callable[[Any, int], np.ndarray]:
+    """The conversion of one sample of Bytes field ``name``: bytes or a 1-D uint8 array."""
+
+    def row(value: Any, index: int) -> np.ndarray:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return np.frombuffer(bytes(value), np.uint8)
+        arr, dt, _ = to_array(value, name, index)
+        if dt != "uint8" or arr.ndim != 1:
+            raise SchemaError(
+                f"field {name!r}, sample {index}: Bytes takes bytes or a 1-D uint8 array"
+            )
+        return arr
+
+    return row
 
 
 def infer_field(name: str, value: Any, batch: bool = False) -> fmt.Field:
@@ -100,8 +115,8 @@ def infer_field(name: str, value: Any, batch: bool = False) -> fmt.Field:
     from ..image.codec import EncodedImage
 
     # An image already encoded (chute.image.encode_image) is an Image field. A PIL image is
-    # not: without a declared chute.Image() it stays its pixels (lossless, as before), never a
-    # JPEG re-encoded behind the caller's back.
+    # not: without a declared chute.fields.Image() it stays its pixels (lossless, as before),
+    # never a JPEG re-encoded behind the caller's back.
     if isinstance(value, EncodedImage):
         return fmt.Image()
     arr, dt, _ = to_array(value, name, 0)
@@ -212,7 +227,7 @@ def _widen(
 
     The dtype is checked first: a change of shape alone makes an inferred field ragged, so
     when the dtype does not fit either, that is the cause to name."""
-    fixed = old.shape if isinstance(old, fmt.Tensor) else (None, *old.inner_shape)
+    fixed = old.sample_shape
     want = "(n, " + ", ".join(map(str, fixed[1:])) + ")" if fixed[:1] == (None,) else str(fixed)
     if not _dtype_fits(dtype, native, old.dtype):
         ragged = " (a change of shape alone would make it ragged)" if auto else ""
@@ -227,37 +242,47 @@ def _widen(
     raise SchemaError(f"field {name!r}, sample {i}: shape {shape} does not match {want}{hint}")
 
 
-def prepare(values: Any, f: fmt.Field, name: str, start: int, auto: bool) -> np.ndarray | VarBatch:
-    """Check and convert a batch of ``values`` for field ``f`` (raises Promote / SchemaError)."""
-    if isinstance(f, fmt.Image):
-        from .images import prepare_images  # encodes: PIL, bytes, arrays -> JPEG + sizes
+def prepare_fixed(values: Any, f: fmt.Tensor, name: str, start: int, auto: bool) -> np.ndarray:
+    """A batch of ``values`` for fixed-shape field ``f`` as one ``(B, *shape)`` array (raises
+    Promote / SchemaError)."""
+    if isinstance(values, (list, tuple)):
+        rows = []
+        for i, v in enumerate(values):
+            arr, dt, native = to_array(v, name, start + i)
+            if arr.shape != f.shape:
+                _widen(f, arr.shape, dt, native, auto, name, start + i)
+            rows.append(_cast(arr, dt, native, f, name, start + i))
+        return np.stack(rows) if rows else np.empty((0, *f.shape), fmt.storage_dtype(f.dtype))
+    arr, dt, native = to_array(values, name, start)
+    if arr.shape[1:] != f.shape:
+        _widen(f, arr.shape[1:], dt, native, auto, name, start)
+    return _cast(arr, dt, native, f, name, start, batch=True)
 
-        return prepare_images(values, f, name, start)
-    if isinstance(f, fmt.Tensor):
-        if isinstance(values, (list, tuple)):
-            rows = []
-            for i, v in enumerate(values):
-                arr, dt, native = to_array(v, name, start + i)
-                if arr.shape != f.shape:
-                    _widen(f, arr.shape, dt, native, auto, name, start + i)
-                rows.append(_cast(arr, dt, native, f, name, start + i))
-            return np.stack(rows) if rows else np.empty((0, *f.shape), fmt.storage_dtype(f.dtype))
-        arr, dt, native = to_array(values, name, start)
-        if arr.shape[1:] != f.shape:
-            _widen(f, arr.shape[1:], dt, native, auto, name, start)
-        return _cast(arr, dt, native, f, name, start, batch=True)
+
+def ragged_row(f: fmt.Ragged, name: str, auto: bool) -> Callable[[Any, int], np.ndarray]:
+    """The conversion of one sample of Ragged field ``f``: an array of its dtype and inner
+    shape (raises Promote / SchemaError)."""
+    fixed = (None, *f.inner_shape)
+
+    def row(value: Any, index: int) -> np.ndarray:
+        arr, dt, native = to_array(value, name, index)
+        if arr.ndim != len(fixed) or any(
+            b is not None and a != b for a, b in zip(arr.shape, fixed, strict=True)
+        ):
+            _widen(f, arr.shape, dt, native, auto, name, index)
+        return _cast(arr, dt, native, f, name, index)
+
+    return row
+
+
+def prepare_var(
+    values: Any, f: fmt.VarKind, name: str, start: int, row: Callable[[Any, int], np.ndarray]
+) -> VarBatch:
+    """A batch of ``values`` for values+offsets field ``f``, each sample converted by
+    ``row(value, index)``."""
     pieces, lengths, shapes = [], [], []
     for i, v in enumerate(values):
-        if isinstance(f, (fmt.Bytes, fmt.String)):
-            arr = _var_bytes(v, f, name, start + i)
-        else:
-            arr, dt, native = to_array(v, name, start + i)
-            fixed = (None, *f.inner_shape)
-            if arr.ndim != len(fixed) or any(
-                b is not None and a != b for a, b in zip(arr.shape, fixed, strict=True)
-            ):
-                _widen(f, arr.shape, dt, native, auto, name, start + i)
-            arr = _cast(arr, dt, native, f, name, start + i)
+        arr = row(v, start + i)
         pieces.append(arr.reshape(-1) if f.variable_dims else arr)
         lengths.append(len(pieces[-1]))
         shapes.append(arr.shape)
@@ -282,12 +307,12 @@ def check_schema(schema: Mapping[str, Any]) -> dict[str, fmt.Field]:
     """``schema`` as a dict of checked field names -> chute field kinds; else a SchemaError."""
     if not isinstance(schema, Mapping) or not schema:
         raise SchemaError(
-            "schema must be a non-empty dict of field name -> chute.Tensor/Ragged/..."
+            "schema must be a non-empty dict of field name -> chute.fields.Tensor/Ragged/..."
         )
     out = {}
     for name, f in schema.items():
         fmt.check_field_name(name)
-        if not isinstance(f, (fmt.Tensor, fmt.Ragged, fmt.Bytes, fmt.String, fmt.Image)):
+        if not fmt.is_field(f):
             raise SchemaError(f"field {name!r}: {f!r} is not a chute field kind")
         out[name] = f
     return out

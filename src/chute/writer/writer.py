@@ -32,7 +32,7 @@ from ..store.upload import Staged
 from ..store.url import is_url
 from .commit import DatasetLock, commit, commit_append, new_staging_dir, writing
 from .field_files import PartFiles, promote
-from .values import Promote, check_schema, flatten, infer_field, infer_schema, prepare, sample_count
+from .values import Promote, check_schema, flatten, infer_field, infer_schema, sample_count
 
 Schema = Mapping[str, fmt.Field]
 
@@ -56,7 +56,7 @@ def write_part(
         for batch in batches:
             n = sample_count(batch, schema, start=w.num_samples)
             prepared = {
-                k: prepare(batch[k], f, k, w.num_samples, auto=False) for k, f in schema.items()
+                k: f.prepare(batch[k], k, w.num_samples, auto=False) for k, f in schema.items()
             }
             with writing(folder):
                 for k, col in w.fields.items():
@@ -219,7 +219,7 @@ class Writer:
                 while name not in prepared:
                     try:
                         f = self._schema[name]
-                        prepared[name] = prepare(chunk, f, name, self._count, self._auto)
+                        prepared[name] = f.prepare(chunk, name, self._count, self._auto)
                     except Promote as p:  # the field becomes ragged: rewrite what was written
                         with self._writing():
                             self._promote(name, p.field)
@@ -239,7 +239,7 @@ class Writer:
         old = self._schema[name]
         for i, info in enumerate(self._parts):
             col = promote(self._staging / info.name, name, old, new, None, info.num_samples)
-            stale = set(fmt.field_files(name, old).values())
+            stale = set(old.files(name).values())
             files = {k: v for k, v in info.files.items() if k not in stale}
             self._parts[i] = fmt.PartInfo(info.name, info.num_samples, {**files, **col.close()})
         if self._part is not None:

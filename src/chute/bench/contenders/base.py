@@ -44,7 +44,7 @@ class Setup:
 
     @property
     def row_nbytes(self) -> int:
-        return sum(fmt.row_nbytes(f) for f in self.fields.values())
+        return sum(f.row_nbytes() for f in self.fields.values())
 
     @property
     def shard_samples(self) -> int:

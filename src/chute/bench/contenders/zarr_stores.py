@@ -14,7 +14,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ... import format as fmt
 from ...errors import MissingDependencyError, require
 from .base import Batch, Contender, PerSample, Setup, per_sample_loader, storage
 
@@ -23,7 +22,7 @@ CHUNK_BYTES = 64 << 10
 
 def chunk_rows(setup: Setup) -> int:
     """Samples per chunk: ~64 KiB of the widest field, at least one sample."""
-    widest = max(fmt.row_nbytes(f) for f in setup.fields.values())
+    widest = max(f.row_nbytes() for f in setup.fields.values())
     return max(1, CHUNK_BYTES // max(1, widest))
 
 

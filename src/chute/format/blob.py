@@ -1,0 +1,75 @@
+"""The ``bytes`` and ``string`` kinds: a run of bytes per sample (a ``str`` is its UTF-8)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from .kind import Sampler, VarKind
+
+if TYPE_CHECKING:
+    from ..reader.gather import FieldPart, Piece
+
+
+@dataclass(frozen=True)
+class Bytes(VarKind):
+    """Raw bytes per sample (e.g. an encoded JPEG). Read back as a 1-D uint8 tensor."""
+
+    kind: ClassVar[str] = "bytes"
+    pads: ClassVar[bool] = True
+    dtype: ClassVar[str] = "uint8"  # type: ignore[misc]
+    inner_shape: tuple[int | None, ...] = field(default=(), init=False)
+
+    def prepare(self, values: Any, name: str, start: int, auto: bool) -> Any:
+        from ..writer.values import bytes_row, prepare_var
+
+        return prepare_var(values, self, name, start, bytes_row(name))
+
+
+@dataclass(frozen=True)
+class String(VarKind):
+    """A ``str`` per sample, stored UTF-8 encoded. Read back as ``str`` (``list[str]`` per
+    batch)."""
+
+    kind: ClassVar[str] = "string"
+    dtype: ClassVar[str] = "uint8"  # type: ignore[misc]
+    inner_shape: tuple[int | None, ...] = field(default=(), init=False)
+
+    def prepare(self, values: Any, name: str, start: int, auto: bool) -> Any:
+        from ..writer.values import prepare_var, string_row
+
+        return prepare_var(values, self, name, start, string_row(name))
+
+    def sampler(self) -> Sampler:
+        from ..reader.gather import part_values
+
+        def sample(col: Mapping[str, np.ndarray], j: int, at: FieldPart) -> str:
+            return part_values(col, j, j + 1, at)[1].tobytes().decode("utf-8", errors="replace")
+
+        return sample
+
+    def take(self, col: Mapping[str, np.ndarray], a: int, b: int, at: FieldPart) -> list[str]:
+        from ..reader.gather import part_values, strings
+
+        offsets, values = part_values(col, a, b, at)
+        return strings(values, offsets - offsets[0])
+
+    def gather(
+        self, name: str, pieces: Sequence[Piece], b: int, out: Mapping[str, Any] | None, pad: Any
+    ) -> dict[str, Any]:
+        from ..reader.gather import gather_var, strings
+
+        rb = gather_var(pieces, self, b)
+        return {name: strings(rb.values.numpy(), rb.offsets.numpy())}
+
+    def merge_batches(
+        self, name: str, b: int, parts: Sequence[tuple[np.ndarray, Any]], out: Any, pad: Any
+    ) -> dict[str, Any]:
+        texts: list[Any] = [None] * b
+        for where, got in parts:
+            for w, text in zip(where.tolist(), got, strict=True):
+                texts[w] = text
+        return {name: texts}

@@ -1,0 +1,107 @@
+"""Every field kind passes chute.testing.check_field_kind: written, opened and read back by
+ds[i], slices, gather, the Loader, a mix and (slow, when installed) Ray."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import chute
+from chute import fields
+from chute.image.codec import decode_image, encode_image
+from chute.testing import check_field_kind
+
+RNG = np.random.default_rng(0)
+N = 7  # three parts of 3, 3, 1
+
+
+def _jpegs() -> list[bytes]:
+    sizes = [(8, 12), (16, 16), (5, 9), (24, 8), (10, 10), (7, 31), (12, 6)]
+    return [encode_image(RNG.integers(0, 256, (h, w, 3), dtype=np.uint8)).data for h, w in sizes]
+
+
+CASES = {
+    "tensor": (
+        fields.Tensor((2, 3), "float32"),
+        [RNG.normal(size=(2, 3)).astype("f4") for _ in range(N)],
+        None,
+    ),
+    "tensor-scalar-int16": (
+        fields.Tensor((), "int16"),
+        [np.int16(v) for v in range(-3, N - 3)],
+        np.asarray,
+    ),
+    "tensor-bfloat16": (
+        fields.Tensor((3,), "bfloat16"),
+        [torch.randn(3).bfloat16() for _ in range(N)],
+        None,
+    ),
+    "ragged": (
+        fields.Ragged("int32"),
+        [np.arange(k, dtype="i4") for k in (0, 3, 1, 7, 2, 5, 4)],
+        None,
+    ),
+    "ragged-variable-dims": (
+        fields.Ragged("uint8", (None, 3)),
+        [
+            RNG.integers(0, 256, (h, w, 3), dtype=np.uint8)
+            for h, w in [(1, 2), (3, 1), (2, 2), (0, 4), (2, 5), (1, 1), (4, 2)]
+        ],
+        None,
+    ),
+    "bytes": (
+        fields.Bytes(),
+        [bytes(RNG.integers(0, 256, k, dtype=np.uint8)) for k in (0, 5, 1, 9, 3, 2, 4)],
+        None,
+    ),
+    "string": (fields.String(), ["", "a", "héllo", "日本語", "x" * 50, "tab\there", "end"], None),
+    "image": (fields.Image(), _jpegs(), decode_image),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_kind_reads_back_every_way(case, tmp_path):
+    kind, samples, expect = CASES[case]
+    check_field_kind(kind, samples, tmp_path, expect, ray=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_kind_reads_back_through_ray(case, tmp_path):
+    pytest.importorskip("ray.data")
+    kind, samples, expect = CASES[case]
+    check_field_kind(kind, samples, tmp_path, expect)
+
+
+def test_every_kind_is_checked():
+    assert {type(k) for k, _, _ in CASES.values()} == set(chute.format.KINDS.values())
+
+
+def test_the_helper_reports_a_difference(tmp_path):
+    samples = [np.arange(3, dtype="i4") for _ in range(4)]
+    with pytest.raises(AssertionError, match=r"ds\[0\]"):
+        check_field_kind(fields.Ragged("int32"), samples, tmp_path, lambda s: s + 1, ray=False)
+
+
+def test_kinds_live_in_chute_fields():
+    assert chute.fields.__all__ == ["Bytes", "Field", "Image", "Ragged", "String", "Tensor"]
+    assert chute.Ragged is fields.Ragged and chute.Bytes is fields.Bytes
+    assert chute.String is fields.String
+    assert "Tensor" not in chute.__all__ and "Image" not in chute.__all__
+
+
+@pytest.mark.parametrize("name", ["Tensor", "Image"])
+def test_colliding_top_level_names_still_work_but_warn(name):
+    with pytest.warns(
+        DeprecationWarning, match=rf"chute\.{name} is deprecated.*chute\.fields\.{name}"
+    ):
+        cls = getattr(chute, name)
+    assert cls is getattr(fields, name)
+    with pytest.warns(DeprecationWarning):
+        exec(f"from chute import {name}", {})
+
+
+def test_unknown_attribute_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'Tensr'"):
+        chute.Tensr  # noqa: B018
