@@ -5,6 +5,7 @@ it) from :meth:`chute.Order.plan`. See the NOTE in ``chute/loader/dataloader.py`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -153,9 +154,27 @@ def split(
     return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
 
 
+def _stack(batch: Sequence[torch.Tensor], *, collate_fn_map: Any = None) -> torch.Tensor:
+    return torch.stack(list(batch), 0)
+
+
+@functools.cache
+def _collate_fn() -> Callable[[list[Any]], Any]:
+    """torch's ``default_collate``, but stacking tensors into ordinary memory: in a worker
+    process torch's own puts each into a new shared-memory segment, which the slots of
+    ``chute/loader/handoff.py`` make a wasted allocation and copy. (torch's private collate
+    table: without it, ``default_collate`` itself.)"""
+    try:
+        from torch.utils.data._utils.collate import collate, default_collate_fn_map
+    except ImportError:  # pragma: no cover
+        return default_collate
+    table = {**default_collate_fn_map, torch.Tensor: _stack}
+    return functools.partial(collate, collate_fn_map=table)
+
+
 def _collate(samples: list[Any]) -> Any:
     try:
-        return default_collate(samples)
+        return _collate_fn()(samples)
     except RuntimeError as exc:
         raise SchemaError(
             f"cannot collate the transformed samples into a batch ({exc}); a field of varying "

@@ -1,0 +1,124 @@
+"""The shared-memory slots of chute.dataloader's workers (chute/loader/handoff.py): a slot is
+written again only once its batch was copied out, a batch received stays valid, nothing is left
+in /dev/shm after the workers are gone, killed or not."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import signal
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import chute
+from chute.batch import RaggedBatch
+from chute.errors import WorkerError
+from chute.loader.dataloader import dataloader
+from chute.loader.handoff import Handoff
+
+N = 96
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory: pytest.TempPathFactory) -> chute.Dataset:
+    path = tmp_path_factory.mktemp("handoff") / "h.chute"
+    chute.write(
+        path,
+        {
+            "image": np.arange(N * 48, dtype=np.uint8).reshape(N, 3, 4, 4),
+            "y": np.arange(N),
+            "tok": [np.arange(i % 7, dtype=np.int32) + i for i in range(N)],
+        },
+    )
+    return chute.open(path)
+
+
+def received(message: Any) -> Any:
+    """What the main process gets for a worker's message: it is unpickled from torch's queue."""
+    return ForkingPickler.loads(ForkingPickler.dumps(message))
+
+
+def batch_of(k: int) -> dict[str, Any]:
+    return {
+        "x": torch.full((4, 3), k, dtype=torch.float32),
+        "tok": RaggedBatch(torch.arange(k + 1), torch.tensor([0, k + 1])),
+        "name": [f"b{k}"],
+        "k": k,
+    }
+
+
+def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return (
+        torch.equal(a["x"], b["x"])
+        and torch.equal(a["tok"].values, b["tok"].values)
+        and torch.equal(a["tok"].offsets, b["tok"].offsets)
+        and a["name"] == b["name"]
+        and a["k"] == b["k"]
+    )
+
+
+def test_a_slot_is_written_again_only_after_its_batch_was_copied_out() -> None:
+    h = Handoff(1, 2, multiprocessing.get_context("fork"))
+    first, second, third = batch_of(1), batch_of(2), batch_of(3)
+    m1, m2 = h.pack(first, 0), h.pack(second, 0)
+    assert m1 is not first and m2 is not second  # in slots 0 and 1
+    assert h.pack(third, 0) is third  # both slots are on their way: torch's hand-off instead
+    got1 = received(m1)  # slot 0 copied out and given back
+    assert same(got1, first) and isinstance(got1["tok"], RaggedBatch)
+    m4 = h.pack(batch_of(4), 0)  # written into slot 0, over batch 1
+    assert m4 is not None and same(got1, first)  # what was received is its own copy
+    got2, got4 = received(m2), received(m4)
+    assert same(got2, second) and same(got4, batch_of(4))
+    got4["x"] += 1  # writable, and no slot changes
+    assert same(received(h.pack(batch_of(5), 0)), batch_of(5))
+
+
+def test_batches_kept_over_epochs_stay_intact(ds: chute.Dataset) -> None:
+    dl = dataloader(ds, 8, seed=4, num_workers=2, persistent_workers=True, prefetch_factor=1)
+    kept = []
+    for epoch in range(3):
+        dl.set_epoch(epoch)
+        kept.append(list(dl))  # every batch held while the workers go on through the slots
+    for batches in kept:
+        assert sorted(int(y) for b in batches for y in b["y"]) == list(range(N))
+        for b in batches:
+            want = ds.gather(b["y"])
+            assert torch.equal(b["image"], want["image"])
+            assert torch.equal(b["tok"].values, want["tok"].values)
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if Path("/dev/shm").is_dir() else set()
+
+
+def kill_on_batch_3(batch: dict[str, Any]) -> dict[str, Any]:
+    if 24 in batch["y"].tolist():
+        os.kill(os.getpid(), signal.SIGKILL)
+    return batch
+
+
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_nothing_is_left_in_dev_shm_after_a_worker_is_killed(
+    ds: chute.Dataset, context: str
+) -> None:
+    before = shm_entries()
+    dl = dataloader(
+        ds,
+        8,
+        shuffle=False,
+        num_workers=2,
+        batch_transform=kill_on_batch_3,
+        multiprocessing_context=context,
+        persistent_workers=True,
+    )
+    with pytest.raises(WorkerError, match="killed by SIGKILL"):
+        list(dl)
+    del dl
+    gc.collect()
+    assert shm_entries() - before == set()
