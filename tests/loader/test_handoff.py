@@ -31,7 +31,8 @@ def ds(tmp_path_factory: pytest.TempPathFactory) -> chute.Dataset:
     chute.write(
         path,
         {
-            "image": np.arange(N * 48, dtype=np.uint8).reshape(N, 3, 4, 4),
+            # 8 samples: 96 KB, copied out into pooled buffers
+            "image": (np.arange(N * 3 * 64 * 64) % 251).astype(np.uint8).reshape(N, 3, 64, 64),
             "y": np.arange(N),
             "tok": [np.arange(i % 7, dtype=np.int32) + i for i in range(N)],
         },
@@ -46,7 +47,7 @@ def received(message: Any) -> Any:
 
 def batch_of(k: int) -> dict[str, Any]:
     return {
-        "x": torch.full((4, 3), k, dtype=torch.float32),
+        "x": torch.full((256, 256), k, dtype=torch.float32),  # 256 KB: a pooled buffer
         "tok": RaggedBatch(torch.arange(k + 1), torch.tensor([0, k + 1])),
         "name": [f"b{k}"],
         "k": k,
@@ -77,6 +78,18 @@ def test_a_slot_is_written_again_only_after_its_batch_was_copied_out() -> None:
     assert same(got2, second) and same(got4, batch_of(4))
     got4["x"] += 1  # writable, and no slot changes
     assert same(received(h.pack(batch_of(5), 0)), batch_of(5))
+    for k in range(6, 12):  # the buffers of batches dropped are reused, of those kept never
+        assert same(received(h.pack(batch_of(k), 0)), batch_of(k))
+    assert same(got1, first) and same(got2, second)
+
+
+def test_what_bytes_do_not_describe_goes_through_torch() -> None:
+    h = Handoff(1, 2, multiprocessing.get_context("fork"))
+    grad = torch.ones(3, requires_grad=True)
+    param = torch.nn.Parameter(torch.zeros(2))
+    got = received(h.pack({"grad": grad, "param": param, "plain": torch.arange(3)}, 0))
+    assert got["grad"].requires_grad and isinstance(got["param"], torch.nn.Parameter)
+    assert torch.equal(got["plain"], torch.arange(3))
 
 
 def test_batches_kept_over_epochs_stay_intact(ds: chute.Dataset) -> None:

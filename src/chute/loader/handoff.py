@@ -23,7 +23,12 @@ NOTE (the slot protocol: who owns which slot, when one is reused, shutdown)
 
     Reading. The main process (torch's iterator, or its pin-memory thread) unpickles each
     message as it arrives from the queue: every tensor is copied out of the slot into memory
-    of its own, and only then is the worker's count given back. Messages from one worker
+    of its own, and only then is the worker's count given back. That memory (for tensors of
+    64 KiB and more) comes from a pool per position in the batch, as in the thread Loader's
+    ``Pool`` (``chute/loader/buffers.py``): a buffer is reused only once its reference count
+    shows that nothing refers to it (no batch, view or array the user kept), so a plain loop
+    cycles through a few warm buffers instead of faulting in fresh pages for each batch,
+    which cost more than the copy itself. Messages from one worker
     arrive in the order it sent them, so the slots come back in the order they were written
     and the next slot in turn is the free one. The batch a user receives never refers to a
     slot: it stays valid for as long as it is held, as with torch's own hand-off. A message
@@ -46,10 +51,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._arrays import idle_buffer
 from ..batch import RaggedBatch
 from ..errors import ChuteError
+from .buffers import aligned
 
 ALIGN = 64  # each tensor starts on a cache line (and any dtype's alignment)
+POOLED = 64 << 10  # smaller tensors are copied out into new memory (malloc's heap is warm)
 
 _LIVE: weakref.WeakValueDictionary[str, Handoff] = weakref.WeakValueDictionary()
 
@@ -63,18 +71,34 @@ class Handoff:
         self.slots = slots
         self.free = [context.Semaphore(slots) for _ in range(workers)]
         self._arenas: dict[tuple[int, int], np.ndarray] = {}  # main process: what it read
+        self._kept: dict[int, list[np.ndarray]] = {}  # main process: copy-out buffers
+        self._cap = workers * slots + 2  # batches on their way and the one the user holds
         self._mine: list[torch.Tensor | None] = [None] * slots  # a worker: its arenas
         self._next = 0  # a worker: the slot it writes next
         _LIVE[self.token] = self
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"token": self.token, "slots": self.slots, "free": self.free}
+        return {"token": self.token, "slots": self.slots, "free": self.free, "_cap": self._cap}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._arenas = {}
+        self._kept = {}
         self._mine = [None] * self.slots
         self._next = 0
+
+    def idle(self, k: int, nbytes: int) -> np.ndarray:
+        """In the main process: a buffer of at least ``nbytes`` for the ``k``-th tensor of a
+        batch that nothing refers to any more (see the NOTE), pooled or new. Called by one
+        thread at a time: the one unpickling (torch's iterator or its pin-memory thread)."""
+        bufs = self._kept.setdefault(k, [np.empty(0, np.uint8)])
+        raw = idle_buffer(bufs, nbytes)
+        if raw is None:
+            raw = aligned(nbytes)
+            bufs.append(raw)
+            if len(bufs) > self._cap + 1:  # the user keeps batches: stop tracking the oldest
+                del bufs[1]
+        return raw
 
     def pack(self, batch: Any, worker: int) -> Any:
         """In worker ``worker``: ``batch`` written into its next slot, as the message that
@@ -84,12 +108,13 @@ class Handoff:
 
         def place(t: torch.Tensor) -> Any:
             nonlocal size
-            if t.device.type != "cpu" or t.layout != torch.strided:
-                return t
+            if not _plain(t):
+                return t  # torch pickles it, as without slots
             off = -(-size // ALIGN) * ALIGN
             nbytes = t.numel() * t.element_size()
             size = off + nbytes
             piece = _Piece(self.token, worker, self._next, off, nbytes, t.dtype, tuple(t.shape))
+            piece.k = len(pieces)
             pieces.append((piece, t))
             return piece
 
@@ -116,6 +141,18 @@ class Handoff:
         return _Message(self.token, worker, s, new, payload)
 
 
+def _plain(t: torch.Tensor) -> bool:
+    """Whether ``t`` is fully described by its dtype, shape and bytes: a plain CPU tensor
+    (no subclass, autograd, quantization or sparse layout, which torch's pickling keeps)."""
+    return (
+        type(t) is torch.Tensor
+        and t.device.type == "cpu"
+        and t.layout == torch.strided
+        and not t.requires_grad
+        and not t.is_quantized
+    )
+
+
 def _swap(obj: Any, fn: Any) -> Any:
     """``obj`` with each tensor ``t`` in it replaced by ``fn(t)``: through dicts, lists,
     tuples and RaggedBatches (anything else is left as it is, tensors inside included)."""
@@ -135,7 +172,7 @@ def _swap(obj: Any, fn: Any) -> Any:
 class _Piece:
     """A tensor's place in a slot; unpickled (in the main process) as a copy of it."""
 
-    __slots__ = ("dtype", "nbytes", "off", "shape", "slot", "token", "worker")
+    __slots__ = ("dtype", "k", "nbytes", "off", "shape", "slot", "token", "worker")
 
     def __init__(
         self,
@@ -149,12 +186,14 @@ class _Piece:
     ) -> None:
         self.token, self.worker, self.slot = token, worker, slot
         self.off, self.nbytes, self.dtype, self.shape = off, nbytes, dtype, shape
+        self.k = 0  # its position among the batch's tensors
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _copy_out, (
             self.token,
             self.worker,
             self.slot,
+            self.k,
             self.off,
             self.nbytes,
             self.dtype,
@@ -203,15 +242,17 @@ def _copy_out(
     token: str,
     worker: int,
     slot: int,
+    k: int,
     off: int,
     nbytes: int,
     dtype: torch.dtype,
     shape: tuple[int, ...],
 ) -> torch.Tensor:
-    src = _live(token)._arenas[worker, slot][off : off + nbytes]
-    out = torch.empty(nbytes, dtype=torch.uint8)
-    np.copyto(out.numpy(), src)  # one thread: torch's copy would wake its thread pool
-    return out.view(dtype).view(shape)
+    h = _live(token)
+    raw = h.idle(k, nbytes) if nbytes >= POOLED else np.empty(nbytes, np.uint8)
+    np.copyto(raw[:nbytes], h._arenas[worker, slot][off : off + nbytes])  # numpy: one thread
+    # from raw itself: a numpy view of it would refer to its base, not to raw (see idle())
+    return torch.from_numpy(raw)[:nbytes].view(dtype).view(shape)
 
 
 def _received(_arena: None, payload: Any, token: str, worker: int) -> Any:
