@@ -89,7 +89,7 @@ class BatchDataset(torch.utils.data.Dataset):
     def _samples(self, ds: Gatherable, indices: Any) -> list[Any]:
         """The samples ``indices`` from one gather, each through ``sample_transform``; the
         error names the sample only once one is raised (the hot loop builds no message)."""
-        samples = split(ds, ds.gather(indices), indices)
+        samples = split_batch(ds, ds.gather(indices), indices)
         fn = self.sample_transform
         if fn is None:
             return samples
@@ -130,7 +130,7 @@ class BatchDataset(torch.utils.data.Dataset):
         return self.handoff.pack(batch, info.id)  # chute/loader/handoff.py
 
 
-def split(
+def split_batch(
     ds: Gatherable, batch: dict[str, Any], indices: Sequence[int] | np.ndarray
 ) -> list[Sample]:
     """The samples of ``batch`` (``ds.gather(indices)``), each as ``ds[i]`` returns it: views of
