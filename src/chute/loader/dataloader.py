@@ -128,12 +128,12 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
     def __iter__(self) -> _Consumed:  # type: ignore[override]
         self._end_active("iter() was called on the DataLoader again")
         progress = self.order.batches()  # first: it may move on from a finished epoch
+        previous = signal.getsignal(signal.SIGINT)
         if self.num_workers and (not self.persistent_workers or self._iterator is None):
             # new worker processes start: new slots for them (chute/loader/handoff.py)
             context = self.multiprocessing_context or torch.multiprocessing.get_context()
             slots = (self.prefetch_factor or 2) + 1  # what torch sends a worker ahead, + 1
             self.batches.handoff = Handoff(self.num_workers, slots, context)
-        previous = signal.getsignal(signal.SIGINT)
         if threading.current_thread() is not threading.main_thread() or previous is None:
             it = super().__iter__()
         else:
