@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
@@ -106,8 +107,29 @@ def test_batches_kept_over_epochs_stay_intact(ds: chute.Dataset) -> None:
             assert torch.equal(b["tok"].values, want["tok"].values)
 
 
-def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if Path("/dev/shm").is_dir() else set()
+def held_shm() -> set[str]:
+    """What in /dev/shm this process maps or holds open (segments, named semaphores): the
+    machine's /dev/shm itself is shared with whatever else runs."""
+    held = set()
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5].startswith("/dev/shm/"):
+            held.add(parts[5])
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile (the directory's own fd)
+            continue
+        if target.startswith("/dev/shm/"):
+            held.add(target)
+    return held
+
+
+def named_by(pids: set[int]) -> set[str]:
+    """Shared-memory segments that torch named after one of ``pids`` and left in /dev/shm."""
+    return {
+        n for n in os.listdir("/dev/shm") if n.split("_")[:2] in [["torch", str(p)] for p in pids]
+    }
 
 
 def kill_on_batch_3(batch: dict[str, Any]) -> dict[str, Any]:
@@ -116,11 +138,12 @@ def kill_on_batch_3(batch: dict[str, Any]) -> dict[str, Any]:
     return batch
 
 
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs Linux /dev/shm and /proc")
 @pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_nothing_is_left_in_dev_shm_after_a_worker_is_killed(
     ds: chute.Dataset, context: str
 ) -> None:
-    before = shm_entries()
+    before = held_shm()
     dl = dataloader(
         ds,
         8,
@@ -130,12 +153,17 @@ def test_nothing_is_left_in_dev_shm_after_a_worker_is_killed(
         multiprocessing_context=context,
         persistent_workers=True,
     )
+    it = iter(dl)
+    next(it)
+    pids = {os.getpid()} | {c.pid for c in psutil.Process().children()}
     try:
-        list(dl)
+        list(it)
     except WorkerError as exc:  # (not pytest.raises: its traceback would keep torch's queues)
         assert "killed by SIGKILL" in str(exc)
     else:
         raise AssertionError("the worker was not killed")
-    del dl
+    assert held_shm() - before  # the probe sees the slots this process read from
+    del dl, it
     gc.collect()
-    assert shm_entries() - before == set()
+    assert held_shm() - before == set()
+    assert named_by(pids) == set()
