@@ -153,8 +153,7 @@ def test_nothing_is_left_in_dev_shm_after_a_worker_is_killed(
         multiprocessing_context=context,
         persistent_workers=True,
     )
-    it = iter(dl)
-    next(it)
+    it = iter(dl)  # starts the workers
     pids = {os.getpid()} | {c.pid for c in psutil.Process().children()}
     try:
         list(it)
