@@ -12,7 +12,7 @@ Each prints samples/s and the ratio, and all go to one JSON file. ``--epochs N``
 peak PSS per epoch over several epochs with persistent workers (:func:`run_dataloader_procs`).
 
     python benchmarks/dataloader_procs.py [--samples 50000] [--docs 20000] [--workers 2]
-        [--seconds 2] [--epochs 0] [--json benchmarks/results/dataloader_procs.json]
+        [--seconds 1.5] [--rounds 3] [--epochs 0] [--json benchmarks/results/dataloader_procs.json]
 
 (run from anywhere: ``_common`` is found next to this file, as for the other benchmarks).
 
@@ -95,22 +95,26 @@ def run_dataloader_procs(
     }
 
 
-def _rate(make: Any, seconds: float, rounds: int) -> float:
-    """Samples/s of the iterable ``make()`` returns once, re-iterated (epochs) for ``seconds``
-    after one warm-up batch (the workers start), best of ``rounds``."""
-    loader = make()
-    next(iter(loader))
-    best = 0.0
+def _rates(makes: dict[str, Any], seconds: float, rounds: int) -> dict[str, float]:
+    """Samples/s of each iterable ``makes[name]()`` returns (made once, then re-iterated,
+    epochs, for ``seconds`` after one warm-up batch: the workers start), best of ``rounds``.
+    The contenders take turns round by round, so that a change in the machine's load (other
+    jobs) reaches all of them alike."""
+    loaders = {}
+    for name, make in makes.items():
+        loaders[name] = make()
+        next(iter(loaders[name]))
+    best = dict.fromkeys(makes, 0.0)
     for _ in range(rounds):
-        samples = 0
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            for batch in loader:
-                samples += _batch_len(batch)
-                if time.perf_counter() - t0 >= seconds:
-                    break
-        best = max(best, samples / (time.perf_counter() - t0))
-    del loader
+        for name, loader in loaders.items():
+            samples = 0
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                for batch in loader:
+                    samples += _batch_len(batch)
+                    if time.perf_counter() - t0 >= seconds:
+                        break
+            best[name] = max(best[name], samples / (time.perf_counter() - t0))
     return best
 
 
@@ -123,27 +127,31 @@ def measure_dataloader_ratio(
     ds_or_path: Any,
     batch_size: int = 256,
     workers: int = 2,
-    seconds: float = 2.0,
-    rounds: int = 2,
+    seconds: float = 1.5,
+    rounds: int = 3,
     multiprocessing_context: str | None = None,
 ) -> dict[str, Any]:
     """Samples/s of ``chute.dataloader(ds, batch_size, num_workers=workers)`` (persistent
     workers, shuffled) and of the thread ``chute.Loader`` with as many threads, on the same
     dataset (a chute Dataset or its path) in this run, and their ratio ``dataloader / Loader``
-    (the figure that must not fall). Each runs for ``seconds``, best of ``rounds``."""
+    (the figure that must not fall). Each runs for ``seconds`` a round, taking turns, best of
+    ``rounds``."""
     ds = chute.open(ds_or_path) if isinstance(ds_or_path, (str, Path)) else ds_or_path
-    loader = _rate(lambda: chute.Loader(ds, batch_size, num_workers=workers), seconds, rounds)
-    procs = _rate(
-        lambda: dataloader(
-            ds,
-            batch_size,
-            num_workers=workers,
-            persistent_workers=True,
-            multiprocessing_context=multiprocessing_context,
-        ),
+    got = _rates(
+        {
+            "loader": lambda: chute.Loader(ds, batch_size, num_workers=workers),
+            "procs": lambda: dataloader(
+                ds,
+                batch_size,
+                num_workers=workers,
+                persistent_workers=True,
+                multiprocessing_context=multiprocessing_context,
+            ),
+        },
         seconds,
         rounds,
     )
+    loader, procs = got["loader"], got["procs"]
     return {
         "what": "raw arrays",
         "samples": len(ds),
@@ -198,8 +206,8 @@ def measure_per_sample_ratio(
     path: Path,
     batch_size: int = 64,
     workers: int = 2,
-    seconds: float = 2.0,
-    rounds: int = 2,
+    seconds: float = 1.5,
+    rounds: int = 3,
     shuffle: bool = True,
 ) -> dict[str, Any]:
     """Documents/s of ``chute.dataloader(ds, batch_size, sample_transform=tokenize)`` over a
@@ -227,8 +235,8 @@ def measure_per_sample_ratio(
             pin_memory=False,
         )
 
-    plain_rate = _rate(plain, seconds, rounds)
-    ours_rate = _rate(ours, seconds, rounds)
+    got = _rates({"plain": plain, "ours": ours}, seconds, rounds)
+    plain_rate, ours_rate = got["plain"], got["ours"]
     return {
         "what": "per-sample tokenize" + ("" if shuffle else ", in order"),
         "samples": len(docs),
@@ -275,8 +283,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--docs", type=int, default=20_000, help="documents to tokenize")
     ap.add_argument("--doc-batch-size", type=int, default=64)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--seconds", type=float, default=2.0, help="per contender and round")
-    ap.add_argument("--rounds", type=int, default=2, help="best of")
+    ap.add_argument("--seconds", type=float, default=1.5, help="per contender and round")
+    ap.add_argument("--rounds", type=int, default=3, help="best of (the contenders alternate)")
     ap.add_argument("--epochs", type=int, default=0, help="also time and PSS per epoch")
     ap.add_argument("--context", choices=["fork", "spawn", "forkserver"], default=None)
     ap.add_argument("--json", type=Path, default=RESULTS / "dataloader_procs.json")
