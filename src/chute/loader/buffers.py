@@ -95,14 +95,14 @@ class Pool:
         raw = idle_buffer(bufs, nbytes)
         if raw is not None:
             return raw
-        raw = aligned(nbytes)
+        raw = _aligned(nbytes)
         bufs.append(raw)
         if len(bufs) > self.cap + 1:  # the user keeps batches: stop tracking the oldest,
             del bufs[1]  # which is freed when they drop it
         return raw
 
 
-def aligned(nbytes: int) -> np.ndarray:
+def _aligned(nbytes: int) -> np.ndarray:
     """``nbytes`` of uninitialized memory starting on a 64-byte boundary."""
     base = np.empty(nbytes + 64, np.uint8)
     start = -base.ctypes.data % 64

@@ -25,7 +25,7 @@ NOTE (the slot protocol: who owns which slot, when one is reused, shutdown)
     message as it arrives from the queue: every tensor is copied out of the slot into memory
     of its own, and only then is the worker's count given back. That memory (for tensors of
     64 KiB and more) comes from a pool per position in the batch, as in the thread Loader's
-    ``Pool`` (``chute/loader/buffers.py``): a buffer is reused only once its reference count
+    ``Pool``: a buffer is reused only once its reference count
     shows that nothing refers to it (no batch, view or array the user kept), so a plain loop
     cycles through a few warm buffers instead of faulting in fresh pages for each batch,
     which cost more than the copy itself. Messages from one worker
@@ -54,7 +54,6 @@ import torch
 from .._arrays import idle_buffer
 from ..batch import RaggedBatch
 from ..errors import ChuteError
-from .buffers import aligned
 
 ALIGN = 64  # each tensor starts on a cache line (and any dtype's alignment)
 POOLED = 64 << 10  # smaller tensors are copied out into new memory (malloc's heap is warm)
@@ -94,7 +93,7 @@ class Handoff:
         bufs = self._kept.setdefault(k, [np.empty(0, np.uint8)])
         raw = idle_buffer(bufs, nbytes)
         if raw is None:
-            raw = aligned(nbytes)
+            raw = np.empty(nbytes, np.uint8)
             bufs.append(raw)
             if len(bufs) > self._cap + 1:  # the user keeps batches: stop tracking the oldest
                 del bufs[1]
