@@ -6,7 +6,7 @@ buffer when, and how scheduling keeps workers within these lifetimes)
 
     One rule for reuse. A buffer that was handed out (inside a batch) is reused only once
     nothing refers to it any more: no tensor, view, numpy array, queue entry or traceback,
-    each of which holds it through its storage. :func:`_idle_buffer` reads that from reference
+    each of which holds it through its storage. :func:`idle_buffer` reads that from reference
     counts, compared with that of an array only the pool's list refers to, read the same way,
     not with a constant (interpreters differ). A buffer someone keeps is thus never written
     over; a new one is made instead.
@@ -68,7 +68,7 @@ from .reader.gatherable import Gatherable
 KEEP_MAX = 64 << 20
 
 
-def _idle_buffer(bufs: list[np.ndarray], nbytes: int) -> np.ndarray | None:
+def idle_buffer(bufs: list[np.ndarray], nbytes: int) -> np.ndarray | None:
     """A buffer of ``bufs[1:]`` of at least ``nbytes`` that nothing but ``bufs`` refers to,
     or None. ``bufs[0]`` is an array that only ``bufs`` refers to: the reference count to
     compare with (see the NOTE)."""
@@ -125,7 +125,7 @@ class Pool:
     def _idle(self, name: str, nbytes: int) -> np.ndarray:
         """A buffer of field ``name`` that nothing refers to: a pooled one, or a new one."""
         bufs = self.bufs[name]
-        raw = _idle_buffer(bufs, nbytes)
+        raw = idle_buffer(bufs, nbytes)
         if raw is not None:
             return raw
         raw = _aligned(nbytes)
@@ -169,7 +169,7 @@ def thread_bytes(nbytes: int) -> np.ndarray:
     if nbytes > KEEP_MAX:
         return np.empty(nbytes, np.uint8)
     bufs = _THREAD.__dict__.setdefault("bytes", [np.empty(0, np.uint8)])
-    buf = _idle_buffer(bufs, nbytes)
+    buf = idle_buffer(bufs, nbytes)
     if buf is None:
         buf = np.empty(nbytes + nbytes // 4, np.uint8)  # batches differ in size
         bufs[1:] = [buf]

@@ -281,3 +281,26 @@ def test_last_batches_split_across_the_workers(images: Path) -> None:
     labels, imgs = epoch_images(loader, 0)  # 5 batches, the last of 5 images
     assert np.array_equal(np.sort(labels), np.arange(N))
     assert np.array_equal(imgs, expected(ds, labels, 4, 0))
+
+
+def test_sample_transform_gets_images_decoded_as_ds_i(images: Path, tmp_path: Path) -> None:
+    ds = chute.open(images)
+    # collate_fn=list: the samples as they are (the image sizes differ)
+    dl = chute.dataloader(
+        ds, 8, shuffle=False, num_workers=0, sample_transform=dict, collate_fn=list
+    )
+    got = [s for b in dl for s in b]
+    assert [int(s["label"]) for s in got] == list(range(N))
+    for i, s in enumerate(got):
+        assert torch.equal(s["image"], ds[i]["image"]) and s["name"] == f"s{i}"
+    from test_image_field import corrupt_second_image
+
+    dst = chute.write(
+        tmp_path / "d.chute",
+        {"image": [jpeg(seed=i) for i in range(3)]},
+        schema={"image": chute.fields.Image()},
+    )
+    corrupt_second_image(dst)
+    dl = chute.dataloader(chute.open(dst), 3, num_workers=0, sample_transform=dict)
+    with pytest.raises(chute.FormatError, match=r"field 'image', sample 1"):
+        next(iter(dl))

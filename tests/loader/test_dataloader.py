@@ -139,6 +139,65 @@ def test_sample_transform_runs_per_sample_in_the_workers(ds: chute.Dataset) -> N
         assert int(b["pid"]) != os.getpid()
 
 
+def touch_and_report(sample: dict[str, Any]) -> dict[str, Any]:
+    """Writes into every tensor of its sample (each must be writable, and its own), then
+    reports what it saw: the sample as ds[i] gives it, plus this worker's pid."""
+    x, tok = sample["x"], sample["tok"]
+    assert x.shape == (3,) and sample["y"].shape == () and isinstance(sample["name"], str)
+    seen = {"x": x.clone(), "y": sample["y"].clone(), "tok_sum": tok.sum(), "n_tok": len(tok)}
+    x += 1000  # in place: a view shared with another sample, or with the map, would show it
+    tok.fill_(-1)
+    seen["name"] = sample["name"]
+    seen["x_after"] = x.clone()
+    seen["pid"] = os.getpid()
+    return seen
+
+
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_sample_transform_gets_each_sample_as_ds_i_fresh_and_writable(
+    ds: chute.Dataset, context: str
+) -> None:
+    dl = dataloader(
+        ds,
+        8,
+        seed=2,
+        num_workers=2,
+        sample_transform=touch_and_report,
+        multiprocessing_context=context,
+        pin_memory=False,
+    )
+    seen: list[int] = []
+    for b in dl:
+        for k, i in enumerate(b["y"].tolist()):
+            want = ds[i]
+            assert torch.equal(b["x"][k], want["x"])
+            assert torch.equal(b["x_after"][k], want["x"] + 1000)  # its own row only
+            assert int(b["tok_sum"][k]) == int(want["tok"].sum())
+            assert int(b["n_tok"][k]) == len(want["tok"])
+            assert b["name"][k] == want["name"] == f"s{i}"
+        assert int(b["pid"][0]) != os.getpid()
+        seen += b["y"].tolist()
+    assert sorted(seen) == list(range(N))
+    assert torch.equal(ds.gather(np.arange(N))["x"], torch.arange(N * 3.0).reshape(N, 3))
+
+
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_a_failing_sample_transform_names_the_sample_in_any_context(
+    ds: chute.Dataset, context: str
+) -> None:
+    dl = dataloader(
+        ds,
+        8,
+        seed=1,
+        num_workers=2,
+        sample_transform=fail_on_sample_17,
+        multiprocessing_context=context,
+    )
+    with pytest.raises(WorkerError, match="sample_transform failed on sample 17") as info:
+        list(dl)
+    assert "KeyError: 'no label for 17'" in str(info.value)
+
+
 def test_collate_fn_collates_the_samples(ds: chute.Dataset) -> None:
     dl = dataloader(ds, 8, shuffle=False, num_workers=0, collate_fn=list)
     first = next(iter(dl))

@@ -5,6 +5,7 @@ it) from :meth:`chute.Order.plan`. See the NOTE in ``chute/loader/dataloader.py`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -12,10 +13,13 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from .. import _compat as compat
 from ..errors import ArgumentError, ChuteError, SchemaError, WorkerError
 from ..order import Order, Plan
 from ..reader.gather import head
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
+from ..reader.images import EncodedImages, decode_sample
+from .handoff import Handoff
 
 Sample = dict[str, Any]
 
@@ -30,10 +34,11 @@ class BatchDataset(torch.utils.data.Dataset):
 
     Without ``sample_transform`` (and ``collate_fn``) a batch is one ``ds.gather(indices,
     pad=pad)``.
-    With them, each sample ``ds[i]`` goes through ``sample_transform`` and the list is merged by
-    ``collate_fn`` (default: torch's ``default_collate``). ``batch_transform`` then runs on the
-    batch. All of it runs in the worker process; under spawn the callables must be picklable
-    (defined at module level).
+    With them, the batch is still gathered once and split into its samples (each as ``ds[i]``
+    returns it: fresh, writable tensors, ``str`` for strings, decoded images), each goes
+    through ``sample_transform`` and the list is merged by ``collate_fn`` (default: torch's
+    ``default_collate``). ``batch_transform`` then runs on the batch. All of it runs in the
+    worker process; under spawn the callables must be picklable (defined at module level).
     """
 
     def __init__(
@@ -63,6 +68,7 @@ class BatchDataset(torch.utils.data.Dataset):
         self.batch_transform = batch_transform
         self.collate_fn = collate_fn
         self.pad = pad
+        self.handoff: Handoff | None = None  # set by the DataLoader for its worker processes
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -81,6 +87,24 @@ class BatchDataset(torch.utils.data.Dataset):
                 f"sample_transform failed on sample {int(i)}: {type(exc).__name__}: {exc}"
             ) from exc
 
+    def _samples(self, ds: Gatherable, indices: Any) -> list[Any]:
+        """The samples ``indices`` from one gather, each through ``sample_transform``; the
+        error names the sample only once one is raised (the hot loop builds no message)."""
+        samples = split_batch(ds, ds.gather(indices), indices)
+        fn = self.sample_transform
+        if fn is None:
+            return samples
+        out = []
+        for k, sample in enumerate(samples):
+            try:
+                out.append(fn(sample))
+            except Exception as exc:
+                raise WorkerError(
+                    f"sample_transform failed on sample {int(indices[k])}: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+        return out
+
     def __getitems__(self, indices: Sequence[int] | np.ndarray | tuple[int, np.ndarray]) -> Any:
         ds = self.dataset
         if isinstance(indices, tuple):  # (epoch, indices): a chute.Mix (OrderBatchSampler)
@@ -91,9 +115,9 @@ class BatchDataset(torch.utils.data.Dataset):
             if self.sample_transform is None and self.collate_fn is None:
                 batch = ds.gather(indices, pad=self.pad)
             else:
-                samples = [self._sample(ds, int(i)) for i in indices]
-                batch = (self.collate_fn or _collate)(samples)
-            return batch if self.batch_transform is None else self.batch_transform(batch)
+                batch = (self.collate_fn or _collate)(self._samples(ds, indices))
+            if self.batch_transform is not None:
+                batch = self.batch_transform(batch)
         except ChuteError:
             raise
         except Exception as exc:
@@ -101,11 +125,56 @@ class BatchDataset(torch.utils.data.Dataset):
                 f"chute.dataloader failed on the batch of samples {head(indices)}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+        info = torch.utils.data.get_worker_info()
+        if self.handoff is None or info is None:
+            return batch
+        return self.handoff.pack(batch, info.id)  # chute/loader/handoff.py
+
+
+def split_batch(
+    ds: Gatherable, batch: dict[str, Any], indices: Sequence[int] | np.ndarray
+) -> list[Sample]:
+    """The samples of ``batch`` (``ds.gather(indices)``), each as ``ds[i]`` returns it: views of
+    the batch's fresh tensors (one row or one ragged slice each; writable, and nothing else
+    refers to that memory), ``str``, and images decoded (as ``ds[i]`` does, the error naming
+    the field and sample)."""
+    columns: list[Sequence[Any]] = []
+    for name, col in batch.items():
+        if isinstance(col, torch.Tensor):
+            columns.append(col.unbind(0))
+        elif isinstance(col, EncodedImages):
+            columns.append(
+                [
+                    decode_sample(col.sample(k).numpy(), col.sizes[k].numpy(), ds, name, int(i))
+                    for k, i in enumerate(indices)
+                ]
+            )
+        else:  # a RaggedBatch (a view per sample) or a list of str
+            columns.append(list(col))
+    names = list(batch)
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
+def _stack(batch: Sequence[torch.Tensor], *, collate_fn_map: Any = None) -> torch.Tensor:
+    return torch.stack(list(batch), 0)
+
+
+@functools.cache
+def _collate_fn() -> Callable[[list[Any]], Any]:
+    """torch's ``default_collate``, but stacking tensors into ordinary memory: in a worker
+    process torch's own puts each into a new shared-memory segment, which the slots of
+    ``chute/loader/handoff.py`` make a wasted allocation and copy. (torch's private collate
+    table, through :func:`chute._compat.collate`: without it, ``default_collate`` itself.)"""
+    torch_collate = compat.collate()
+    if torch_collate is None:
+        return default_collate
+    table = {**torch_collate.fn_map, torch.Tensor: _stack}
+    return functools.partial(torch_collate.collate, collate_fn_map=table)
 
 
 def _collate(samples: list[Any]) -> Any:
     try:
-        return default_collate(samples)
+        return _collate_fn()(samples)
     except RuntimeError as exc:
         raise SchemaError(
             f"cannot collate the transformed samples into a batch ({exc}); a field of varying "

@@ -9,17 +9,19 @@ NOTE (what crosses the process boundary, memory, state)
     :meth:`Order.plan() <chute.order.Order.plan>`; the DataLoader sends it to a worker, whose
     :meth:`BatchDataset.__getitems__` does one ``ds.gather(idx)`` (or, with a
     ``sample_transform``, transforms each sample and collates them) and then the
-    ``batch_transform``. One tensor per field (values + offsets for ragged fields) crosses the
-    process boundary per batch, in shared memory; the DataLoader's ``collate_fn`` is the
-    identity.
+    ``batch_transform``. The batch crosses the process boundary through shared-memory slots
+    that each worker allocates once and reuses (the protocol is the NOTE in
+    ``chute/loader/handoff.py``), and is copied out of them on arrival; the DataLoader's
+    ``collate_fn`` is the identity.
 
     Memory. The Dataset pickles as its path, so a spawned worker maps the files itself and a
     forked one inherits the maps; reads go through the OS page cache, which every process
     shares. A worker's anonymous memory therefore does not grow with the dataset size or the
     number of epochs (a torch ``Subset`` adds its indices, 8 bytes a sample of it: see
-    ``chute/subset.py``). ``sample_transform`` receives each sample as fresh tensors (``ds[i]``
-    copies out of the read-only map) and ``batch_transform`` a freshly gathered batch: both
-    may modify what they get in place. An in-RAM dataset
+    ``chute/subset.py``). ``sample_transform`` receives each sample as ``ds[i]`` returns it, fresh
+    tensors (the worker gathers the batch once, out of the read-only map, and splits it: each
+    sample's tensors are views of that batch's own memory) and ``batch_transform`` a freshly
+    gathered batch: both may modify what they get in place. An in-RAM dataset
     (``ds.to_memory()``) is shared copy-on-write by forked workers, but a spawned worker reads
     its own full copy: prefer the memory-mapped dataset with spawn.
 
@@ -87,6 +89,7 @@ from ..reader.remote import needs_spawn
 from ..reader.subset import loadable
 from .batch_dataset import BatchDataset, OrderBatchSampler, as_is
 from .decode import with_decode
+from .handoff import Handoff
 from .passes import OnePass, make_order, unknown_keywords
 from .processes import death_message, exited_workers, worker_init
 
@@ -119,6 +122,7 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
             **kwargs,
         )
         self.order = order
+        self.batches = dataset
 
     _name = "DataLoader"
 
@@ -126,6 +130,11 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
         self._end_active("iter() was called on the DataLoader again")
         progress = self._start_pass()  # first: it may move on to the next epoch
         previous = signal.getsignal(signal.SIGINT)
+        if self.num_workers and (not self.persistent_workers or self._iterator is None):
+            # new worker processes start: new slots for them (chute/loader/handoff.py)
+            context = self.multiprocessing_context or torch.multiprocessing.get_context()
+            slots = (self.prefetch_factor or 2) + 1  # what torch sends a worker ahead, + 1
+            self.batches.handoff = Handoff(self.num_workers, slots, context)
         if threading.current_thread() is not threading.main_thread() or previous is None:
             it = super().__iter__()
         else:
