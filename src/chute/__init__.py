@@ -43,6 +43,7 @@ from .reader.images import EncodedImages
 from .reader.mix import Mix, mix
 from .reader.opening import open
 from .reader.verify import verify
+from .reader.windows import Windows, windows
 from .sources.dask import from_dask
 from .sources.image_folder import from_image_folder
 from .writer.writer import Writer, write
@@ -84,6 +85,7 @@ __all__ = [
     "Tensor",
     "UnsafePathError",
     "VersionError",
+    "Windows",
     "WorkerError",
     "WriteError",
     "Writer",
@@ -99,5 +101,6 @@ __all__ = [
     "open",
     "to_device",
     "verify",
+    "windows",
     "write",
 ]
