@@ -42,6 +42,7 @@ from .reader.dataset import Dataset
 from .reader.images import EncodedImages
 from .reader.mix import Mix, mix
 from .reader.opening import open
+from .reader.pack import Pack, pack
 from .reader.verify import verify
 from .reader.windows import Windows, windows
 from .sources.dask import from_dask
@@ -71,6 +72,7 @@ __all__ = [
     "Mix",
     "NotWritableError",
     "Order",
+    "Pack",
     "Ragged",
     "RaggedBatch",
     "RandomHorizontalFlip",
@@ -99,6 +101,7 @@ __all__ = [
     "mix",
     "normalize",
     "open",
+    "pack",
     "to_device",
     "verify",
     "windows",

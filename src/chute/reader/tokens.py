@@ -30,8 +30,8 @@ __all__ = ["TokenStream", "checked_lengths", "token_lengths"]
 class TokenStream:
     """Field ``field`` of dataset ``ds`` as one token stream (see the module doc).
 
-    ``tokens[p]`` and ``docs[p]``: tokens and documents of part ``p`` (``docs`` is None for a
-    flat field); ``token_ends`` / ``doc_ends``: their running sums over the parts.
+    ``tokens[p]`` and ``docs[p]``: tokens and documents of part ``p`` (no documents in a flat
+    field); ``token_ends`` / ``doc_ends``: their running sums over the parts.
     """
 
     def __init__(self, ds: Any, field: str, who: str) -> None:
@@ -59,14 +59,14 @@ class TokenStream:
         parts = ds.parts
         if flat:
             self.tokens = np.array([p.num_samples * self.row for p in parts], np.int64)
-            self.docs: np.ndarray | None = None
+            self.docs = np.zeros(len(parts), np.int64)
         else:
             self.docs = np.array([p.num_samples for p in parts], np.int64)
             self.tokens = np.array(
                 [int(ds._column(i, field)["offsets"][-1]) for i in range(len(parts))], np.int64
             )
         self.token_ends = np.cumsum(self.tokens)
-        self.doc_ends = None if self.docs is None else np.cumsum(self.docs)
+        self.doc_ends = np.cumsum(self.docs)
         self._checked: set[int] = set()
 
     @property

@@ -43,7 +43,7 @@ from ..errors import ArgumentError, ArgumentValueError
 from .gather import check_gather_args, check_indices, out_rows, segments
 from .tokens import TokenStream
 
-__all__ = ["Windows", "windows"]
+__all__ = ["Windows", "token_id", "windows"]
 
 DOCUMENT_IDS = "document_ids"
 POSITIONS = "positions"
@@ -107,8 +107,8 @@ class Windows:
         )
         self.drop_tail = bool(drop_tail)
         dtype = np.dtype(fmt.storage_dtype(self.stream.dtype))
-        self.eos = None if eos is None else _token("eos", eos, dtype)
-        self.pad_id = _token("pad_id", pad_id, dtype)
+        self.eos = None if eos is None else token_id("eos", eos, dtype)
+        self.pad_id = token_id("pad_id", pad_id, dtype)
         if self.stream.flat and (document_ids or positions or eos is not None):
             raise ArgumentValueError(
                 f"chute.windows: field {field!r} is a flat stream, with no documents: "
@@ -124,7 +124,7 @@ class Windows:
                     )
                 self.schema[name] = fmt.Tensor((self.length,), _INT64)
         st = self.stream
-        extra = st.docs if (self.eos is not None and st.docs is not None) else 0
+        extra = st.docs if self.eos is not None else 0
         self._sizes = st.tokens + extra  # each part's share of the stream
         self._ends = np.cumsum(self._sizes)
         self.total = int(self._ends[-1]) if len(self._ends) else 0
@@ -287,10 +287,9 @@ class Windows:
         v = segments(x, n, int(self._sizes[p]) + 1).astype(np.int64)
         d = np.searchsorted(starts, v, side="right") - 1
         where = segments(dst, n, len(rows[self.field].reshape(-1)))
-        docs = self.stream.doc_ends
-        assert docs is not None and self.stream.docs is not None
         if DOCUMENT_IDS in rows:
-            rows[DOCUMENT_IDS].reshape(-1)[where] = d + int(docs[p] - self.stream.docs[p])
+            first = int(self.stream.doc_ends[p] - self.stream.docs[p])
+            rows[DOCUMENT_IDS].reshape(-1)[where] = d + first
         if POSITIONS in rows:
             rows[POSITIONS].reshape(-1)[where] = v - starts[d]
 
@@ -304,7 +303,7 @@ class Windows:
         )
 
 
-def _token(name: str, value: Any, dtype: np.dtype) -> int:
+def token_id(name: str, value: Any, dtype: np.dtype) -> int:
     """``value`` as a token id that fits ``dtype``; else an error naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ArgumentError(f"{name} must be an int token id, got {value!r}")
