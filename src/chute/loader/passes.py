@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from .._args import dist_defaults
 from ..errors import ArgumentError
 from ..order import Order
+from ..order.by_tokens import BatchByTokens
 from ..order.parts import order_options
 from ..reader.gatherable import Gatherable
 
@@ -40,7 +41,7 @@ class OnePass:
     :meth:`_end_active` for the live pass (registered by the subclass's ``__iter__`` with
     :meth:`_track`)."""
 
-    order: Order
+    order: Order | BatchByTokens
     _active: weakref.ref[Any] | None = None
     _name = "loader"  # in StaleIteratorError messages: "the Loader", "the DataLoader"
 
