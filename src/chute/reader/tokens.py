@@ -24,7 +24,7 @@ from .. import format as fmt
 from ..errors import ArgumentError, FormatError, SchemaError
 from .dataset import Dataset
 
-__all__ = ["TokenStream", "checked_lengths", "token_lengths"]
+__all__ = ["TokenStream", "checked_lengths", "token_lengths", "tokens_per_sample"]
 
 
 class TokenStream:
@@ -142,3 +142,13 @@ def checked_lengths(ds: Dataset, p: int, name: str) -> np.ndarray:
             f"{int(offsets[i + 1])}); the dataset is corrupt, run `chute verify` on it"
         )
     return lengths
+
+
+def tokens_per_sample(ds: Any, who: str) -> float:
+    """Tokens in a sample of ``ds`` on average: a token view's own count (windows, packed
+    rows), else a dataset's mean :func:`token_lengths`."""
+    own = getattr(ds, "tokens_per_sample", None)
+    if own is not None:
+        return float(own)
+    lengths = token_lengths(ds, who)
+    return float(lengths.mean()) if len(lengths) else 0.0
