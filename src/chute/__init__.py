@@ -47,6 +47,7 @@ from .reader.verify import verify
 from .reader.windows import Windows, windows
 from .sources.dask import from_dask
 from .sources.image_folder import from_image_folder
+from .sources.shards import from_shards
 from .writer.writer import Writer, write
 
 __version__ = "0.1.0"
@@ -97,6 +98,7 @@ __all__ = [
     "from_dask",
     "from_image_folder",
     "from_iterable",
+    "from_shards",
     "from_torch",
     "mix",
     "normalize",
