@@ -8,6 +8,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -152,3 +153,24 @@ def test_refused(tmp_path):
     order = BatchByTokens(np.arange(5), 10, 4)
     with pytest.raises(ArgumentValueError, match="batch_tokens=10 but this one"):
         BatchByTokens(np.arange(5), 11, 4).load_state_dict(order.state_dict())
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "int32", "bfloat16"])
+def test_max_length_and_pad_for_every_token_dtype(tmp_path, dtype):
+    docs = [np.arange(n) % 60000 for n in (5, 0, 12, 3)]
+    with chute.Writer(tmp_path / "d.chute", {"tokens": chute.Ragged(dtype)}) as w:
+        for d in docs:
+            w.append({"tokens": torch.tensor(d).to(getattr(torch, dtype))})
+    ds = chute.open(tmp_path / "d.chute")
+    loader = chute.Loader(ds, batch_size=4, max_length=4, pad=7, shuffle=False, num_workers=0)
+    (batch,) = list(loader)
+    assert batch["tokens"].dtype == getattr(torch, dtype)
+    assert batch["tokens_lengths"].tolist() == [4, 0, 4, 3]
+    assert batch["tokens"].float().tolist() == [
+        [0, 1, 2, 3],
+        [7, 7, 7, 7],
+        [0, 1, 2, 3],
+        [0, 1, 2, 7],
+    ]
+    (raw,) = list(chute.Loader(ds, batch_size=4, max_length=4, shuffle=False, num_workers=0))
+    assert raw["tokens"].offsets.tolist() == [0, 4, 4, 8, 11]

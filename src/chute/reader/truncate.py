@@ -18,7 +18,7 @@ import torch
 
 from .. import format as fmt
 from .._args import check_int
-from ..batch import RaggedBatch, pad_batch
+from ..batch import RaggedBatch, as_signed, pad_batch
 from .gather import segments
 from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
 
@@ -36,7 +36,8 @@ def truncate_batch(rb: RaggedBatch, max_length: int) -> RaggedBatch:
     new = np.zeros(len(offsets), np.int64)
     np.cumsum(kept, out=new[1:])
     idx = torch.from_numpy(segments(offsets[:-1], kept, len(rb.values)).astype(np.int64))
-    return RaggedBatch(rb.values.index_select(0, idx), torch.from_numpy(new), rb.shapes)
+    values = as_signed(rb.values).index_select(0, idx).view(rb.values.dtype)  # uint16 too
+    return RaggedBatch(values, torch.from_numpy(new), rb.shapes)
 
 
 class Truncated:
