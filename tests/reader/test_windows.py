@@ -164,3 +164,21 @@ def test_hostile_input(tmp_path):
     w = chute.windows(bad, "tokens", 4, positions=True)
     with pytest.raises(FormatError, match=r"field 'tokens'.*sample 1 run backwards"):
         w.gather([0])
+
+
+def test_dtype_casts_while_copying(tmp_path):
+    docs = documents([5, 9, 3], dtype="uint16")
+    ds = write_docs(tmp_path / "d.chute", docs)
+    for eos in (None, 65535):
+        raw = chute.windows(ds, "tokens", 4, eos=eos, drop_tail=False)
+        wide = chute.windows(ds, "tokens", 4, eos=eos, drop_tail=False, dtype="int64")
+        assert wide.schema["tokens"] == chute.Tensor((4,), "int64")
+        got = wide.gather(np.arange(len(wide)))["tokens"]
+        assert got.dtype == torch.int64
+        assert torch.equal(got, raw.gather(np.arange(len(raw)))["tokens"].long())
+    rows = chute.pack(ds, "tokens", 8, dtype=np.int32)
+    assert rows[0]["tokens"].dtype == torch.int32
+    with pytest.raises(ArgumentValueError, match=r"dtype='int8'.*field 'tokens' \(uint16\)"):
+        chute.windows(ds, "tokens", 4, dtype="int8")
+    with pytest.raises(ArgumentValueError, match="dtype='float32'"):
+        chute.pack(ds, "tokens", 4, dtype="float32")

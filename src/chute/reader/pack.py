@@ -17,6 +17,8 @@ with
 Documents longer than ``length`` are split into pieces of ``length`` tokens (the last one
 shorter; each piece a sequence, positions restarting) or, with ``truncate=True``, cut to their
 first ``length`` tokens (:attr:`Pack.dropped_tokens` counts the rest). Never silently dropped.
+``dtype`` hands the tokens out as a wider integer dtype, cast while copying (as
+:func:`chute.windows`).
 
 The plan. Documents are taken in an order shuffled by ``seed``, in windows of ``window``
 pieces; each window is packed by best-fit decreasing (the longest piece first, into the
@@ -69,6 +71,7 @@ def pack(
     seed: int = 0,
     pad_id: int = 0,
     window: int = 4096,
+    dtype: Any = None,
 ) -> Pack:
     """Rows of whole documents of field ``field`` of ``ds``, at most ``length`` tokens each
     (see the module doc). Example::
@@ -78,7 +81,16 @@ def pack(
             cu, max_len = rows.flat_cu_seqlens(batch["cu_seqlens"])
             out = model(batch["tokens"], position_ids=batch["position_ids"], cu_seqlens=cu)
     """
-    return Pack(ds, field, length, truncate=truncate, seed=seed, pad_id=pad_id, window=window)
+    return Pack(
+        ds,
+        field,
+        length,
+        truncate=truncate,
+        seed=seed,
+        pad_id=pad_id,
+        window=window,
+        dtype=dtype,
+    )
 
 
 class Pack:
@@ -95,8 +107,10 @@ class Pack:
         seed: int = 0,
         pad_id: int = 0,
         window: int = 4096,
+        dtype: Any = None,
     ) -> None:
         self.stream = TokenStream(ds, field, "chute.pack")
+        self.dtype = self.stream.out_dtype(dtype, "chute.pack")
         if self.stream.flat:
             raise ArgumentValueError(
                 f"chute.pack: field {field!r} is a flat stream, with no documents to pack; "
@@ -107,7 +121,7 @@ class Pack:
         self.seed = check_int("seed", seed, 0)
         self.window = check_int("window", window, 1)
         self.truncate = bool(truncate)
-        self.pad_id = token_id("pad_id", pad_id, np.dtype(fmt.storage_dtype(self.stream.dtype)))
+        self.pad_id = token_id("pad_id", pad_id, np.dtype(self.dtype))
         for name in (POSITION_IDS, CU_SEQLENS):
             if name == field:
                 raise ArgumentValueError(
@@ -115,7 +129,7 @@ class Pack:
                     "rename it (chute.open(path, fields=...))"
                 )
         self.schema: dict[str, fmt.Field] = {
-            field: fmt.Tensor((self.length,), self.stream.dtype),
+            field: fmt.Tensor((self.length,), self.dtype),
             POSITION_IDS: fmt.Tensor((self.length,), "int64"),
             CU_SEQLENS: fmt.Ragged("int32"),
         }

@@ -16,6 +16,8 @@ resume and mix it as any dataset (``Loader``, ``chute.dataloader``, ``chute.mix`
   boundary is not trained on, as in LitData; ``stride = length - 1`` trains on it too).
 * The tail, the last ``< length`` tokens: dropped (``drop_tail=True``, the default), or one
   more window padded with ``pad_id`` (``document_ids`` -1 there).
+* ``dtype``: the tokens handed out as another integer dtype (``"int64"`` for an embedding),
+  cast while copying, in the loader's threads (torch casts uint16 ~500x slower than numpy).
 * ``document_ids=True`` / ``positions=True`` add int64 ``(length,)`` fields: the document of
   each token (its sample index in the dataset) and its position in that document (restarting
   at 0 at each document start; an ``eos`` has the position after the document's last token),
@@ -61,6 +63,7 @@ def windows(
     pad_id: int = 0,
     document_ids: bool = False,
     positions: bool = False,
+    dtype: Any = None,
 ) -> Windows:
     """Windows of ``length`` tokens, ``stride`` apart, over field ``field`` of ``ds`` (see the
     module doc). Example, nanoGPT's batches::
@@ -79,6 +82,7 @@ def windows(
         pad_id=pad_id,
         document_ids=document_ids,
         positions=positions,
+        dtype=dtype,
     )
 
 
@@ -98,23 +102,25 @@ class Windows:
         pad_id: int = 0,
         document_ids: bool = False,
         positions: bool = False,
+        dtype: Any = None,
     ) -> None:
         self.stream = TokenStream(ds, field, "chute.windows")
+        self.dtype = self.stream.out_dtype(dtype, "chute.windows")
         self.field = field
         self.length = check_int("chute.windows length", length, 1)
         self.stride = (
             self.length if stride is None else check_int("chute.windows stride", stride, 1)
         )
         self.drop_tail = bool(drop_tail)
-        dtype = np.dtype(fmt.storage_dtype(self.stream.dtype))
-        self.eos = None if eos is None else token_id("eos", eos, dtype)
-        self.pad_id = token_id("pad_id", pad_id, dtype)
+        out = np.dtype(self.dtype)
+        self.eos = None if eos is None else token_id("eos", eos, out)
+        self.pad_id = token_id("pad_id", pad_id, out)
         if self.stream.flat and (document_ids or positions or eos is not None):
             raise ArgumentValueError(
                 f"chute.windows: field {field!r} is a flat stream, with no documents: "
                 "document_ids=, positions= and eos= need a Ragged field (one sample a document)"
             )
-        self.schema: dict[str, fmt.Field] = {field: fmt.Tensor((self.length,), self.stream.dtype)}
+        self.schema: dict[str, fmt.Field] = {field: fmt.Tensor((self.length,), self.dtype)}
         for name, wanted in ((DOCUMENT_IDS, document_ids), (POSITIONS, positions)):
             if wanted:
                 if name == field:
