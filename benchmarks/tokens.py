@@ -1,12 +1,13 @@
 """Language-model data: token windows vs nanoGPT's ``get_batch`` (and LitData's TokensLoader
 when it is installed), and the padding of packing vs pad-to-longest vs batch_tokens.
 
-    python benchmarks/tokens.py [--tokens 20_000_000] [--batches 300] [--dir /tmp]
+    python benchmarks/tokens.py [--tokens 20_000_000] [--batches 1000] [--batch 12 64]
 
 One corpus, made here: documents of lognormal length (capped at 41 k tokens), uint16 token
 ids, written once as a chute dataset (a Ragged field, one document a sample) and once as
 nanoGPT's flat ``train.bin``. Side by side in one run, each reader for ``--batches`` batches
-of ``12 x 1024`` tokens (nanoGPT's OpenWebText setting), on warm files:
+of ``B x 1024`` tokens after its first, ``B`` 12 (nanoGPT's OpenWebText setting) and 64, on
+warm files:
 
 * ``nanoGPT get_batch``: its function as written (a fresh ``np.memmap`` each call, random
   offsets, ``torch.stack`` of int64 copies for ``x`` and ``y``).
@@ -14,11 +15,12 @@ of ``12 x 1024`` tokens (nanoGPT's OpenWebText setting), on warm files:
   stream written by its ``optimize``, in a ``StreamingDataLoader``; skipped (with the reason
   in the table) when ``litdata`` is not importable.
 * ``chute windows``: ``chute.windows(length=1025)`` in a ``chute.Loader`` with 1 and 2
-  threads, ``x, y = w[:, :-1], w[:, 1:]``; the ``+ int64`` rows also convert ``x`` and ``y``
-  to int64 in the consumer, as nanoGPT hands them out.
+  threads, ``x, y = w[:, :-1], w[:, 1:]``, uint16 as stored; the ``+ int64`` rows hand the
+  tokens out as int64, as nanoGPT does (``windows(dtype="int64")``: cast while copying).
 
-Reported: tokens/s, the first batch's seconds, the peak PSS of the process tree above the
-baseline, each reader's ratio to nanoGPT's, and chute's open time. Then, on the same
+Reported: tokens/s after the first batch (LitData over a tenth of the batches: it is slow
+here), the first batch's seconds, the peak PSS of the process tree above the baseline, each
+reader's ratio to nanoGPT's, and chute's open time. Then, on the same
 documents, batches of about 16 k tokens: ``pad-to-longest`` (``Loader(batch_size=16,
 pad=0)``), ``batch_tokens`` (``Loader(batch_size=512, batch_tokens=16384, pad=0)``) and
 ``chute.pack(length=4096)`` rows (``batch_size=4``): document tokens/s and the share of
@@ -42,7 +44,7 @@ from _common import RESULTS, peak_pss, table, write_json
 
 import chute
 
-BATCH, BLOCK = 12, 1024
+BLOCK = 1024
 MAX_DOC = 41_000
 PAD = 65535  # the packed rows' padding; document tokens are < 50257 (GPT-2's vocabulary)
 
@@ -73,32 +75,33 @@ def make_corpus(folder: Path, tokens: int, seed: int = 0) -> tuple[Path, Path, n
 
 
 def measure(name: str, batches: Iterator[Any], count: int, tokens_of: Callable) -> dict:
-    """Tokens/s over ``count`` batches of ``batches``, the first batch's time, peak PSS."""
-    with peak_pss() as mem:
+    """Tokens/s over ``count`` batches of ``batches`` after the first (steady state), the
+    first batch's seconds (start-up included), and the peak PSS of the process tree."""
+    with peak_pss(interval=0.05) as mem:
         t0 = time.perf_counter()
-        first = None
+        tokens_of(next(batches))
+        first = time.perf_counter() - t0
         tokens = 0
+        t1 = time.perf_counter()
         for k, batch in enumerate(batches):
             tokens += tokens_of(batch)
-            if first is None:
-                first = time.perf_counter() - t0
             if k + 1 == count:
                 break
-        seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - t1
     return {
         "reader": name,
         "tokens_per_s": tokens / seconds,
-        "first_batch_s": first or 0.0,
+        "first_batch_s": first,
         "peak_pss_mb": (mem.peak - mem.baseline) / 1e6,
         "seconds": seconds,
     }
 
 
-def nanogpt(bin_path: Path) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def nanogpt(bin_path: Path, batch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """nanoGPT's get_batch('train'), as in its train.py (CPU)."""
     while True:
         data = np.memmap(bin_path, dtype=np.uint16, mode="r")  # recreated: nanoGPT's leak fix
-        ix = torch.randint(len(data) - BLOCK, (BATCH,))
+        ix = torch.randint(len(data) - BLOCK, (batch,))
         x = torch.stack([torch.from_numpy((data[i : i + BLOCK]).astype(np.int64)) for i in ix])
         y = torch.stack(
             [torch.from_numpy((data[i + 1 : i + 1 + BLOCK]).astype(np.int64)) for i in ix]
@@ -106,17 +109,16 @@ def nanogpt(bin_path: Path) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         yield x, y
 
 
-def chute_windows(ds: chute.Dataset, workers: int, int64: bool) -> Iterator[Any]:
-    w = chute.windows(ds, "tokens", BLOCK + 1)
-    loader = chute.Loader(w, batch_size=BATCH, num_workers=workers, seed=0)
+def chute_windows(ds: chute.Dataset, batch: int, workers: int, int64: bool) -> Iterator[Any]:
+    w = chute.windows(ds, "tokens", BLOCK + 1, dtype="int64" if int64 else None)
+    loader = chute.Loader(w, batch_size=batch, num_workers=workers, seed=0)
     while True:
-        for batch in loader:
-            t = batch["tokens"]
-            x, y = t[:, :-1], t[:, 1:]
-            yield (x.long(), y.long()) if int64 else (x, y)
+        for b in loader:
+            t = b["tokens"]
+            yield t[:, :-1], t[:, 1:]
 
 
-def litdata_rows(folder: Path, bin_path: Path) -> tuple[Iterator[Any] | None, str]:
+def litdata_rows(folder: Path, bin_path: Path, batch: int) -> tuple[Iterator[Any] | None, str]:
     """LitData's TokensLoader over the same stream, or (None, why not)."""
     try:
         from litdata import StreamingDataLoader, StreamingDataset, TokensLoader, optimize
@@ -135,7 +137,7 @@ def litdata_rows(folder: Path, bin_path: Path) -> tuple[Iterator[Any] | None, st
             num_workers=1,
         )
     ds = StreamingDataset(str(out), item_loader=TokensLoader(block_size=BLOCK + 1), shuffle=True)
-    loader = StreamingDataLoader(ds, batch_size=BATCH, num_workers=1)
+    loader = StreamingDataLoader(ds, batch_size=batch, num_workers=1)
 
     def rows() -> Iterator[Any]:
         while True:
@@ -192,7 +194,8 @@ def padding_rows(ds: chute.Dataset, count: int) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokens", type=int, default=20_000_000)
-    ap.add_argument("--batches", type=int, default=300)
+    ap.add_argument("--batches", type=int, default=1000)
+    ap.add_argument("--batch", type=int, nargs="+", default=[12, 64], help="windows a batch")
     ap.add_argument("--dir", default=None, help="where the corpus is written (default: a tmp dir)")
     ap.add_argument("--json", default=str(RESULTS / "tokens.json"))
     args = ap.parse_args()
@@ -211,24 +214,31 @@ def main() -> None:
             return int(batch[0].numel())
 
         n = args.batches
-        rows = [measure("nanoGPT get_batch", nanogpt(bin_path), n, xy_tokens)]
-        lit, why = litdata_rows(folder, bin_path)
-        if lit is None:
-            rows.append({"reader": "LitData TokensLoader", "skipped": why})
-        else:
-            rows.append(measure("LitData TokensLoader", lit, n, xy_tokens))
-        for workers in (1, 2):
-            for int64 in (False, True):
-                name = f"chute windows, {workers} thread{'s' * (workers > 1)}"
-                name += " + int64" if int64 else ""
-                rows.append(measure(name, chute_windows(ds, workers, int64), n, xy_tokens))
-        base = rows[0]["tokens_per_s"]
-        for r in rows:
-            if "tokens_per_s" in r:
-                r["x_nanogpt"] = r["tokens_per_s"] / base
+        rows = []
+        for batch in args.batch:
+            rows.append(
+                measure(f"nanoGPT get_batch, {batch}", nanogpt(bin_path, batch), n, xy_tokens)
+            )
+            base = rows[-1]["tokens_per_s"]
+            lit, why = litdata_rows(folder, bin_path, batch)
+            if lit is None:
+                rows.append({"reader": f"LitData TokensLoader, {batch}", "skipped": why})
+            else:
+                name = f"LitData TokensLoader, {batch}"
+                rows.append(measure(name, lit, max(20, n // 10), xy_tokens))
+            for workers in (1, 2):
+                for int64 in (False, True):
+                    name = f"chute windows, {batch}, {workers} thread{'s' * (workers > 1)}"
+                    name += " + int64" if int64 else ""
+                    it = chute_windows(ds, batch, workers, int64)
+                    rows.append(measure(name, it, n, xy_tokens))
+            for r in rows:
+                if "tokens_per_s" in r and "x_nanogpt" not in r:
+                    r["x_nanogpt"] = r["tokens_per_s"] / base
+                    r["batch"] = batch
         print(
             f"{len(lengths):,} documents, {int(lengths.sum()):,} tokens; chute.open + "
-            f"windows: {open_s * 1e3:.1f} ms; {n} batches of {BATCH} x {BLOCK} tokens"
+            f"windows: {open_s * 1e3:.1f} ms; {n} batches of B x {BLOCK} tokens after the first"
         )
         cols = [
             ("reader", "reader", "s"),
@@ -263,6 +273,7 @@ def main() -> None:
                 "windows": rows,
                 "padding": padding,
                 "cpus": os.cpu_count(),
+                "load_average": os.getloadavg(),  # the machine is shared: context for the noise
             },
         )
         print(f"wrote {path}")
