@@ -26,10 +26,11 @@ import numpy as np
 
 import chute
 
-WORDS = (
+TEXT = (  # the words of the generated documents
     "the of and to in is was for on that with as by at from his her an were are which this "
     "be or has had not but its they their one all been new more first also after who two"
-).split()
+)
+WORDS = TEXT.split()
 EOS = "<|endoftext|>"
 
 
@@ -39,9 +40,7 @@ def make_corpus(folder: Path, documents: int, shards: int = 8) -> list[Path]:
     lengths = np.minimum(rng.lognormal(3.5, 1.0, documents).astype(int) + 1, 2000)
     paths = [folder / f"shard-{i}.txt" for i in range(shards)]
     for i, path in enumerate(paths):
-        lines = [
-            " ".join(rng.choice(WORDS, n)) for n in lengths[i::shards]
-        ]  # one document a line
+        lines = [" ".join(rng.choice(WORDS, n)) for n in lengths[i::shards]]  # one document a line
         path.write_text("\n".join(lines) + "\n")
     return paths
 
