@@ -150,6 +150,12 @@ def test_refused(tmp_path):
         chute.Loader(ds, batch_size=4, batch_tokens=0)
     with pytest.raises(ArgumentValueError, match="max_length"):
         chute.Loader(ds, batch_size=4, max_length=0)
+    offsets = tmp_path / "r.chute" / "t.offsets.npy"
+    arr = np.load(offsets)
+    arr[3] = 0  # 0, 0, 1, 0, 6, 10: runs backwards at sample 2
+    np.save(offsets, arr)
+    with pytest.raises(chute.FormatError, match=r"field 't'.*sample 2 run backwards"):
+        chute.Loader(chute.open(tmp_path / "r.chute"), batch_size=4, batch_tokens=10)
     order = BatchByTokens(np.arange(5), 10, 4)
     with pytest.raises(ArgumentValueError, match="batch_tokens=10 but this one"):
         BatchByTokens(np.arange(5), 11, 4).load_state_dict(order.state_dict())

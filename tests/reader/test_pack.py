@@ -125,3 +125,12 @@ def test_hostile_input(tmp_path):
     np.save(offsets, arr)
     with pytest.raises(FormatError, match=r"field 'tokens'.*sample 1 run backwards"):
         chute.pack(chute.open(tmp_path / "d.chute"), "tokens", 4)
+
+
+def test_worker_processes_read_rows_and_windows(tmp_path):
+    docs = documents(np.random.default_rng(3).integers(0, 40, 50).tolist())
+    ds = write_docs(tmp_path / "d.chute", docs, part_size=9)
+    for view in (chute.pack(ds, "tokens", 32), chute.windows(ds, "tokens", 10, positions=True)):
+        dl = chute.dataloader(view, batch_size=4, num_workers=2, shuffle=False)
+        got = torch.cat([b["tokens"] for b in dl])
+        assert torch.equal(got, view.gather(np.arange(len(view)))["tokens"])
