@@ -16,7 +16,9 @@ warm files:
   in the table) when ``litdata`` is not importable.
 * ``chute windows``: ``chute.windows(length=1025)`` in a ``chute.Loader`` with 1 and 2
   threads, ``x, y = w[:, :-1], w[:, 1:]``, uint16 as stored; the ``+ int64`` rows hand the
-  tokens out as int64, as nanoGPT does (``windows(dtype="int64")``: cast while copying).
+  tokens out as int64, as nanoGPT does (``windows(dtype="int64")``: cast while copying); the
+  ``in order`` row reads without shuffling, which shows what the order's per-batch index
+  computation costs.
 
 Reported: tokens/s after the first batch (LitData over a tenth of the batches: it is slow
 here), the first batch's seconds, the peak PSS of the process tree above the baseline, each
@@ -109,9 +111,11 @@ def nanogpt(bin_path: Path, batch: int) -> Iterator[tuple[torch.Tensor, torch.Te
         yield x, y
 
 
-def chute_windows(ds: chute.Dataset, batch: int, workers: int, int64: bool) -> Iterator[Any]:
+def chute_windows(
+    ds: chute.Dataset, batch: int, workers: int, int64: bool, shuffle: bool = True
+) -> Iterator[Any]:
     w = chute.windows(ds, "tokens", BLOCK + 1, dtype="int64" if int64 else None)
-    loader = chute.Loader(w, batch_size=batch, num_workers=workers, seed=0)
+    loader = chute.Loader(w, batch_size=batch, num_workers=workers, seed=0, shuffle=shuffle)
     while True:
         for b in loader:
             t = b["tokens"]
@@ -232,6 +236,8 @@ def main() -> None:
                     name += " + int64" if int64 else ""
                     it = chute_windows(ds, batch, workers, int64)
                     rows.append(measure(name, it, n, xy_tokens))
+            it = chute_windows(ds, batch, 2, False, shuffle=False)  # the order's cost, apart
+            rows.append(measure(f"chute windows, {batch}, 2 threads, in order", it, n, xy_tokens))
             for r in rows:
                 if "tokens_per_s" in r and "x_nanogpt" not in r:
                     r["x_nanogpt"] = r["tokens_per_s"] / base
