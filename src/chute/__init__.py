@@ -45,9 +45,12 @@ from .reader.dataset import Dataset
 from .reader.images import EncodedImages
 from .reader.mix import Mix, mix
 from .reader.opening import open as open  # public, not in __all__: see below
+from .reader.pack import Pack, pack
 from .reader.verify import verify
+from .reader.windows import Windows, windows
 from .sources.dask import from_dask
 from .sources.image_folder import from_image_folder
+from .sources.shards import from_shards
 from .writer.writer import Writer, write
 
 __version__ = "0.1.0"
@@ -74,6 +77,7 @@ __all__ = [
     "Mix",
     "NotWritableError",
     "Order",
+    "Pack",
     "Ragged",
     "RaggedBatch",
     "RandomHorizontalFlip",
@@ -87,6 +91,7 @@ __all__ = [
     "String",
     "UnsafePathError",
     "VersionError",
+    "Windows",
     "WorkerError",
     "WriteError",
     "Writer",
@@ -97,11 +102,14 @@ __all__ = [
     "from_dask",
     "from_image_folder",
     "from_iterable",
+    "from_shards",
     "from_torch",
     "mix",
     "normalize",
+    "pack",
     "to_device",
     "verify",
+    "windows",
     "write",
 ]
 

@@ -180,7 +180,7 @@ def pad_batch(
     if batch.shapes is None:
         width = int(lengths.max()) if b else 0
         out = batch.values.new_full((b, width, *batch.values.shape[1:]), value)
-        out[owner, pos] = batch.values
+        as_signed(out)[owner, pos] = as_signed(batch.values)
         return out, lengths
     shapes = batch.shapes
     dense = tuple(shapes.max(0).values.tolist()) if b else (0,) * shapes.shape[1]
@@ -190,5 +190,16 @@ def pad_batch(
     for d in range(shapes.shape[1] - 1, -1, -1):  # unravel pos in its sample's own shape
         index.insert(1, pos % per_value[:, d])
         pos = torch.div(pos, per_value[:, d], rounding_mode="floor")
-    out[tuple(index)] = batch.values
+    as_signed(out)[tuple(index)] = as_signed(batch.values)
     return out, shapes
+
+
+# torch has no indexed writes for its unsigned dtypes beyond uint8 (uint16 token ids): the
+# scatter writes the same bits through a view of the signed dtype of that size.
+_SIGNED = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+
+
+def as_signed(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or for uint16/32/64 a view of its bits as the signed dtype of that size."""
+    signed = _SIGNED.get(t.dtype)
+    return t if signed is None else t.view(signed)

@@ -19,11 +19,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._args import check_int, default_workers
+from .._args import check_int, default_workers, dist_defaults
 from ..buffers import Buffers, Pool, Ring
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentValueError
+from ..order import Order
+from ..order.by_tokens import BatchByTokens
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.subset import loadable
+from ..reader.tokens import token_lengths
+from ..reader.truncate import Truncated
 from .decode import with_decode
 from .passes import OnePass, make_order, unknown_keywords
 from .threads import LoaderIter, Run
@@ -112,7 +116,12 @@ class Loader(OnePass):
     index): see ``chute/loader/decode.py``. ``shuffle``, ``seed``, ``drop_last``,
     ``block_size``: see :class:`~chute.order.Order`; ``shuffle="parts"`` is the part-aware
     shuffle (``chute/order/parts.py``: each rank reads its own share of the parts, for data
-    in object storage; see ``docs/remote.md``). Example::
+    in object storage; see ``docs/remote.md``). ``max_length``: each sample of a Ragged field
+    cut to its first ``max_length`` rows (``chute/reader/truncate.py``), before ``pad=``.
+    ``batch_tokens``: batches of a varying number of samples (at most ``batch_size``), each
+    padded size (samples x longest) within ``batch_tokens``, similar lengths grouped within a
+    shuffle window (:class:`~chute.order.by_tokens.BatchByTokens`: equal steps across ranks,
+    exact resume; see ``docs/tokens.md``). Example::
 
         loader = chute.Loader(chute.open("train.chute"), batch_size=256, num_workers=2)
         for epoch in range(epochs):
@@ -142,6 +151,8 @@ class Loader(OnePass):
         reuse_after: int | None = None,
         pad: float | int | None = None,
         decode: dict[str, Any] | None = None,
+        max_length: int | None = None,
+        batch_tokens: int | None = None,
         **unknown: Any,
     ) -> None:
         if "keep" in unknown:  # the former name of reuse_after, for one release
@@ -149,7 +160,9 @@ class Loader(OnePass):
         if unknown:  # chute's error, with the list of valid keywords (see unknown_keywords)
             valid = [k for k in inspect.signature(Loader).parameters if k not in ("ds", "unknown")]
             raise unknown_keywords("chute.Loader", unknown, valid)
-        ds = with_decode(loadable(ds, "Loader"), decode, seed)  # chute/loader/decode.py
+        plain = loadable(ds, "Loader")
+        base = plain if max_length is None else Truncated(plain, max_length)
+        ds = with_decode(base, decode, seed)  # chute/loader/decode.py
         if transform is not None and not callable(transform):
             raise ArgumentError(f"transform must be callable, got {transform!r}")
         if pad is not None:  # a bad value fails here, with gather's message, not mid-epoch
@@ -174,9 +187,31 @@ class Loader(OnePass):
                 stacklevel=2,
             )
             self.pin_memory = False
-        self.order = make_order(
-            ds, batch_size, shuffle, seed, rank, world_size, drop_last, block_size
-        )
+        self.order: Order | BatchByTokens
+        if batch_tokens is None:
+            self.order = make_order(
+                ds, batch_size, shuffle, seed, rank, world_size, drop_last, block_size
+            )
+        else:  # chute/order/by_tokens.py
+            if block_size is not None or shuffle == "parts":
+                raise ArgumentValueError(
+                    "batch_tokens= shuffles within length-sorted windows of its own: it "
+                    "excludes block_size= and shuffle='parts'"
+                )
+            lengths = token_lengths(plain, "Loader(batch_tokens=)")
+            if max_length is not None:
+                lengths = np.minimum(lengths, max_length)
+            rank, world_size = dist_defaults(rank, world_size)
+            self.order = BatchByTokens(
+                lengths,
+                batch_tokens,
+                batch_size,
+                shuffle=bool(shuffle),
+                seed=seed,
+                rank=rank,
+                world_size=world_size,
+                drop_last=drop_last,
+            )
         self.group, self._items = self._geometry()
         self._buffers: Buffers | None = None  # made on the first iter()
         self._last: Run | None = None

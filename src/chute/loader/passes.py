@@ -27,6 +27,7 @@ import numpy as np
 from .._args import dist_defaults
 from ..errors import ArgumentError
 from ..order import Order
+from ..order.by_tokens import BatchByTokens
 from ..order.parts import order_options
 from ..reader.gatherable import Gatherable, PerEpoch
 
@@ -51,7 +52,7 @@ class OnePass:
     :meth:`_start_pass` for a new pass, and :meth:`_end_active` for the live pass (registered
     by the subclass's ``__iter__`` with :meth:`_track`)."""
 
-    order: Order
+    order: Order | BatchByTokens
     _active: weakref.ref[Any] | None = None
     _resume = False  # load_state_dict chose where the next pass starts
     _name = "loader"  # in StaleIteratorError messages: "the Loader", "the DataLoader"

@@ -31,6 +31,12 @@ Semantics, per epoch ``e`` (``N = len(mix)``, the epoch size; ``L_s`` = ``len`` 
   thus interleaved at random even with ``shuffle=False``, and every lookup is O(batch), nothing
   materialised per epoch.
 
+Tokens. With ``by="tokens"`` the weights are shares of *tokens*, not samples: source ``s``
+counts as ``w_s / t_s`` in the rule above, ``t_s`` its tokens per sample (a
+:func:`chute.windows` view's ``length``, a :func:`chute.pack`'s mean row, a dataset's mean
+document length: :func:`chute.reader.tokens.tokens_per_sample`). The counts stay exact in
+samples; the tokens then hold the weights within a document's worth per source.
+
 The epoch. A mix's samples depend on the epoch, so its readers pass it: ``mix.gather(indices,
 epoch=e)``, or ``mix.at_epoch(e)`` (a copy bound to ``e``, what ``Loader`` gathers from), or
 ``mix.set_epoch(e)`` for ``mix[i]`` / ``gather`` without ``epoch=``. ``Loader`` and
@@ -54,12 +60,13 @@ from .. import format as fmt
 from .._args import check_int
 from .._arrays import distinct
 from .._torch import empty_buffers
-from ..errors import ArgumentError, SchemaError
+from ..errors import ArgumentError, ArgumentValueError, SchemaError
 from ..order.counts import source_counts
 from ..order.permute import Permutation
 from .dataset import Dataset
 from .gather import check_gather_args, check_indices
 from .subset import SubsetDataset, loadable
+from .tokens import tokens_per_sample
 
 __all__ = ["Mix", "mix"]
 
@@ -74,17 +81,23 @@ def mix(
     repeat: Mapping[str, float] | None = None,
     seed: int = 0,
     fields: Sequence[str] | None = None,
+    *,
+    by: str = "samples",
+    source_field: str = SOURCE,
 ) -> Mix:
     """Datasets ``sources`` (``{name: chute Dataset or torch Subset of one}``) read as one
     :class:`Mix` of ``epoch_size`` samples per epoch, by ``weights`` or by ``repeat`` per source
     (see the module docstring for the exact counts). ``fields``: the fields to read, which
-    every source must have (default: all, and all sources must have the same ones). Example::
+    every source must have (default: all, and all sources must have the same ones).
+    ``by="tokens"``: the weights are shares of tokens. ``source_field``: the name of the field
+    saying each sample's source (``"source"``), when the sources have a field of that name.
+    Example::
 
         train = chute.mix({"web": chute.open("web.chute"), "code": chute.open("code.chute")},
                           weights={"web": 0.7, "code": 0.3})
         loader = chute.Loader(train, batch_size=256)   # batch["source"]: 0 web, 1 code
     """
-    return Mix(sources, weights, epoch_size, repeat, seed, fields)
+    return Mix(sources, weights, epoch_size, repeat, seed, fields, by=by, source_field=source_field)
 
 
 _KEEP_PERMS = 64  # Permutations a Mix keeps (a few per source and epoch are in use at once)
@@ -107,7 +120,16 @@ class Mix:
         repeat: Mapping[str, float] | None = None,
         seed: int = 0,
         fields: Sequence[str] | None = None,
+        *,
+        by: str = "samples",
+        source_field: str = SOURCE,
     ) -> None:
+        if by not in ("samples", "tokens") or (by == "tokens" and weights is None):
+            raise ArgumentValueError(
+                f"by= is 'samples' or 'tokens' (which weighs weights=), got by={by!r} with "
+                f"weights={weights!r}"[:300]
+            )
+        self.source_field = fmt.check_field_name(source_field)
         if not isinstance(sources, Mapping) or not sources:
             raise ArgumentError(
                 f"chute.mix takes a non-empty dict {{name: dataset}}, got {sources!r}"[:200]
@@ -124,13 +146,17 @@ class Mix:
                 )
             datasets.append(loadable(ds, f"chute.mix (source {name!r})"))
         self.seed = check_int("seed", seed, 0)
-        self.schema: dict[str, fmt.Field] = _common_schema(self.sources, datasets, fields)
+        self.schema: dict[str, fmt.Field] = _common_schema(
+            self.sources, datasets, fields, self.source_field
+        )
         self.datasets: dict[str, Any] = {
             name: _select(ds, list(self.schema))
             for name, ds in zip(self.sources, datasets, strict=True)
         }
-        self.schema[SOURCE] = _SOURCE_FIELD
+        self.schema[self.source_field] = _SOURCE_FIELD
         sizes = [len(ds) for ds in datasets]
+        if by == "tokens" and weights is not None:  # a share of tokens: w_s / tokens a sample
+            weights = _per_token(self.sources, datasets, weights)
         self.counts: dict[str, int] = dict(
             zip(
                 self.sources,
@@ -255,7 +281,11 @@ class Mix:
             parts.append((where, self.datasets[self.sources[s]].gather(idx[where])))
         batch: dict[str, Any] = {}
         for name, f in self.schema.items():
-            got = [(np.arange(b), src)] if name == SOURCE else [(w, sub[name]) for w, sub in parts]
+            got = (
+                [(np.arange(b), src)]
+                if name == self.source_field
+                else [(w, sub[name]) for w, sub in parts]
+            )
             batch.update(f.merge_batches(name, b, got, out, pad))
         return batch
 
@@ -267,7 +297,7 @@ class Mix:
             raise ArgumentError(f"a Mix is indexed by an int position, not {type(i).__name__}")
         src, idx = self.locate([i])
         sample = dict(self.datasets[self.sources[int(src[0])]][int(idx[0])])
-        sample[SOURCE] = torch.tensor(int(src[0]), dtype=torch.int64)
+        sample[self.source_field] = torch.tensor(int(src[0]), dtype=torch.int64)
         return sample
 
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
@@ -286,7 +316,7 @@ class Mix:
 
 
 def _common_schema(
-    names: tuple[str, ...], datasets: list[Any], fields: Sequence[str] | None
+    names: tuple[str, ...], datasets: list[Any], fields: Sequence[str] | None, source: str
 ) -> dict[str, fmt.Field]:
     """The fields the mix reads: ``fields``, or all (then every source must have the same);
     every field the same kind, dtype and shape in every source. Else a SchemaError."""
@@ -316,10 +346,10 @@ def _common_schema(
                     f"source {n!r} has no field(s) {missing}; its fields are {sorted(sc)}, the "
                     f"fields all sources have are {common}"
                 )
-    if SOURCE in wanted:
+    if source in wanted:
         raise SchemaError(
-            f"the sources have a field {SOURCE!r}, which would clash with the mix's own "
-            f"{SOURCE!r} field; pass fields= without it"
+            f"the sources have a field {source!r}, which would clash with the mix's own "
+            f"{source!r} field; pass fields= without it, or source_field= another name"
         )
     for k in wanted:
         specs = {n: sc[k] for n, sc in zip(names, schemas, strict=True)}
@@ -330,6 +360,28 @@ def _common_schema(
                 "field out with fields="
             )
     return {k: schemas[0][k] for k in wanted}
+
+
+def _per_token(
+    names: tuple[str, ...], datasets: list[Any], weights: Mapping[str, float]
+) -> Mapping[str, Any]:
+    """Token weights as sample weights: each source's weight over its tokens per sample
+    (what is not a positive number is left for source_counts to name)."""
+    if not isinstance(weights, Mapping):
+        return weights
+    out: dict[str, Any] = {}
+    for name, ds in zip(names, datasets, strict=True):
+        w = weights.get(name)
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or not w:
+            out[name] = w
+            continue
+        per = tokens_per_sample(ds, f"chute.mix(by='tokens') (source {name!r})")
+        if per <= 0:
+            raise ArgumentValueError(
+                f"chute.mix(by='tokens'): source {name!r} has no tokens but weight {w}"
+            )
+        out[name] = w / per
+    return out
 
 
 def _select(ds: Any, wanted: list[str]) -> Any:

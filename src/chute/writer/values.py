@@ -178,7 +178,7 @@ def _cast(
     """``arr`` in the field's storage dtype: exact for arrays, range-checked for native Python
     numbers (``batch``: ``arr`` holds samples ``index``, ``index + 1``...)."""
     target = fmt.storage_dtype(f.dtype)
-    if src == f.dtype:
+    if src == f.dtype or arr.size == 0:  # no value of an empty array can fail to fit
         return np.ascontiguousarray(arr, dtype=target)
     fit = f"field {name!r}, sample {index}: dtype {src} does not fit the schema dtype {f.dtype}"
     if not _dtype_fits(src, native, f.dtype):
@@ -291,6 +291,41 @@ def prepare_var(
     flat = np.concatenate(pieces) if pieces else np.empty((0, *inner), sd)
     shape_arr = np.array(shapes, np.int64).reshape(len(shapes), -1) if f.variable_dims else None
     return VarBatch(flat, np.array(lengths, np.int64), shape_arr)
+
+
+def is_empty(value: Any) -> bool:
+    """Whether ``value`` is an empty list or array (``[]``, ``np.zeros(0)``): its dtype is
+    numpy's default, not the data's, so an inferred field keeps its dtype open until a
+    non-empty value decides it (:func:`decided_field`)."""
+    if isinstance(value, (str, bytes, bytearray, memoryview)):
+        return False
+    if isinstance(value, (list, tuple)):
+        return len(value) == 0
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 0
+    size = getattr(value, "size", None)
+    return isinstance(size, int) and size == 0 and hasattr(value, "dtype")
+
+
+def decided_field(old: fmt.Field, values: Any, name: str, start: int) -> fmt.Field | None:
+    """The field that an inferred field ``old`` whose samples so far were all empty becomes
+    at the first non-empty sample of the batch ``values`` (a list of samples): a Ragged field
+    of that sample's dtype and shape. None while the batch's samples are all empty too (or
+    are not a list of samples: an array batch is read with its own dtype as it is)."""
+    if not isinstance(values, (list, tuple)) or not isinstance(old, (fmt.Tensor, fmt.Ragged)):
+        return None
+    fixed = old.shape if isinstance(old, fmt.Tensor) else (None, *old.inner_shape)
+    for i, v in enumerate(values):
+        if is_empty(v) or isinstance(v, (str, bytes, bytearray, memoryview)):
+            continue
+        arr, dt, _ = to_array(v, name, start + i)
+        if arr.size == 0:
+            continue
+        if arr.ndim != len(fixed) or arr.ndim == 0:
+            return None  # not the same kind of value: prepare() says so
+        inner = tuple(a if a == b else None for a, b in zip(fixed[1:], arr.shape[1:], strict=True))
+        return fmt.Ragged(dt, inner)
+    return None
 
 
 def infer_schema(sample: Mapping[str, Any]) -> dict[str, fmt.Field]:

@@ -32,7 +32,16 @@ from ..store.upload import Staged
 from ..store.url import is_url
 from .commit import DatasetLock, commit, commit_append, new_staging_dir, writing
 from .field_files import PartFiles, promote
-from .values import Promote, check_schema, flatten, infer_field, infer_schema, sample_count
+from .values import (
+    Promote,
+    check_schema,
+    decided_field,
+    flatten,
+    infer_field,
+    infer_schema,
+    is_empty,
+    sample_count,
+)
 
 Schema = Mapping[str, fmt.Field]
 
@@ -80,8 +89,12 @@ class Writer:
     ...         w.append({"image": img, "label": label})
 
     Without a ``schema`` the first sample defines it, and a field whose later samples change
-    shape is turned into a :class:`chute.Ragged` field on the fly. With ``part_size`` the data
-    is split into ``part-NNNNN`` folders of at most that many samples. With ``append=True``
+    shape is turned into a :class:`chute.Ragged` field on the fly; an empty first list or
+    array (``[]``) leaves the dtype to the first non-empty sample (so token ids stay ints).
+    A field whose samples may all happen to have one length (documents of a shard) is
+    declared ``chute.Ragged(dtype)``: inferred, it would be a fixed-shape Tensor. With
+    ``part_size`` the data is split into ``part-NNNNN`` folders of at most that many samples.
+    With ``append=True``
     the samples are added to the existing dataset at ``path`` as new parts; its schema is
     kept. An appending writer holds the dataset's lock (:class:`chute.writer.commit.DatasetLock`,
     dropped if the process dies) from its creation to its commit or abort: a second one, in
@@ -148,6 +161,7 @@ class Writer:
             )
         self._auto = schema is None
         self._schema = None if schema is None else check_schema(schema)
+        self._undecided: set[str] = set()  # inferred fields whose samples were all empty
         self._overwrite = overwrite
         self._part_size = part_size
         self._staging: Path | None = new_staging_dir(self.path, overwrite, append=append)
@@ -191,6 +205,7 @@ class Writer:
         sample = flatten(sample)
         if self._schema is None:
             self._schema = infer_schema(sample)
+            self._undecided = {k for k, v in sample.items() if is_empty(v)}
         self._write({k: [v] for k, v in sample.items()} if isinstance(sample, Mapping) else sample)
 
     def extend(self, batch: Mapping[str, Any]) -> None:
@@ -201,7 +216,9 @@ class Writer:
                 raise SchemaError("extend() takes a non-empty dict of field -> batch")
             if sample_count(batch, batch, start=self._count) == 0:
                 return  # nothing to infer the schema from yet (lengths are checked first)
-            self._schema = infer_schema({k: v[0] for k, v in batch.items()})
+            first = {k: v[0] for k, v in batch.items()}
+            self._schema = infer_schema(first)
+            self._undecided = {k for k, v in first.items() if is_empty(v)}
         self._write(batch)
 
     def _write(self, batch: Mapping[str, Any]) -> None:
@@ -216,6 +233,12 @@ class Writer:
             prepared = {}
             for name in self._schema:
                 chunk = batch[name] if take == n else batch[name][done : done + take]
+                if name in self._undecided:  # the first non-empty sample decides the dtype
+                    decided = decided_field(self._schema[name], chunk, name, self._count)
+                    if decided is not None:
+                        self._undecided.discard(name)
+                        with self._writing():
+                            self._promote(name, decided)
                 while name not in prepared:
                     try:
                         f = self._schema[name]

@@ -1,0 +1,105 @@
+"""``Loader(max_length=N)``: the Ragged fields of a dataset cut to their first ``N`` rows.
+
+A corpus with a few very long documents pads every batch that holds one to its length; a
+model has a context length anyway. :class:`Truncated` is the dataset as the loaders read it
+with ``max_length``: each sample of a :class:`chute.Ragged` field (one variable dimension)
+keeps its first ``max_length`` rows, cut in one vectorized take per batch (no Python per
+sample), before ``pad=`` pads it (so ``FIELD_lengths`` are the kept lengths). Other fields,
+and Ragged fields with several variable dimensions (images), are read as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import format as fmt
+from .._args import check_int
+from ..batch import RaggedBatch, as_signed, pad_batch
+from .gather import segments
+from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
+
+__all__ = ["Truncated", "truncate_batch"]
+
+
+def truncate_batch(rb: RaggedBatch, max_length: int) -> RaggedBatch:
+    """``rb`` with each sample cut to its first ``max_length`` rows (itself when none is
+    longer)."""
+    offsets = rb.offsets.numpy()
+    lengths = np.diff(offsets)
+    if not len(lengths) or lengths.max() <= max_length:
+        return rb
+    kept = np.minimum(lengths, max_length)
+    new = np.zeros(len(offsets), np.int64)
+    np.cumsum(kept, out=new[1:])
+    idx = torch.from_numpy(segments(offsets[:-1], kept, len(rb.values)).astype(np.int64))
+    values = as_signed(rb.values).index_select(0, idx).view(rb.values.dtype)  # uint16 too
+    return RaggedBatch(values, torch.from_numpy(new), rb.shapes)
+
+
+class Truncated:
+    """``ds`` with its Ragged fields cut to ``max_length`` rows a sample (see the module
+    doc): a Gatherable, as ``ds`` is."""
+
+    def __init__(self, ds: Gatherable, max_length: int) -> None:
+        self.dataset = ds
+        self.max_length = check_int("max_length", max_length, 1)
+        self.fields = [
+            k for k, f in ds.schema.items() if type(f) is fmt.Ragged and not f.variable_dims
+        ]
+
+    @property
+    def schema(self) -> Mapping[str, fmt.Field]:
+        return self.dataset.schema
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
+        return self.dataset.empty_batch(batch_size, pin_memory=pin_memory)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        sample = dict(self.dataset[i])
+        for name in self.fields:
+            sample[name] = sample[name][: self.max_length]
+        return sample
+
+    def gather(
+        self,
+        indices: Any,
+        out: Mapping[str, torch.Tensor] | None = None,
+        pad: float | int | None = None,
+    ) -> dict[str, Any]:
+        """The dataset's batch, its Ragged fields truncated, then padded under ``pad=``."""
+        if pad is not None:  # checked as the dataset checks it, before any work
+            self.dataset.gather(np.zeros(0, np.int64), pad=pad)
+        batch = self.dataset.gather(indices, out=out)
+        for name in self.fields:
+            rb = truncate_batch(batch[name], self.max_length)
+            if pad is None:
+                batch[name] = rb
+            else:
+                batch[name], batch[f"{name}_lengths"] = pad_batch(rb, pad, name)
+        if pad is not None:  # the other variable-size fields, as the dataset pads them
+            for name, f in self.schema.items():
+                if name not in self.fields and isinstance(f, (fmt.Ragged, fmt.Bytes)):
+                    batch[name], batch[f"{name}_lengths"] = pad_batch(batch[name], pad, name)
+        return batch
+
+    def at_epoch(self, epoch: int) -> Truncated:
+        """Bound to ``epoch`` when the dataset's samples depend on it (a mix)."""
+        if isinstance(self.dataset, PerEpoch):
+            return Truncated(self.dataset.at_epoch(epoch), self.max_length)
+        return self
+
+    def prefetch(self, batches: Iterable[np.ndarray]) -> Feed | None:
+        """The dataset's prefetch, if it fetches at all."""
+        if isinstance(self.dataset, Prefetching):
+            return self.dataset.prefetch(batches)
+        return None
+
+    def __repr__(self) -> str:
+        return f"{self.dataset!r} (max_length={self.max_length})"
