@@ -9,6 +9,7 @@ batch with a progress bar: memory stays bounded by a few batches, whatever the s
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,8 +19,9 @@ from torch.utils.data import Dataset, IterableDataset
 from tqdm.auto import tqdm
 
 from . import format as fmt
-from .errors import DatasetNotFoundError, SourceError
+from .errors import ArgumentError, DatasetNotFoundError, SourceError
 from .sniff import source_kind as sniff_kind
+from .sources.arrow import ArrowFileSource, ParquetSource
 from .sources.base import FieldsArg, Source, field_map
 from .sources.hdf5 import HDF5Source, is_hdf5_object
 from .sources.images import ImageFolderSource
@@ -31,15 +33,18 @@ from .store.url import is_url
 from .writer.writer import Writer
 
 PathLike = str | os.PathLike
-PathSource = NpySource | NpzSource | NpyFolderSource | HDF5Source | ZarrSource | ImageFolderSource
-PATH_SOURCES: dict[str, type[PathSource]] = {
+PATH_SOURCES: dict[str, type[Source]] = {
     "npy": NpySource,
     "npz": NpzSource,
     "npy_folder": NpyFolderSource,
     "hdf5": HDF5Source,
     "zarr": ZarrSource,
     "image_folder": ImageFolderSource,
+    "parquet": ParquetSource,
+    "arrow": ArrowFileSource,
 }
+# kinds whose source reads several files given as a list (a glob or brace pattern)
+MULTI_FILE = ("parquet", "arrow", "jsonl", "csv", "webdataset")
 
 
 def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
@@ -53,6 +58,8 @@ def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
     if isinstance(src, Source):
         return src
     if isinstance(src, (str, os.PathLike)):
+        if not Path(src).exists() and has_pattern(str(src)):
+            return _pattern_source(str(src), fields, **options)
         return _path_source(Path(src), fields, **options)
     # before Mapping / Iterable: an h5py Group is a Mapping and a zarr Group an Iterable, but
     # both are read like the path they come from (links, strings, attributes, chunks)
@@ -81,18 +88,113 @@ def _path_source(path: Path, fields: FieldsArg, **options: Any) -> Source:
     try:
         kind = source_kind(path)
         if kind is not None:
-            return kind(path, fields, **options)
+            return _make(kind, path, fields, options)
     except PermissionError:
         raise SourceError(f"{path}: not readable (permission denied)") from None
     if path.is_dir():
-        raise SourceError(f"{path}: a folder with neither Zarr metadata nor .npy files")
-    raise SourceError(
-        f"{path}: unknown kind of source; chute converts .npy, .npz, a folder of "
-        ".npy, HDF5 (.h5/.hdf5) and Zarr (folder or .zip)"
-    )
+        raise SourceError(
+            f"{path}: a folder holding no source chute reads (Zarr metadata, .npy files, "
+            "images, .parquet or .tar files, a datasets save_to_disk folder)"
+        )
+    raise SourceError(f"{path}: unknown kind of source; chute converts {KNOWN}")
 
 
-def source_kind(path: Path) -> type[PathSource] | None:
+KNOWN = (
+    ".npy, .npz, a folder of .npy, HDF5 (.h5/.hdf5), Zarr (folder or .zip), image folders, "
+    "Parquet, Arrow IPC / Feather, JSONL, CSV, WebDataset .tar shards and datasets "
+    "save_to_disk folders"
+)
+
+
+def has_pattern(text: str) -> bool:
+    """Whether ``text`` is a glob (``*``, ``?``, ``[``) or brace (``{000..009}``) pattern."""
+    return any(ch in text for ch in "*?[{")
+
+
+def expand_pattern(text: str) -> list[Path]:
+    """The existing files a pattern names, in order: braces expanded in place
+    (``shard-{000..002}.tar``, ``{a,b}.parquet``; every name must exist), globs sorted."""
+    import glob
+
+    names = _braces(text)
+    files: list[Path] = []
+    for name in names:
+        if any(ch in name for ch in "*?["):
+            files.extend(Path(p) for p in sorted(glob.glob(name)))
+        elif Path(name).exists():
+            files.append(Path(name))
+        else:
+            raise DatasetNotFoundError(f"{name}: does not exist (from the pattern {text!r})")
+    if not files:
+        raise DatasetNotFoundError(f"{text}: no file matches this pattern")
+    return files
+
+
+def _braces(text: str) -> list[str]:
+    """Brace expansion: ``{a,b}`` lists, ``{000..009}`` zero-padded ranges, nested left to
+    right."""
+    import re
+
+    m = re.search(r"\{([^{}]*)\}", text)
+    if m is None:
+        return [text]
+    body = m.group(1)
+    r = re.fullmatch(r"(\d+)\.\.(\d+)", body)
+    if r:
+        lo, hi = r.groups()
+        width = len(lo) if lo.startswith("0") else 0
+        step = 1 if int(hi) >= int(lo) else -1
+        items = [str(i).zfill(width) for i in range(int(lo), int(hi) + step, step)]
+    else:
+        items = body.split(",")
+    head, tail = text[: m.start()], text[m.end() :]
+    return [out for item in items for out in _braces(head + item + tail)]
+
+
+def _pattern_source(text: str, fields: FieldsArg, **options: Any) -> Source:
+    files = expand_pattern(text)
+    kinds = {sniff_kind(f) for f in files}
+    kind = kinds.pop() if len(kinds) == 1 else None
+    if kind not in MULTI_FILE:
+        found = sorted(str(k) for k in {sniff_kind(f) for f in files})
+        raise SourceError(
+            f"{text}: a pattern must name files of one kind among {', '.join(MULTI_FILE)}; "
+            f"it names {found}"
+        )
+    return _make(PATH_SOURCES[kind], files, fields, options)
+
+
+def _make(cls: type[Source], src: Any, fields: FieldsArg, options: dict[str, Any]) -> Source:
+    """``cls(src, fields, **options)``; an option the source does not take is an
+    :class:`~chute.ArgumentError` naming it and those it takes (not a bare ``TypeError``)."""
+    taken = _options(cls)
+    wrong = sorted(set(options) - taken) if taken is not None else []
+    if wrong:
+        raise ArgumentError(
+            f"{src}: option(s) {wrong} do not apply to {cls.noun}; it takes "
+            f"{sorted(taken - {'self', 'src', 'path', 'name', 'arrays', 'fields'})}"  # type: ignore[operator]
+        )
+    return cls(src, fields, **options)  # type: ignore[call-arg]
+
+
+def _options(cls: type) -> set[str] | None:
+    """The keyword arguments ``cls(...)`` takes, following ``**options`` handed on to a base
+    class; None where they end in ``object``'s (anything is taken)."""
+    taken: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        if klass is object:
+            return None
+        params = inspect.signature(init).parameters.values()
+        taken |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return taken
+    return None
+
+
+def source_kind(path: Path) -> type[Source] | None:
     """The source class ``convert`` reads the existing ``path`` with; None if it reads none.
 
     Detection is :func:`chute.sniff.source_kind` (suffix, signature, marker files); the class's
@@ -140,14 +242,19 @@ def convert(
     >>> chute.convert("train.h5", "train.chute", fields={"images": "image", "labels": "label"})
 
     ``src`` is a path (``.npy``, ``.npz``, a folder of ``.npy``, HDF5, Zarr v2/v3 folder or
-    zip), a dict of arrays (numpy, torch, or Dask: see :func:`chute.from_dask`), a map-style
-    torch ``Dataset`` (see :func:`from_torch`) or an iterable of samples (see
-    :func:`from_iterable`). From arrays, every array whose first axis has the most common
-    length becomes a field (nested groups as ``group/name``); ``fields`` picks (a list) or
-    picks and renames (a dict old -> new). Arrays are read in their own chunks, a batch of
-    about ``batch_bytes`` (32 MiB) at a time, with ``workers`` reader threads (default 1)
-    running ahead of the writer. ``split_compound=True`` stores the members of a compound
-    dtype as fields ``name/member``. Raises :class:`~chute.DatasetNotFoundError` for a
+    zip, an image folder, Parquet, Arrow IPC / Feather, JSONL, CSV, WebDataset ``.tar``
+    shards, a ``datasets`` ``save_to_disk`` folder; several files as a glob or brace pattern:
+    see ``docs/convert.md``), a Hugging Face ``datasets.Dataset``, a dict of arrays (numpy,
+    torch, or Dask: see :func:`chute.from_dask`), a map-style torch ``Dataset`` (see
+    :func:`from_torch`) or an iterable of samples (see :func:`from_iterable`). From arrays,
+    every array whose first axis has the most common length becomes a field (nested groups
+    as ``group/name``); ``fields`` picks (a list) or picks and renames (a dict old -> new).
+    Arrays are read in their own chunks, a batch of about ``batch_bytes`` (32 MiB) at a time,
+    with ``workers`` reader threads (default 1) running ahead of the writer.
+    ``split_compound=True`` stores the members of a compound dtype as fields
+    ``name/member``. Other options belong to their source (``nulls`` for tables,
+    ``on_error``, ``max_side``, ``quality`` for images); one a source does not take is an
+    :class:`~chute.ArgumentError`. Raises :class:`~chute.DatasetNotFoundError` for a
     missing source, :class:`~chute.SourceError` for one that cannot be mapped to fields,
     :class:`~chute.DatasetExistsError` if ``dst`` exists and ``overwrite`` is false.
     """

@@ -17,7 +17,7 @@ import math
 import warnings
 from abc import ABC, abstractmethod
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from types import MappingProxyType
@@ -322,7 +322,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def read_ahead(read: Callable[[Any], Batch], items: Sequence[Any], workers: int) -> Iterator[Batch]:
+def read_ahead(read: Callable[[Any], Batch], items: Iterable[Any], workers: int) -> Iterator[Batch]:
     """``read(item)`` for each item, in order, with up to ``workers`` reads running ahead.
 
     At most ``workers`` batches are in flight while the caller handles the current one, which

@@ -1,12 +1,12 @@
-"""An ImageFolder tree (``root/CLASS/.../file.jpg``) as a source for ``chute convert``.
+"""An ImageFolder tree (``root/CLASS/.../file.jpg``) or a flat folder of images as a source.
 
 ``chute convert ROOT DST`` (and ``chute.convert(root, dst)``) detect the torchvision
-ImageFolder layout (:func:`chute.sniff.is_image_folder`) and write what
-:func:`chute.from_image_folder` writes: fields ``image`` (:class:`chute.Image`), ``label``
-(int64), ``path`` (String), the class names, ignored and skipped files in the metadata.
-Options: ``max_side``, ``quality``, ``num_workers`` (encoding threads, default one per CPU),
-``on_error`` (``"raise"`` or ``"skip"``); the array sources' ``workers`` and
-``split_compound`` do not apply and are ignored.
+ImageFolder layout and flat folders of images (:func:`chute.sniff.image_layout`) and write
+what :func:`chute.from_image_folder` writes: fields ``image`` (:class:`chute.Image`),
+``label`` (int64; none in a flat folder), ``path`` (String), the class names, ignored and
+skipped files in the metadata. Options: ``max_side``, ``quality``, ``num_workers`` (encoding
+threads; ``workers`` is taken when it is not given; default one per CPU), ``on_error``
+(``"raise"`` or ``"skip"``), ``allow_empty`` (keep class folders without images).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ __all__ = ["ImageFolderSource"]
 
 
 class ImageFolderSource(Source):
-    """The images of an ImageFolder tree, encoded in threads, in file order."""
+    """The images of an ImageFolder tree, encoded in threads, in torchvision's order."""
 
     noun = NOUNS["image_folder"]
 
@@ -40,17 +40,20 @@ class ImageFolderSource(Source):
         quality: int = 90,
         num_workers: int | None = None,
         on_error: str = "raise",
+        allow_empty: bool = False,
         batch_size: int = 256,
-        **_array_options: Any,  # workers, split_compound: for array sources
+        workers: int | None = None,
     ):
         self.name = str(path)
-        self.folder = ImageFolder(path, max_side, quality, num_workers, on_error, progress=False)
+        threads = workers if num_workers is None else num_workers
+        self.folder = ImageFolder(
+            path, max_side, quality, threads, on_error, progress=False, allow_empty=allow_empty
+        )
         self.batch_size = batch_size
-        schema: dict[str, fmt.Field] = {
-            "image": fmt.Image(max_side, quality),
-            "label": fmt.Tensor((), "int64"),
-            "path": fmt.String(),
-        }
+        schema: dict[str, fmt.Field] = {"image": fmt.Image(max_side, quality)}
+        if self.folder.classes:
+            schema["label"] = fmt.Tensor((), "int64")
+        schema["path"] = fmt.String()
         self.rename = field_map(fields or list(schema), list(schema), self.name)
         self.schema = {new: schema[old] for old, new in self.rename.items()}
         self.num_samples = len(self.folder)
@@ -59,6 +62,7 @@ class ImageFolderSource(Source):
         self._skipped: list[dict[str, str]] = []
         self.metadata = {
             "classes": self.folder.classes,
+            "class_to_idx": self.folder.class_to_idx,
             "ignored": self.folder.ignored,
             "skipped": self._skipped,
         }
@@ -66,10 +70,9 @@ class ImageFolderSource(Source):
     def batches(self) -> Iterator[Batch]:
         samples = iter(self.folder)
         while chunk := list(islice(samples, self.batch_size)):
-            cols = {
-                "image": [s["image"] for s in chunk],
-                "label": np.array([s["label"] for s in chunk], np.int64),
-                "path": [s["path"] for s in chunk],
-            }
+            cols: dict[str, Any] = {"image": [s["image"] for s in chunk]}
+            if self.folder.classes:
+                cols["label"] = np.array([s["label"] for s in chunk], np.int64)
+            cols["path"] = [s["path"] for s in chunk]
             yield {new: cols[old] for old, new in self.rename.items()}
         self._skipped[:] = [{"path": p, "reason": r} for p, r in self.folder.skipped]
