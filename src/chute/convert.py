@@ -24,6 +24,7 @@ from .sniff import source_kind as sniff_kind
 from .sources.arrow import ArrowFileSource, ParquetSource
 from .sources.base import FieldsArg, Source, field_map
 from .sources.hdf5 import HDF5Source, is_hdf5_object
+from .sources.hf import HFDatasetSource, HFFolderSource, is_hf_object
 from .sources.images import ImageFolderSource
 from .sources.iterable import IterableSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
@@ -42,6 +43,7 @@ PATH_SOURCES: dict[str, type[Source]] = {
     "image_folder": ImageFolderSource,
     "parquet": ParquetSource,
     "arrow": ArrowFileSource,
+    "hf": HFFolderSource,
 }
 # kinds whose source reads several files given as a list (a glob or brace pattern)
 MULTI_FILE = ("parquet", "arrow", "jsonl", "csv", "webdataset")
@@ -67,6 +69,8 @@ def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
         return HDF5Source(src, fields, **options)
     if is_zarr_object(src):
         return ZarrSource(src, fields, **options)
+    if is_hf_object(src):
+        return HFDatasetSource(src, fields, **options)
     if isinstance(src, Mapping):
         return MemorySource(src, fields, **options)
     map_style = isinstance(src, Dataset) and not isinstance(src, IterableDataset)

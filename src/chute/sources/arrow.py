@@ -60,7 +60,8 @@ def pyarrow() -> Any:
 @dataclass
 class Column:
     """How one Arrow column (``path``: names from the top-level column down into structs)
-    becomes the chute field ``name``."""
+    becomes the chute field ``name`` (``field`` is the error to raise if a column of a type
+    without a field kind is picked)."""
 
     path: tuple[str, ...]
     name: str
@@ -108,10 +109,10 @@ def _is_image_struct(pa: Any, t: Any) -> bool:
     }
 
 
-def columns_of(schema: Any, where: str) -> list[Column]:
-    """Every chute field an Arrow ``schema`` holds (structs flattened), named by their path."""
+def columns_of(schema: Any, where: str, features: Mapping[str, Any]) -> list[Column]:
+    """Every chute field an Arrow ``schema`` holds (structs flattened), named by their path;
+    ``features`` are Hugging Face features by column (Image, ClassLabel)."""
     pa = pyarrow()
-    features = hf_features(schema)
     out: list[Column] = []
 
     def visit(path: tuple[str, ...], t: Any, feature: Any) -> None:
@@ -128,8 +129,12 @@ def columns_of(schema: Any, where: str) -> list[Column]:
                 visit((*path, sub), t.field(i).type, inner)
         elif pa.types.is_null(t):
             warnings.warn(f"{where}: left out {key}: every value is null", stacklevel=4)
-        else:
-            out.append(Column(path, key, arrow_field(pa, t, f"{where}: column {key!r}")))
+        else:  # a type without a field kind is an error only if the column is picked
+            try:
+                made: fmt.Field | SourceError = arrow_field(pa, t, f"{where}: column {key!r}")
+            except SourceError as exc:
+                made = exc
+            out.append(Column(path, key, made))  # type: ignore[arg-type]
 
     for f in schema:
         visit((f.name,), f.type, features.get(f.name))
@@ -170,7 +175,8 @@ class ArrowSource(Source):
     names row ``i`` of that batch in messages (``"data.parquet: row 1234"``). ``fields`` picks
     / renames columns by their path (``"meta/lang"`` for a struct member); ``schema``
     overrides the kinds of some fields, by their final name; ``workers`` threads turn record
-    batches into arrays ahead of the writer (0: in the writing thread).
+    batches into arrays ahead of the writer (0: in the writing thread). ``features`` are the
+    Hugging Face features (default: those in the schema's metadata, as ``datasets`` writes).
     """
 
     noun = NOUNS["parquet"]
@@ -185,13 +191,15 @@ class ArrowSource(Source):
         nulls: str = "error",
         batch_bytes: int = BATCH_BYTES,
         workers: int = 1,
+        features: Mapping[str, Any] | None = None,
     ):
         if nulls not in NULLS:
             raise SourceError(f'{name}: nulls must be "error" or "fill", got {nulls!r}')
         self.name, self.nulls, self.batch_bytes = name, nulls, batch_bytes
         self.workers = workers
         self.arrow_schema = arrow_schema
-        found = {c.key: c for c in columns_of(arrow_schema, name)}
+        features = dict(features if features is not None else hf_features(arrow_schema))
+        found = {c.key: c for c in columns_of(arrow_schema, name, features)}
         if not found:
             raise SourceError(f"{name}: no columns to convert")
         chosen = field_map(fields, list(found), name) if fields is not None else None
@@ -209,9 +217,11 @@ class ArrowSource(Source):
             )
         for c in self.columns:
             c.field = overrides.get(c.name, c.field)
+            if isinstance(c.field, SourceError):
+                raise c.field
         self.schema = {c.name: c.field for c in self.columns}
         self.null_counts: dict[str, int] = {}
-        names = _class_names(hf_features(arrow_schema), self.columns)
+        names = _class_names(features, self.columns)
         self.metadata = {"class_names": names} if names else {}
         if nulls == "fill":  # counted while converting; the writer's metadata holds this dict
             self.metadata = {**self.metadata, "nulls": self.null_counts}
@@ -444,7 +454,7 @@ class ParquetSource(ArrowSource):
             with self._pq.ParquetFile(path) as pf:
                 try:
                     for rb in pf.iter_batches(rows, columns=self.top_columns, use_threads=False):
-                        yield rb, _rows(path, start)
+                        yield rb, rows_from(path, start)
                         start += rb.num_rows
                 except (OSError, ValueError) as exc:
                     raise SourceError(
@@ -458,7 +468,8 @@ def _parquet_row_bytes(meta: Any) -> float:
     return total / max(meta.num_rows, 1)
 
 
-def _rows(path: Path, start: int) -> Callable[[int], str]:
+def rows_from(path: Path | str, start: int) -> Callable[[int], str]:
+    """``where`` for rows counted from ``start``: ``where(i)`` is ``"PATH: row start+i"``."""
     return lambda i: f"{path}: row {start + i}"
 
 
@@ -513,5 +524,5 @@ class ArrowFileSource(ArrowSource):
             start = 0
             for rb in self._checked(path, batches):
                 for piece, offset in slices(rb.select(self.top_columns), self.batch_bytes):
-                    yield piece, _rows(path, start + offset)
+                    yield piece, rows_from(path, start + offset)
                 start += rb.num_rows
