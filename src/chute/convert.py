@@ -23,10 +23,12 @@ from .errors import ArgumentError, DatasetNotFoundError, SourceError
 from .sniff import source_kind as sniff_kind
 from .sources.arrow import ArrowFileSource, ParquetSource
 from .sources.base import FieldsArg, Source, field_map
+from .sources.csv import CsvSource
 from .sources.hdf5 import HDF5Source, is_hdf5_object
 from .sources.hf import HFDatasetSource, HFFolderSource, is_hf_object
 from .sources.images import ImageFolderSource
 from .sources.iterable import IterableSource
+from .sources.jsonl import JsonlSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.torch import TorchSource
 from .sources.zarr import ZarrSource, is_zarr_object
@@ -44,6 +46,8 @@ PATH_SOURCES: dict[str, type[Source]] = {
     "parquet": ParquetSource,
     "arrow": ArrowFileSource,
     "hf": HFFolderSource,
+    "jsonl": JsonlSource,
+    "csv": CsvSource,
 }
 # kinds whose source reads several files given as a list (a glob or brace pattern)
 MULTI_FILE = ("parquet", "arrow", "jsonl", "csv", "webdataset")
@@ -98,7 +102,8 @@ def _path_source(path: Path, fields: FieldsArg, **options: Any) -> Source:
     if path.is_dir():
         raise SourceError(
             f"{path}: a folder holding no source chute reads (Zarr metadata, .npy files, "
-            "images, .parquet or .tar files, a datasets save_to_disk folder)"
+            "images, .parquet / .arrow / .jsonl / .csv / .tar files, a datasets save_to_disk "
+            "folder)"
         )
     raise SourceError(f"{path}: unknown kind of source; chute converts {KNOWN}")
 

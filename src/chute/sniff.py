@@ -85,12 +85,15 @@ def source_kind(path: Path, max_entries: int | None = None) -> str | None:
 
 
 def _folder_kind(path: Path, max_entries: int | None) -> str | None:
+    """A folder's kind: marker files first, then files of one kind at its root (tables and
+    shards, which never sit beside the data of another kind), then images or ``.npy`` files
+    in its tree, then text tables (a ``labels.csv`` beside class folders is not the data)."""
     if is_zarr(path):
         return "zarr"
     if all((path / m).is_file() for m in HF_MARKERS) or (path / HF_DICT_MARKER).is_file():
         return "hf"
     names = [e.name.lower() for e in islice(os.scandir(path), _PROBE_FILES * 16)]
-    for kind in ("parquet", "webdataset"):
+    for kind in ("parquet", "arrow", "webdataset"):
         if any(n.endswith(_FILE_SUFFIXES[kind]) for n in names):
             return kind
     images = image_layout(path)
@@ -98,7 +101,12 @@ def _folder_kind(path: Path, max_entries: int | None) -> str | None:
         npy, found = _npy_and_images(path) if images else (1, 0)
         if npy >= found:
             return "npy_folder"
-    return images
+    if images:
+        return images
+    for kind in ("jsonl", "csv"):
+        if any(n.endswith(_FILE_SUFFIXES[kind]) for n in names):
+            return kind
+    return None
 
 
 def _npy_and_images(folder: Path) -> tuple[int, int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +12,11 @@ pa = pytest.importorskip("pyarrow")
 import pyarrow.feather as feather  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import torch  # noqa: E402
+from image._image_files import jpeg  # noqa: E402
 
 import chute  # noqa: E402
 from chute import ArgumentError, SourceError  # noqa: E402
 from chute.sources.arrow import ParquetSource  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "image"))
-from _image_files import jpeg  # noqa: E402
 
 TOKENS = [[], [1, 2, 3], [4], [5, 6], [], [7, 8, 9, 10], [11], [12, 13]]
 
@@ -144,8 +141,8 @@ def test_fields_schema_and_unsupported_types(tmp_path: Path) -> None:
     assert ds[1]["lang"] == "fr"
     with pytest.raises(SourceError, match=r"schema= names \['nope'\]"):
         chute.convert(tmp_path / "u.parquet", tmp_path / "p.chute", ["jpg"], schema={"nope": 1})
-    with pytest.raises(ArgumentError, match=r"\['on_error'\] do not apply to Parquet"):
-        chute.convert(tmp_path / "u.parquet", tmp_path / "p.chute", on_error="skip")
+    with pytest.raises(ArgumentError, match=r"\['allow_empty'\] do not apply to Parquet"):
+        chute.convert(tmp_path / "u.parquet", tmp_path / "p.chute", allow_empty=True)
 
 
 def test_folder_glob_and_brace_patterns_of_files(tmp_path: Path) -> None:

@@ -35,8 +35,11 @@ memory.
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +50,7 @@ from .. import format as fmt
 from ..errors import SourceError, require
 from ..sniff import NOUNS
 from .base import BATCH_BYTES, Batch, FieldsArg, Source, check_name, field_map, read_ahead
+from .encoding import check_on_error, encode
 
 NULLS = ("error", "fill")
 HF_METADATA = b"huggingface"  # the schema metadata key where datasets keeps its features
@@ -66,6 +70,7 @@ class Column:
     path: tuple[str, ...]
     name: str
     field: fmt.Field
+    from_path: bool = False  # an Image field read from the file paths the column holds
 
     @property
     def key(self) -> str:
@@ -192,11 +197,18 @@ class ArrowSource(Source):
         batch_bytes: int = BATCH_BYTES,
         workers: int = 1,
         features: Mapping[str, Any] | None = None,
+        images: Sequence[str] = (),
+        image_root: str | Path | None = None,
+        on_error: str = "raise",
+        max_side: int | None = None,
+        quality: int = 90,
     ):
         if nulls not in NULLS:
             raise SourceError(f'{name}: nulls must be "error" or "fill", got {nulls!r}')
         self.name, self.nulls, self.batch_bytes = name, nulls, batch_bytes
-        self.workers = workers
+        self.workers, self.on_error = workers, check_on_error(on_error)
+        self.image_root = Path(image_root if image_root is not None else ".")
+        self._pool: ThreadPoolExecutor | None = None
         self.arrow_schema = arrow_schema
         features = dict(features if features is not None else hf_features(arrow_schema))
         found = {c.key: c for c in columns_of(arrow_schema, name, features)}
@@ -215,16 +227,30 @@ class ArrowSource(Source):
                 f"{name}: schema= names {unknown}, which are not fields; fields are "
                 f"{[c.name for c in self.columns]}"
             )
+        image = fmt.Image(max_side, quality)
         for c in self.columns:
+            if c.name in images:
+                if not isinstance(c.field, fmt.String):
+                    raise SourceError(f"{name}: images= names {c.name!r}, which holds no paths")
+                c.field, c.from_path = image, True
+            elif isinstance(c.field, fmt.Image):
+                c.field = image
             c.field = overrides.get(c.name, c.field)
             if isinstance(c.field, SourceError):
                 raise c.field
+        missing = sorted(set(images) - {c.name for c in self.columns})
+        if missing:
+            raise SourceError(f"{name}: images= names {missing}, which are not fields")
         self.schema = {c.name: c.field for c in self.columns}
+        self.skipped: list[dict[str, str]] = []
         self.null_counts: dict[str, int] = {}
         names = _class_names(features, self.columns)
         self.metadata = {"class_names": names} if names else {}
-        if nulls == "fill":  # counted while converting; the writer's metadata holds this dict
+        # filled while converting: the writer's metadata refers to these same objects
+        if nulls == "fill":
             self.metadata = {**self.metadata, "nulls": self.null_counts}
+        if any(isinstance(f, fmt.Image) for f in self.schema.values()) and on_error == "skip":
+            self.metadata = {**self.metadata, "skipped": self.skipped}
 
     @property
     def top_columns(self) -> list[str]:
@@ -236,8 +262,15 @@ class ArrowSource(Source):
         raise NotImplementedError
 
     def batches(self) -> Iterator[Batch]:
-        """Converted batches, ``workers`` threads converting ahead of the writer."""
-        return read_ahead(lambda item: self.convert(*item), self.record_batches(), self.workers)
+        """Converted batches, ``workers`` threads converting ahead of the writer (images
+        encoded in a pool of threads of their own)."""
+        has_images = any(c.field.kind == "image" for c in self.columns)
+        with ThreadPoolExecutor(os.cpu_count() or 1) if has_images else nullcontext() as pool:
+            self._pool = pool
+            items = self.record_batches()
+            for batch in read_ahead(lambda item: self.convert(*item), items, self.workers):
+                if len(next(iter(batch.values()))):  # every row of it skipped: nothing to add
+                    yield batch
 
     def convert(self, rb: Any, where: Callable[[int], str]) -> Batch:
         """One record batch as a writer batch: field -> array or list of values."""
@@ -247,7 +280,56 @@ class ArrowSource(Source):
             for sub in c.path[1:]:
                 arr = _member(arr, sub)
             out[c.name] = self._values(arr, c, where)
-        return out
+        images = [c for c in self.columns if isinstance(c.field, fmt.Image)]
+        return self._encode_images(out, images, where, rb.num_rows) if images else out
+
+    def _encode_images(
+        self, out: Batch, images: list[Column], where: Callable[[int], str], n: int
+    ) -> Batch:
+        """Image values encoded (JPEGs kept as they are); rows whose image fails are left out
+        and listed with ``on_error="skip"``."""
+        failed: dict[int, str] = {}
+        for c in images:
+            values, f = out[c.name], c.field
+            assert isinstance(f, fmt.Image)
+
+            def one(i: int, c: Column = c, values: list = values, f: fmt.Image = f) -> Any:
+                place, value = f"{where(i)}: column {c.key!r}", values[i]
+                if c.from_path:
+                    try:
+                        value = self._image_path(value)
+                    except SourceError as exc:
+                        if self.on_error == "skip":
+                            return str(exc)
+                        raise SourceError(f"{place}: {exc}") from None
+                    place = f"{place} ({value})"
+                return encode(value, f.max_side, f.quality, self.on_error, place)
+
+            done = list(self._pool.map(one, range(n))) if self._pool else [one(i) for i in range(n)]
+            for i, r in enumerate(done):
+                if isinstance(r, str):
+                    failed.setdefault(i, r)
+            out[c.name] = done
+        if not failed:
+            return out
+        self.skipped.extend({"row": where(i), "reason": r} for i, r in sorted(failed.items()))
+        keep = np.array([i not in failed for i in range(n)])
+        return {
+            k: v[keep]
+            if isinstance(v, np.ndarray)
+            else [x for x, ok in zip(v, keep, strict=True) if ok]
+            for k, v in out.items()
+        }
+
+    def _image_path(self, value: str) -> Path:
+        """The image file a path column names, relative to ``image_root``; a path that leads
+        out of it (``..``, absolute, a symlink) is refused."""
+        path = self.image_root / value
+        if not path.resolve().is_relative_to(self.image_root.resolve()):
+            raise SourceError(
+                f"{value!r} leads out of {self.image_root}; pass image_root= a folder holding it"
+            )
+        return path
 
     def _values(self, arr: Any, c: Column, where: Callable[[int], str]) -> Any:
         pa = pyarrow()
@@ -258,8 +340,8 @@ class ArrowSource(Source):
                 fix = "" if isinstance(f, fmt.Image) else "pass nulls='fill' to store an empty "
                 fix = fix and fix + "value, or "
                 raise SourceError(
-                    f"{where(row)}: column {c.key!r} is null; {fix}leave the column out with "
-                    "fields=, or fill it first"
+                    f"{where(row)}: column {c.key!r} is null (or missing); {fix}leave the "
+                    "column out with fields=, or fill it first"
                 )
             self.null_counts[c.name] = self.null_counts.get(c.name, 0) + arr.null_count
         t = arr.type
@@ -441,6 +523,7 @@ class ParquetSource(ArrowSource):
         for f, m in zip(self.files[1:], metas[1:], strict=True):
             same_schema(first, m.schema_arrow, str(f), str(self.files[0]))
         name = str(src) if isinstance(src, (str, Path)) else str(self.files[0])
+        options.setdefault("image_root", self.files[0].parent)
         super().__init__(name, first, fields, **options)
         self.num_samples = sum(m.metadata.num_rows for m in metas)
         self._row_bytes = [_parquet_row_bytes(m.metadata) for m in metas]
@@ -489,6 +572,7 @@ class ArrowFileSource(ArrowSource):
         for f, s in zip(self.files[1:], schemas[1:], strict=True):
             same_schema(schemas[0], s, str(f), str(self.files[0]))
         name = str(src) if isinstance(src, (str, Path)) else str(self.files[0])
+        options.setdefault("image_root", self.files[0].parent)
         super().__init__(name, schemas[0], fields, **options)
         self.num_samples = sum(self._count(f) for f in self.files)
 

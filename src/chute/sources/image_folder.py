@@ -29,9 +29,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArgumentError, ChuteError, DatasetNotFoundError, SourceError
-from ..image.codec import EncodedImage, encode_image
+from ..errors import ArgumentError, DatasetNotFoundError, SourceError
+from ..image.codec import EncodedImage
 from ..sniff import IMAGE_EXTENSIONS
+from .encoding import check_on_error, encode
 
 __all__ = ["IMAGE_EXTENSIONS", "ImageFolder", "from_image_folder"]
 
@@ -57,8 +58,7 @@ class ImageFolder:
         progress: bool = True,
         allow_empty: bool = False,
     ):
-        if on_error not in ("raise", "skip"):
-            raise ArgumentError(f'on_error must be "raise" or "skip", got {on_error!r}')
+        check_on_error(on_error)
         if num_workers is not None and (type(num_workers) is not int or num_workers < 0):
             raise ArgumentError(f"num_workers must be an int >= 0 or None, got {num_workers!r}")
         if max_side is not None and (type(max_side) is not int or max_side < 1):
@@ -133,15 +133,7 @@ class ImageFolder:
     def _encode(self, rel: str) -> EncodedImage | str:
         """Encoded image, or the reason it failed (a string) when skipping."""
         path = self.root / rel
-        try:
-            return encode_image(path.read_bytes(), self.max_side, self.quality)
-        except (ChuteError, OSError) as exc:
-            if self.on_error == "skip":
-                return f"{type(exc).__name__}: {exc}"
-            raise SourceError(
-                f"{path}: {exc}; fix or remove the file, or pass on_error='skip' to leave it "
-                "out (it is then listed in the metadata)"
-            ) from None
+        return encode(path, self.max_side, self.quality, self.on_error, str(path))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         from tqdm.auto import tqdm
