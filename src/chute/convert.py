@@ -31,6 +31,7 @@ from .sources.iterable import IterableSource
 from .sources.jsonl import JsonlSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.torch import TorchSource
+from .sources.webdataset import WebDatasetSource
 from .sources.zarr import ZarrSource, is_zarr_object
 from .store.url import is_url
 from .writer.writer import Writer
@@ -48,6 +49,7 @@ PATH_SOURCES: dict[str, type[Source]] = {
     "hf": HFFolderSource,
     "jsonl": JsonlSource,
     "csv": CsvSource,
+    "webdataset": WebDatasetSource,
 }
 # kinds whose source reads several files given as a list (a glob or brace pattern)
 MULTI_FILE = ("parquet", "arrow", "jsonl", "csv", "webdataset")

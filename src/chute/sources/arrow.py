@@ -49,7 +49,16 @@ import numpy as np
 from .. import format as fmt
 from ..errors import SourceError, require
 from ..sniff import NOUNS
-from .base import BATCH_BYTES, Batch, FieldsArg, Source, check_name, field_map, read_ahead
+from .base import (
+    BATCH_BYTES,
+    Batch,
+    FieldsArg,
+    Source,
+    check_name,
+    expand_paths,
+    field_map,
+    read_ahead,
+)
 from .encoding import check_on_error, encode
 
 NULLS = ("error", "fill")
@@ -452,23 +461,6 @@ def _class_names(features: Mapping[str, Any], columns: Iterable[Column]) -> dict
             if isinstance(names, list) and all(isinstance(n, str) for n in names):
                 out[c.name] = names
     return out
-
-
-def expand_paths(src: str | Path | Sequence[str | Path], suffixes: tuple[str, ...]) -> list[Path]:
-    """The files of a source given as a file, a folder (its files ending in ``suffixes``,
-    sorted) or a list of files."""
-    if isinstance(src, (str, Path)):
-        path = Path(src)
-        if path.is_dir():
-            files = sorted(p for p in path.iterdir() if p.name.lower().endswith(suffixes))
-            if not files:
-                raise SourceError(f"{path}: no {'/'.join(suffixes)} files in this folder")
-            return files
-        return [path]
-    files = [Path(p) for p in src]
-    if not files:
-        raise SourceError("no files given")
-    return files
 
 
 def same_schema(first: Any, other: Any, where: str, first_where: str) -> None:

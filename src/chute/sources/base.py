@@ -20,6 +20,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -62,6 +63,23 @@ class Source(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def expand_paths(src: str | Path | Sequence[str | Path], suffixes: tuple[str, ...]) -> list[Path]:
+    """The files of a source given as a file, a folder (its files ending in ``suffixes``,
+    sorted) or a list of files."""
+    if isinstance(src, (str, Path)):
+        path = Path(src)
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.name.lower().endswith(suffixes))
+            if not files:
+                raise SourceError(f"{path}: no {'/'.join(suffixes)} files in this folder")
+            return files
+        return [path]
+    files = [Path(p) for p in src]
+    if not files:
+        raise SourceError("no files given")
+    return files
 
 
 def field_map(

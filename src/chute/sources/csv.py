@@ -25,8 +25,8 @@ from typing import Any
 
 from ..errors import SourceError, require
 from ..sniff import CSV_SUFFIXES, NOUNS
-from .arrow import ArrowSource, expand_paths, pyarrow, rows_from
-from .base import BATCH_BYTES, FieldsArg
+from .arrow import ArrowSource, pyarrow, rows_from
+from .base import BATCH_BYTES, FieldsArg, expand_paths
 from .jsonl import arrow_types
 
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from ..errors import SourceError, require
 from ..sniff import JSONL_SUFFIXES, NOUNS
-from .arrow import ArrowSource, expand_paths, pyarrow
-from .base import BATCH_BYTES, FieldsArg
+from .arrow import ArrowSource, pyarrow
+from .base import BATCH_BYTES, FieldsArg, expand_paths
 
 MAX_LINE = 256 << 20  # bytes: a longer line is refused (a file without newlines, a bomb)
 
