@@ -26,7 +26,7 @@ from .sources.base import FieldsArg, Source, field_map
 from .sources.csv import CsvSource
 from .sources.hdf5 import HDF5Source, is_hdf5_object
 from .sources.hf import HFDatasetSource, HFFolderSource, is_hf_object
-from .sources.images import ImageFolderSource
+from .sources.images import ImageFolderSource, dataset_folder
 from .sources.iterable import IterableSource
 from .sources.jsonl import JsonlSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
@@ -81,7 +81,7 @@ def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
         return MemorySource(src, fields, **options)
     map_style = isinstance(src, Dataset) and not isinstance(src, IterableDataset)
     if map_style and hasattr(src, "__len__"):
-        return TorchSource(src, fields=fields, **options)
+        return dataset_folder(src, fields, **options) or TorchSource(src, fields=fields, **options)
     if isinstance(src, Iterable):
         return IterableSource(src, fields=fields, **options)
     raise SourceError(
@@ -303,12 +303,35 @@ def from_torch(
 ) -> Path | str:
     """Convert a map-style torch ``Dataset``, calling ``__getitem__`` in worker processes.
 
-    >>> chute.from_torch(ImageFolder("imgs/"), "imgs.chute", num_workers=8, names=("img", "y"))
+    >>> chute.from_torch(my_dataset, "d.chute", num_workers=8, schema={"image": chute.Image()})
 
     Samples may be dicts, tuples (fields ``"0"``, ``"1"``, ... or ``names``) or single
-    tensors; PIL images become uint8 arrays. A field whose samples change shape becomes a
-    :class:`chute.Ragged` field (or pass ``schema``). Sample order is kept.
+    tensors. A field whose samples change shape becomes a :class:`chute.Ragged` field.
+    ``schema`` may name only some fields (the others are inferred from the first batch): a
+    field declared :class:`chute.Image` is encoded in the workers, encoded JPEG bytes kept as
+    they are; PIL images in a field not declared so are stored as uint8 pixels, with a warning.
+    Sample order is kept.
+
+    A torchvision ``ImageFolder`` / ``DatasetFolder`` without transforms is read from its
+    files instead (its ``samples`` order and labels, each JPEG stored byte for byte, no
+    decode): fields ``image``, ``label``, ``path`` (``names`` renames the first two), its
+    ``classes`` and ``class_to_idx`` in the metadata; ``num_workers`` are then threads.
     """
+    declared = dict(schema or {})
+    image = declared.get("image")
+    if fields is None and names is not None:
+        folder_fields: FieldsArg = dict(zip(("image", "label"), names, strict=False))
+    else:
+        folder_fields = fields
+    folder = dataset_folder(
+        dataset,
+        folder_fields,
+        num_workers=num_workers,
+        max_side=image.max_side if isinstance(image, fmt.Image) else None,
+        quality=image.quality if isinstance(image, fmt.Image) else 90,
+    )
+    if folder is not None:
+        return write_source(folder, dst, overwrite=overwrite, progress=progress, metadata=metadata)
     source = TorchSource(
         dataset,
         num_workers=num_workers,
@@ -316,8 +339,14 @@ def from_torch(
         names=names,
         fields=fields,
         multiprocessing_context=multiprocessing_context,
+        images={k: f for k, f in declared.items() if isinstance(f, fmt.Image)},
     )
-    source.schema = None if schema is None else dict(schema)
+    if declared:
+        with source:  # stops the workers if the destination is refused
+            source.schema = source.infer_schema(declared)
+            return write_source(
+                source, dst, overwrite=overwrite, progress=progress, metadata=metadata
+            )
     return write_source(source, dst, overwrite=overwrite, progress=progress, metadata=metadata)
 
 

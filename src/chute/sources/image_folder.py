@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,8 @@ class ImageFolder:
     (label -1 in a flat folder); ``ignored``: relative paths of hidden entries (folders end in
     ``/``) and of files that are not images by extension (never read); ``skipped``:
     ``(relative path, reason)`` of images that failed to decode, filled while iterating with
-    ``on_error="skip"``.
+    ``on_error="skip"``. ``samples`` (``(path, label)``) and ``classes`` replace the scan: a
+    torchvision ``DatasetFolder``'s lists, taken as they are.
     """
 
     def __init__(
@@ -57,6 +58,8 @@ class ImageFolder:
         on_error: str = "raise",
         progress: bool = True,
         allow_empty: bool = False,
+        samples: Sequence[tuple[str, int]] | None = None,
+        classes: Sequence[str] | None = None,
     ):
         check_on_error(on_error)
         if num_workers is not None and (type(num_workers) is not int or num_workers < 0):
@@ -72,7 +75,13 @@ class ImageFolder:
         self.num_workers = (os.cpu_count() or 1) if num_workers is None else num_workers
         self.on_error, self.progress = on_error, progress
         self.ignored: list[str] = []
-        self.classes, self.files = self._scan(allow_empty)
+        if samples is None:
+            self.classes, self.files = self._scan(allow_empty)
+        else:  # a torchvision DatasetFolder's own list: its order and labels, paths kept
+            self.classes, self.files = (
+                list(classes or []),
+                [_relative(p, self.root, y) for p, y in samples],
+            )
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         self.skipped: list[tuple[str, str]] = []
 
@@ -169,6 +178,12 @@ class ImageFolder:
             finally:
                 for f in pending:
                     f.cancel()
+
+
+def _relative(path: str, root: Path, label: int) -> tuple[str, int]:
+    """``(path relative to root, label)``; a path elsewhere stays as it is."""
+    rel = os.path.relpath(path, root)
+    return (Path(path).as_posix() if rel.startswith("..") else Path(rel).as_posix()), int(label)
 
 
 def from_image_folder(

@@ -11,7 +11,7 @@ threads; ``workers`` is taken when it is not given; default one per CPU), ``on_e
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -43,11 +43,21 @@ class ImageFolderSource(Source):
         allow_empty: bool = False,
         batch_size: int = 256,
         workers: int | None = None,
+        samples: Sequence[tuple[str, int]] | None = None,
+        classes: Sequence[str] | None = None,
     ):
         self.name = str(path)
         threads = workers if num_workers is None else num_workers
         self.folder = ImageFolder(
-            path, max_side, quality, threads, on_error, progress=False, allow_empty=allow_empty
+            path,
+            max_side,
+            quality,
+            threads,
+            on_error,
+            progress=False,
+            allow_empty=allow_empty,
+            samples=samples,
+            classes=classes,
         )
         self.batch_size = batch_size
         schema: dict[str, fmt.Field] = {"image": fmt.Image(max_side, quality)}
@@ -76,3 +86,25 @@ class ImageFolderSource(Source):
             cols["path"] = [s["path"] for s in chunk]
             yield {new: cols[old] for old, new in self.rename.items()}
         self._skipped[:] = [{"path": p, "reason": r} for p, r in self.folder.skipped]
+
+
+def dataset_folder(dataset: Any, fields: FieldsArg = None, **options: Any) -> Source | None:
+    """A torchvision ``DatasetFolder`` / ``ImageFolder`` (``root``, ``samples``, ``classes``,
+    no ``transform`` or ``target_transform``) read from its files, the JPEG bytes kept and
+    encoded in threads, its own sample order and labels: an :class:`ImageFolderSource`.
+    None for any other dataset (it is read through ``__getitem__``)."""
+    attrs = ("root", "samples", "classes", "class_to_idx", "loader")
+    if not all(hasattr(dataset, a) for a in attrs):
+        return None
+    if getattr(dataset, "transform", None) or getattr(dataset, "target_transform", None):
+        return None  # the stored samples must be what the dataset returns
+    samples = dataset.samples
+    if not all(isinstance(s, tuple) and len(s) == 2 for s in samples):
+        return None
+    options = {k: v for k, v in options.items() if k in _FOLDER_OPTIONS}
+    return ImageFolderSource(
+        Path(dataset.root), fields, samples=samples, classes=list(dataset.classes), **options
+    )
+
+
+_FOLDER_OPTIONS = ("max_side", "quality", "num_workers", "on_error", "batch_size", "workers")
