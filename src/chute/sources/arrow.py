@@ -362,8 +362,13 @@ class ArrowSource(Source):
             empty = "" if pa.types.is_string(t) or pa.types.is_large_string(t) else b""
             if pa.types.is_fixed_size_binary(t):
                 arr, empty = arr.cast(pa.binary()), b""
-            values = arr.fill_null(empty).to_pylist() if arr.null_count else arr.to_pylist()
-            if isinstance(f, fmt.String) and empty == b"":
+            if arr.null_count:
+                arr = arr.fill_null(empty)
+            try:
+                values = arr.to_pylist()
+            except UnicodeDecodeError:  # Parquet strings are not validated: find the row
+                values = arr.cast(pa.large_binary()).to_pylist()
+            if isinstance(f, fmt.String) and values and isinstance(values[0], bytes):
                 return _utf8(values, c, where)
             return values
         if pa.types.is_list(t) or pa.types.is_large_list(t):
@@ -589,8 +594,12 @@ class ArrowFileSource(ArrowSource):
         return sum(b.num_rows for b in self._checked(path, batches))
 
     def _checked(self, path: Path, batches: Iterator[Any]) -> Iterator[Any]:
+        """The record batches, each validated in full: a memory-mapped file is trusted for
+        nothing (offsets out of bounds, bad UTF-8 are errors here, never a crash later)."""
         try:
-            yield from batches
+            for rb in batches:
+                rb.validate(full=True)
+                yield rb
         except (OSError, ValueError) as exc:
             raise SourceError(f"{path}: a record batch cannot be read ({exc})") from None
 
