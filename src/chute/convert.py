@@ -20,9 +20,10 @@ from tqdm.auto import tqdm
 
 from . import format as fmt
 from .errors import ArgumentError, DatasetNotFoundError, SourceError
+from .sniff import TAR_SUFFIXES
 from .sniff import source_kind as sniff_kind
 from .sources.arrow import ArrowFileSource, ParquetSource
-from .sources.base import FieldsArg, Source, field_map
+from .sources.base import FieldsArg, Source, expand_pattern, field_map, has_pattern
 from .sources.csv import CsvSource
 from .sources.hdf5 import HDF5Source, is_hdf5_object
 from .sources.hf import HFDatasetSource, HFFolderSource, is_hf_object
@@ -65,6 +66,14 @@ def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
     """
     if isinstance(src, Source):
         return src
+    if is_url(src):
+        if not str(src).endswith(("/", *TAR_SUFFIXES)):
+            raise SourceError(
+                f"{src}: from a URL chute converts WebDataset .tar shards (a shard, a pattern "
+                "like train-{000..009}.tar, or a folder ending in /); download other sources "
+                "first"
+            )
+        return _make(WebDatasetSource, src, fields, options)
     if isinstance(src, (str, os.PathLike)):
         if not Path(src).exists() and has_pattern(str(src)):
             return _pattern_source(str(src), fields, **options)
@@ -115,51 +124,6 @@ KNOWN = (
     "Parquet, Arrow IPC / Feather, JSONL, CSV, WebDataset .tar shards and datasets "
     "save_to_disk folders"
 )
-
-
-def has_pattern(text: str) -> bool:
-    """Whether ``text`` is a glob (``*``, ``?``, ``[``) or brace (``{000..009}``) pattern."""
-    return any(ch in text for ch in "*?[{")
-
-
-def expand_pattern(text: str) -> list[Path]:
-    """The existing files a pattern names, in order: braces expanded in place
-    (``shard-{000..002}.tar``, ``{a,b}.parquet``; every name must exist), globs sorted."""
-    import glob
-
-    names = _braces(text)
-    files: list[Path] = []
-    for name in names:
-        if any(ch in name for ch in "*?["):
-            files.extend(Path(p) for p in sorted(glob.glob(name)))
-        elif Path(name).exists():
-            files.append(Path(name))
-        else:
-            raise DatasetNotFoundError(f"{name}: does not exist (from the pattern {text!r})")
-    if not files:
-        raise DatasetNotFoundError(f"{text}: no file matches this pattern")
-    return files
-
-
-def _braces(text: str) -> list[str]:
-    """Brace expansion: ``{a,b}`` lists, ``{000..009}`` zero-padded ranges, nested left to
-    right."""
-    import re
-
-    m = re.search(r"\{([^{}]*)\}", text)
-    if m is None:
-        return [text]
-    body = m.group(1)
-    r = re.fullmatch(r"(\d+)\.\.(\d+)", body)
-    if r:
-        lo, hi = r.groups()
-        width = len(lo) if lo.startswith("0") else 0
-        step = 1 if int(hi) >= int(lo) else -1
-        items = [str(i).zfill(width) for i in range(int(lo), int(hi) + step, step)]
-    else:
-        items = body.split(",")
-    head, tail = text[: m.start()], text[m.end() :]
-    return [out for item in items for out in _braces(head + item + tail)]
 
 
 def _pattern_source(text: str, fields: FieldsArg, **options: Any) -> Source:

@@ -88,6 +88,8 @@ def test_fields_pick_and_rename(tmp_path: Path) -> None:
         chute.convert(path, tmp_path / "p.chute", {"jpg": "image", "cls": "label"}, progress=False)
     )
     assert ds.schema == {"image": chute.Image(), "label": chute.Tensor((), "int64")}
+    keyed = chute.convert(path, tmp_path / "k.chute", {"cls": "y", "__key__": "id"}, progress=False)
+    assert [chute.open(keyed)[i]["id"] for i in range(3)] == ["d/00000", "d/00001", "d/00002"]
     assert ds.metadata["extra_members"] == {"txt": 3, "json": 3, "seg.png": 3}
 
 

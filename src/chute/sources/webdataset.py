@@ -4,12 +4,16 @@
 gives one sample per key (``a/0001``), one field per extension (what follows the first dot
 of the member's base name, as ``webdataset`` splits it), plus ``__key__`` (String). Shards are
 a file, a folder of ``.tar`` files (sorted), or a glob / brace pattern
-(``train-{000..099}.tar``); each is read once, as a stream (Python's ``tarfile``, nothing
-extracted to disk), in bounded memory: ``batch_size`` samples at a time, each member at most
-``max_member_bytes``.
+(``train-{000..099}.tar``), local or at a URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``
+through :class:`chute.store.Store`; ``storage_options`` as for remote datasets). Each is read
+once, as a stream (Python's ``tarfile``, nothing extracted), in bounded memory:
+``batch_size`` samples at a time, each member at most ``max_member_bytes``; a remote shard
+is downloaded to a temporary file first, one shard at a time (the first shard twice: once
+to find the fields).
 
-Fields, from the extensions of the first sample (``fields=`` picks / renames by extension;
-a ``.`` in an extension becomes ``_`` in the field name, ``seg.png`` -> ``seg_png``):
+Fields, from the extensions of the first sample (``fields=`` picks / renames by extension,
+and ``__key__``; a ``.`` in an extension becomes ``_`` in the field name, ``seg.png`` ->
+``seg_png``):
 
 * ``jpg``, ``jpeg``, ``png``, ``webp``, ... (image extensions) -> :class:`chute.Image`: a
   JPEG within ``max_side`` is stored byte for byte, others converted (``quality``);
@@ -31,12 +35,15 @@ shard are errors naming the shard and the member.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import tarfile
+import tempfile
 from collections import Counter
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -44,9 +51,10 @@ from typing import Any
 import numpy as np
 
 from .. import format as fmt
-from ..errors import SourceError
+from ..errors import ChuteError, DatasetNotFoundError, SourceError
 from ..sniff import IMAGE_EXTENSIONS, NOUNS, TAR_SUFFIXES
-from .base import Batch, FieldsArg, Source, check_name, expand_paths, field_map
+from ..store.url import is_url
+from .base import Batch, FieldsArg, Source, check_name, expand_braces, expand_paths, field_map
 from .encoding import SKIP_HINT, check_on_error, encode
 
 MAX_MEMBER_BYTES = 256 << 20  # a bigger member is refused before it is read
@@ -87,8 +95,14 @@ class WebDatasetSource(Source):
         batch_size: int = 256,
         workers: int | None = None,
         max_member_bytes: int = MAX_MEMBER_BYTES,
+        storage_options: Mapping[str, Any] | None = None,
     ):
-        self.files = expand_paths(src, TAR_SUFFIXES)
+        self._store: Any = None  # the bucket of remote shards
+        self.files: Sequence[Path | str]
+        if is_url(src):
+            self._store, self.files = remote_shards(str(src), storage_options)
+        else:
+            self.files = expand_paths(src, TAR_SUFFIXES)
         self.name = str(src) if isinstance(src, (str, Path)) else str(self.files[0])
         self.on_error = check_on_error(on_error)
         self.batch_size, self.max_member_bytes = batch_size, max_member_bytes
@@ -104,11 +118,13 @@ class WebDatasetSource(Source):
             raise SourceError(f"{self.files[0]}: no samples (no regular members with an extension)")
         exts = sorted(k for k in first if not k.startswith("__"))
         names = {e: e.replace(".", "_") for e in exts}
-        chosen = field_map(fields, exts, self.name) if fields is not None else names
+        chosen = names if fields is None else field_map(fields, [*exts, KEY], self.name)
+        key_name = chosen.pop(KEY, KEY if fields is None else None)
         self.exts = {e: check_name(new, e, self.name) for e, new in chosen.items()}
         self.schema = {new: member_kind(e, max_side, quality) for e, new in self.exts.items()}
-        if fields is None or KEY in (fields if not isinstance(fields, str) else [fields]):
-            self.schema[KEY] = fmt.String()
+        self.key_name = None if key_name is None else check_name(key_name, KEY, self.name)
+        if self.key_name is not None:
+            self.schema[self.key_name] = fmt.String()
         self.ignored.clear()  # counted again by the conversion
         self.metadata = {
             "ignored_members": self.ignored,
@@ -116,11 +132,24 @@ class WebDatasetSource(Source):
             "skipped": self.skipped,
         }
 
-    def _members(self, shard: Path) -> Iterator[tuple[str, str, bytes]]:
+    @contextmanager
+    def _local(self, shard: Path | str) -> Iterator[Path]:
+        """The shard as a local file: itself, or a remote one downloaded into a temporary
+        folder that is removed once the shard is read (one shard on disk at a time)."""
+        if isinstance(shard, Path):
+            yield shard
+            return
+        with tempfile.TemporaryDirectory(prefix="chute-shard-") as tmp:
+            local = Path(tmp) / "shard"
+            with open(local, "wb+") as f:
+                self._store.get_to_file(shard.rpartition("/")[2], f)
+            yield local
+
+    def _members(self, shard: Path | str) -> Iterator[tuple[str, str, bytes]]:
         """``(key, extension, bytes)`` of the regular members of a shard, in order."""
         last = "(none)"
         try:
-            with tarfile.open(shard, mode="r|*") as tar:
+            with self._local(shard) as path, tarfile.open(path, mode="r|*") as tar:
                 for m in tar:
                     last = m.name
                     why = _ignore(m)
@@ -136,12 +165,14 @@ class WebDatasetSource(Source):
                     f = tar.extractfile(m)
                     data = f.read() if f is not None else b""
                     yield match.group(1), match.group(2), data
+        except ChuteError:  # a missing remote shard, a member too big: already named
+            raise
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise SourceError(
                 f"{shard}: not a readable tar shard after member {last} ({exc})"
             ) from None
 
-    def _samples(self, shards: Sequence[Path]) -> Generator[Sample, None, None]:
+    def _samples(self, shards: Sequence[Path | str]) -> Generator[Sample, None, None]:
         """Samples: consecutive members sharing a key, grouped."""
         for shard in shards:
             sample: Sample = {}
@@ -216,9 +247,25 @@ class WebDatasetSource(Source):
                 for new, f in self.schema.items():
                     if isinstance(f, fmt.Tensor):
                         batch[new] = np.array(batch[new], np.int64)
-                if KEY in self.schema:
-                    batch[KEY] = [chunk[i][KEY] for i in keep]
+                if self.key_name is not None:
+                    batch[self.key_name] = [chunk[i][KEY] for i in keep]
                 yield batch
+
+
+def remote_shards(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, list[str]]:
+    """(the store of the shards' folder, the shards' URLs) for ``s3://b/train-{000..009}.tar``,
+    ``s3://b/train-*.tar`` (listed) or ``s3://b/shards/`` (every ``.tar`` in it, sorted)."""
+    from ..store.client import Store
+
+    base, _, name = url.rpartition("/")
+    store = Store(base, storage_options)
+    names = expand_braces(name) if name else ["*"]
+    if any(ch in n for n in names for ch in "*?["):
+        listed = sorted(k for k in store.list() if "/" not in k and k.endswith(TAR_SUFFIXES))
+        names = [k for n in names for k in listed if fnmatch.fnmatchcase(k, n)]
+    if not names:
+        raise DatasetNotFoundError(f"{url}: no .tar shard matches")
+    return store, [f"{base}/{n}" for n in names]
 
 
 class _Reason(str):
