@@ -37,7 +37,8 @@ SRC is one of:
              image, label, path), or a flat folder of images (image, path)
   tables     Parquet (file or folder), Arrow IPC / Feather, JSONL (.jsonl, .gz, .zst),
              CSV / TSV, a Hugging Face datasets save_to_disk folder
-  shards     WebDataset .tar files (a file, a folder, or a pattern like 'shard-{000..009}.tar')
+  shards     WebDataset .tar files (a file, a folder, or a pattern like 'shard-{000..009}.tar'),
+             local or at a URL (s3://bucket/train-{000..009}.tar, s3://bucket/shards/)
 The options that apply to each kind are marked below; see docs/convert.md."""
 
 

@@ -28,7 +28,7 @@ from .sources.csv import CsvSource
 from .sources.hdf5 import HDF5Source, is_hdf5_object
 from .sources.hf import HFDatasetSource, HFFolderSource, is_hf_object
 from .sources.images import ImageFolderSource, dataset_folder
-from .sources.iterable import IterableSource
+from .sources.iterable import ColumnsSource, IterableSource
 from .sources.jsonl import JsonlSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.torch import TorchSource
@@ -87,6 +87,8 @@ def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
     if is_hf_object(src):
         return HFDatasetSource(src, fields, **options)
     if isinstance(src, Mapping):
+        if any(isinstance(v, (list, tuple)) for v in src.values()):
+            return ColumnsSource(src, fields, **options)  # typed by the writer, as chute.write
         return MemorySource(src, fields, **options)
     map_style = isinstance(src, Dataset) and not isinstance(src, IterableDataset)
     if map_style and hasattr(src, "__len__"):

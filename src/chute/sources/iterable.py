@@ -76,3 +76,27 @@ class IterableSource(Source):
         while chunk := list(islice(it, self.batch_size)):
             yield columns([self.samples(s, start + i) for i, s in enumerate(chunk)])
             start += len(chunk)
+
+
+class ColumnsSource(Source):
+    """A dict of Python lists (one per field, of equal length), ``batch_size`` rows at a time:
+    the values are checked and typed by the writer as :func:`chute.write` does (lists of
+    lists of different lengths become Ragged fields, strings String)."""
+
+    def __init__(
+        self, columns: Mapping[str, Any], fields: FieldsArg = None, *, batch_size: int = 4096
+    ):
+        self.name = "<dict of lists>"
+        chosen = field_map(fields, list(columns), self.name) if fields is not None else None
+        self.columns = {
+            new: columns[old] for old, new in (chosen or {k: k for k in columns}).items()
+        }
+        lengths = {k: len(v) for k, v in self.columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise SourceError(f"{self.name}: fields must have the same length; got {lengths}")
+        self.num_samples = self._n = next(iter(lengths.values()), 0)
+        self.batch_size = batch_size
+
+    def batches(self) -> Iterator[Batch]:
+        for a in range(0, self._n, self.batch_size):
+            yield {k: v[a : a + self.batch_size] for k, v in self.columns.items()}
