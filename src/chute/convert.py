@@ -22,15 +22,16 @@ from . import format as fmt
 from .errors import ArgumentError, DatasetNotFoundError, SourceError
 from .sniff import TAR_SUFFIXES
 from .sniff import source_kind as sniff_kind
-from .sources.arrow import ArrowFileSource, ParquetSource
 from .sources.base import FieldsArg, Source, expand_pattern, field_map, has_pattern
 from .sources.csv import CsvSource
 from .sources.hdf5 import HDF5Source, is_hdf5_object
 from .sources.hf import HFDatasetSource, HFFolderSource, is_hf_object
 from .sources.images import ImageFolderSource, dataset_folder
+from .sources.ipc import ArrowFileSource
 from .sources.iterable import ColumnsSource, IterableSource
 from .sources.jsonl import JsonlSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
+from .sources.parquet import ParquetSource
 from .sources.torch import TorchSource
 from .sources.webdataset import WebDatasetSource
 from .sources.zarr import ZarrSource, is_zarr_object

@@ -16,7 +16,7 @@ from image._image_files import jpeg  # noqa: E402
 
 import chute  # noqa: E402
 from chute import ArgumentError, SourceError  # noqa: E402
-from chute.sources.arrow import ParquetSource  # noqa: E402
+from chute.sources.parquet import ParquetSource  # noqa: E402
 
 TOKENS = [[], [1, 2, 3], [4], [5, 6], [], [7, 8, 9, 10], [11], [12, 13]]
 

@@ -7,14 +7,16 @@ source is used. Tables (Parquet, Arrow IPC, Hugging Face, JSONL, CSV) share ``ar
 schema comes from the Arrow types; ``webdataset`` reads ``.tar`` shards with ``tarfile``.
 """
 
-from .arrow import ArrowFileSource, ArrowSource, ParquetSource
+from .arrow import ArrowSource
 from .base import ArraySource, Source
 from .csv import CsvSource
 from .hdf5 import HDF5Source
 from .hf import HFDatasetSource, HFFolderSource
+from .ipc import ArrowFileSource
 from .iterable import IterableSource
 from .jsonl import JsonlSource
 from .npy import MemorySource, NpyFolderSource, NpySource, NpzSource
+from .parquet import ParquetSource
 from .torch import TorchSource
 from .webdataset import WebDatasetSource
 from .zarr import ZarrSource

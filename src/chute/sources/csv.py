@@ -25,7 +25,8 @@ from typing import Any
 
 from ..errors import SourceError, require
 from ..sniff import CSV_SUFFIXES, NOUNS
-from .arrow import ArrowSource, pyarrow, rows_from
+from .arrow import ArrowSource, rows_from
+from .arrow_fields import pyarrow
 from .base import BATCH_BYTES, FieldsArg, expand_paths
 from .jsonl import arrow_types
 

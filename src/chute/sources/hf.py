@@ -23,8 +23,9 @@ from typing import Any
 
 from ..errors import SourceError
 from ..sniff import HF_DICT_MARKER, NOUNS
-from .arrow import ArrowFileSource, ArrowSource, rows_from, rows_per_batch
+from .arrow import ArrowSource, rows_from, rows_per_batch
 from .base import FieldsArg
+from .ipc import ArrowFileSource
 
 MAX_JSON = 16 << 20  # state.json / dataset_info.json larger than this are not read
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from ..errors import SourceError, require
 from ..sniff import JSONL_SUFFIXES, NOUNS
-from .arrow import ArrowSource, pyarrow
+from .arrow import ArrowSource
+from .arrow_fields import pyarrow
 from .base import BATCH_BYTES, FieldsArg, expand_paths
 
 MAX_LINE = 256 << 20  # bytes: a longer line is refused (a file without newlines, a bomb)
