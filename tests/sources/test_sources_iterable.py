@@ -96,3 +96,16 @@ def test_dict_of_lists_converts_as_chute_write_does(tmp_path):
     assert [ds[i]["tokens"].tolist() for i in range(3)] == [[5], [1, 2], [3, 4, 6]]
     with pytest.raises(chute.SourceError, match=r"same length; got \{'a': 2, 'b': 1\}"):
         chute.convert({"a": [1, 2], "b": [1]}, tmp_path / "x.chute", progress=False)
+
+
+def test_pil_images_warn_unless_declared_image(tmp_path, recwarn):
+    pics = [Image.fromarray(np.full((6, 8, 3), i, np.uint8)) for i in range(3)]
+    with pytest.warns(UserWarning, match=r"field 'img' holds PIL images.*chute\.Image\(\)"):
+        chute.from_iterable(({"img": p} for p in pics), tmp_path / "a.chute", progress=False)
+    recwarn.clear()
+    schema = {"img": chute.Image()}
+    dst = chute.from_iterable(
+        ({"img": p} for p in pics), tmp_path / "b.chute", schema, progress=False
+    )
+    assert not [w for w in recwarn if "PIL" in str(w.message)]
+    assert chute.open(dst).schema == schema

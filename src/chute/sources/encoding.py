@@ -6,7 +6,10 @@ with a size bound, encoded once with :func:`chute.image.encode_image` (a JPEG wi
 
 from __future__ import annotations
 
+import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 from ..errors import ArgumentError, ChuteError, SourceError
 from ..image.codec import EncodedImage, encode_image
@@ -44,3 +47,18 @@ def encode(
         if on_error == "skip":
             return f"{type(exc).__name__}: {exc}"
         raise SourceError(f"{where}: {exc}; fix or remove it, or {SKIP_HINT}") from None
+
+
+def is_pil(value: Any) -> bool:
+    """Whether ``value`` is a PIL image (without importing PIL)."""
+    pil = sys.modules.get("PIL.Image")  # only loaded if the caller uses PIL
+    return pil is not None and isinstance(value, pil.Image)
+
+
+def warn_pixels(source: str, field: str) -> None:
+    """Say that the PIL images of ``field`` are stored as pixels, and how to keep JPEGs."""
+    warnings.warn(
+        f"{source}: field {field!r} holds PIL images, stored as their uint8 pixels (lossless, "
+        f"about 10x a JPEG's bytes); to store JPEGs pass schema={{{field!r}: chute.Image()}}",
+        stacklevel=5,
+    )

@@ -17,6 +17,7 @@ from .. import format as fmt
 from ..errors import SourceError
 from ..writer.values import flatten
 from .base import Batch, FieldsArg, Source, field_map
+from .encoding import is_pil, warn_pixels
 
 
 class Samples:
@@ -74,8 +75,19 @@ class IterableSource(Source):
     def batches(self) -> Iterator[Batch]:
         it, start = iter(self.iterable), 0
         while chunk := list(islice(it, self.batch_size)):
-            yield columns([self.samples(s, start + i) for i, s in enumerate(chunk)])
+            batch = columns([self.samples(s, start + i) for i, s in enumerate(chunk)])
+            if start == 0:
+                self._check_images(batch)
+            yield batch
             start += len(chunk)
+
+    def _check_images(self, batch: Batch) -> None:
+        """Warn of PIL images in a field not declared :class:`chute.Image` (the writer stores
+        them as pixels)."""
+        for name, values in batch.items():
+            declared = self.schema is not None and isinstance(self.schema.get(name), fmt.Image)
+            if not declared and values and is_pil(values[0]):
+                warn_pixels(self.name, name)
 
 
 class ColumnsSource(Source):

@@ -15,8 +15,6 @@ the first batch.
 
 from __future__ import annotations
 
-import sys
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +27,7 @@ from ..errors import ArgumentError, FormatError, SourceError
 from ..image.codec import EncodedImage, encode_image
 from ..writer.values import infer_field
 from .base import Batch, FieldsArg, Source
+from .encoding import is_pil, warn_pixels
 from .iterable import Samples, columns
 
 
@@ -45,14 +44,9 @@ class _Indexed(Dataset):
         return index, self.dataset[index]
 
 
-def _is_pil(value: Any) -> bool:
-    pil = sys.modules.get("PIL.Image")  # only loaded if the dataset uses PIL
-    return pil is not None and isinstance(value, pil.Image)
-
-
 def _plain(value: Any) -> Any:
     """PIL images -> uint8 arrays; numbers -> 0-d arrays; arrays and tensors unchanged."""
-    if _is_pil(value):
+    if is_pil(value):
         return np.asarray(value)
     if isinstance(value, (int, float, bool, np.generic)):
         return np.asarray(value)
@@ -95,7 +89,7 @@ class _Collate:
                 if f is not None:
                     sample[k] = _encoded(v, f, k, i)
                 else:
-                    pil.update([k] if _is_pil(v) else [])
+                    pil.update([k] if is_pil(v) else [])
                     sample[k] = _plain(v)
             dicts.append(sample)
         return {k: _stack(vs) for k, vs in columns(dicts).items()}, sorted(pil)
@@ -168,12 +162,7 @@ class TorchSource(Source):
         for name in pil:
             if name not in self._warned:
                 self._warned.add(name)
-                warnings.warn(
-                    f"{self.name}: field {name!r} holds PIL images, stored as their uint8 "
-                    f"pixels (lossless, about 10x a JPEG's bytes); to store JPEGs pass "
-                    f"schema={{{name!r}: chute.Image()}}",
-                    stacklevel=4,
-                )
+                warn_pixels(self.name, name)
         return batch
 
     def close(self) -> None:
