@@ -36,6 +36,7 @@ memory.
 from __future__ import annotations
 
 import os
+from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -45,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from .. import format as fmt
-from ..errors import SourceError
+from ..errors import ArgumentError, SourceError
 from .arrow_fields import (
     Column,
     class_names,
@@ -91,7 +92,7 @@ class ArrowSource(Source):
         quality: int = 90,
     ):
         if nulls not in NULLS:
-            raise SourceError(f'{name}: nulls must be "error" or "fill", got {nulls!r}')
+            raise ArgumentError(f'nulls must be "error" or "fill", got {nulls!r}')
         self.name, self.nulls, self.batch_bytes = name, nulls, batch_bytes
         self.workers, self.on_error = workers, check_on_error(on_error)
         self.image_root = Path(image_root if image_root is not None else ".")
@@ -144,9 +145,9 @@ class ArrowSource(Source):
         """The top-level Arrow columns the fields need (what readers should read)."""
         return list(dict.fromkeys(c.path[0] for c in self.columns))
 
+    @abstractmethod
     def record_batches(self) -> Iterator[tuple[Any, Callable[[int], str]]]:
         """Yield ``(pyarrow.RecordBatch, where)`` in row order."""
-        raise NotImplementedError
 
     def batches(self) -> Iterator[Batch]:
         """Converted batches, ``workers`` threads converting ahead of the writer (images
