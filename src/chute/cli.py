@@ -117,7 +117,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .convert import convert, parse_fields
+    from .convert import convert, parse_fields, parse_types
 
     # only the options given: each source takes its own (an image folder has no --nulls)
     given = {
@@ -128,6 +128,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         "quality": args.quality,
         "allow_empty": args.allow_empty or None,
         "nulls": args.nulls,
+        "images": args.images.split(",") if args.images else None,
+        "image_root": args.image_root,
+        "types": parse_types(args.types),
     }
     try:
         path = convert(
@@ -315,6 +318,22 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["error", "fill"],
         help="tables: a null is an error naming file, row and column (default), or is filled "
         "(0, NaN, empty) and counted in the metadata",
+    )
+    p.add_argument(
+        "--types",
+        metavar="COL=TYPE,...",
+        help="JSONL / CSV: Arrow types of some columns (e.g. id=string,score=float32), when the "
+        "first rows would mislead",
+    )
+    p.add_argument(
+        "--images",
+        metavar="COL,...",
+        help="tables: columns of image file paths, stored as images (a CSV manifest)",
+    )
+    p.add_argument(
+        "--image-root",
+        help="tables: the folder image paths are relative to (default: the table's folder); "
+        "paths leading out of it are refused",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_convert)

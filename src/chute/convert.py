@@ -350,3 +350,13 @@ def parse_fields(text: str | None) -> dict[str, str] | None:
             f"--fields {text!r}: an empty field name; write a,b to pick fields, old=new to rename"
         )
     return {old: new or old for old, _, new in pairs}
+
+
+def parse_types(text: str | None) -> dict[str, str] | None:
+    """``"id=string,x=float32"`` (command line) -> ``{"id": "string", "x": "float32"}``."""
+    if text is None:
+        return None
+    pairs = [item.partition("=") for item in text.split(",")]
+    if any(not name or not kind for name, _, kind in pairs):
+        raise SourceError(f"--types {text!r}: write column=type, e.g. id=string,score=float32")
+    return {name: kind for name, _, kind in pairs}

@@ -164,3 +164,24 @@ def test_csv_manifest_of_images(tmp_path: Path) -> None:
     (tmp_path / "esc.csv").write_text("path\n../outside.jpg\n")
     with pytest.raises(SourceError, match=r"row 0: column 'path': '\.\./outside\.jpg' leads out"):
         chute.convert(tmp_path / "esc.csv", tmp_path / "e.chute", images=["path"], progress=False)
+
+
+def test_cli_manifest_and_types(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from chute.cli import main
+
+    (tmp_path / "imgs").mkdir()
+    pics = [jpeg(10, 12, seed=i) for i in range(2)]
+    for i, data in enumerate(pics):
+        (tmp_path / "imgs" / f"{i}.jpg").write_bytes(data)
+    (tmp_path / "m.csv").write_text("file,id\n0.jpg,007\n1.jpg,008\n")
+    dst = tmp_path / "m.chute"
+    argv = ["convert", str(tmp_path / "m.csv"), str(dst), "-q", "--images", "file"]
+    assert main([*argv, "--image-root", str(tmp_path / "imgs"), "--types", "id=string"]) == 0
+    ds = chute.open(dst)
+    assert ds.schema == {"file": chute.Image(), "id": chute.String()}
+    assert [ds[i]["id"] for i in range(2)] == ["007", "008"]
+    assert [bytes(ds.gather([i])["file"][0].numpy()) for i in range(2)] == pics
+    assert main([*argv, "--overwrite", "--types", "id"]) == 1
+    assert "--types 'id': write column=type" in capsys.readouterr().err
+    assert main([*argv, "--overwrite"]) == 1  # paths relative to the CSV's folder: not there
+    assert "0.jpg" in capsys.readouterr().err
