@@ -131,6 +131,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         "images": args.images.split(",") if args.images else None,
         "image_root": args.image_root,
         "types": parse_types(args.types),
+        "processes": args.processes,
     }
     try:
         path = convert(
@@ -294,6 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=count(0),
         help="threads: arrays and tables read ahead (default 1; 0: in the writing thread); "
         "images are encoded (default one per CPU)",
+    )
+    p.add_argument(
+        "--processes",
+        type=count(1),
+        help="Parquet, Arrow IPC, WebDataset files: convert in N processes, one part each",
     )
     p.add_argument("--split-compound", action="store_true", help="compound members as fields")
     p.add_argument(

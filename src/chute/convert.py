@@ -32,6 +32,7 @@ from .sources.iterable import ColumnsSource, IterableSource
 from .sources.jsonl import JsonlSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.parquet import ParquetSource
+from .sources.processes import convert_in_processes
 from .sources.torch import TorchSource
 from .sources.webdataset import WebDatasetSource
 from .sources.zarr import ZarrSource, is_zarr_object
@@ -230,7 +231,9 @@ def convert(
     Arrays are read in their own chunks, a batch of about ``batch_bytes`` (32 MiB) at a time,
     with ``workers`` reader threads (default 1) running ahead of the writer.
     ``split_compound=True`` stores the members of a compound dtype as fields
-    ``name/member``. Other options belong to their source (``nulls`` for tables,
+    ``name/member``. ``processes=N`` converts Parquet, Arrow IPC or WebDataset files in
+    ``N`` worker processes, one part each (see :mod:`chute.sources.processes`).
+    Other options belong to their source (``nulls`` for tables,
     ``on_error``, ``max_side``, ``quality`` for images); one a source does not take is an
     :class:`~chute.ArgumentError`. Raises :class:`~chute.DatasetNotFoundError` for a
     missing source, :class:`~chute.SourceError` for one that cannot be mapped to fields,
@@ -246,8 +249,26 @@ def convert(
         return from_dask(
             src, dst, overwrite=overwrite, progress=progress, metadata=metadata, **options
         )
+    processes = options.pop("processes", None)
     source = open_source(src, fields, **options)
-    return write_source(source, dst, overwrite=overwrite, progress=progress, metadata=metadata)
+    if processes is None or processes == 1:
+        return write_source(source, dst, overwrite=overwrite, progress=progress, metadata=metadata)
+    source.close()
+    if not isinstance(source, (ParquetSource, ArrowFileSource, WebDatasetSource)):
+        raise ArgumentError(
+            f"processes= converts Parquet, Arrow IPC and WebDataset files, not {source.noun}; "
+            "use workers= (threads)"
+        )
+    return convert_in_processes(
+        source,
+        dst,
+        processes,
+        fields,
+        options,
+        overwrite=overwrite,
+        progress=progress,
+        metadata=metadata,
+    )
 
 
 def _is_dask(value: Any) -> bool:
