@@ -36,6 +36,7 @@ MODULES = [
     "leaks",
     "manifest",
     "npy",
+    "sources",
     "atheris",
 ]
 
@@ -61,11 +62,21 @@ How a case passes, in short:
 * **Hostile input.** Every crafted manifest, `.npy` header or data file ends in a
   `chute.ChuteError` subclass (or a clean, correct read): never another exception, a crash, a
   hang, a large allocation, a pickle being loaded, or a file outside the dataset being read.
+  The same holds for the sources `chute convert` reads: a hostile WebDataset shard (links,
+  `..` names, devices, truncation), a `datasets` folder whose `state.json` points outside it,
+  a damaged Parquet / Arrow / JSONL / CSV file and an image manifest whose paths lead out of
+  its folder end in a clean dataset or a `chute.SourceError` naming the file (and row or
+  member); nothing is extracted, unpickled, or read outside the source.
 """
 
 NOTES = """\
 ## Bugs these tests found (fixed)
 
+* A Parquet file with a bit flipped inside a string column made the conversion fail with a
+  bare `UnicodeDecodeError` (Parquet strings are not UTF-8-checked on read): the bad row is
+  now a `SourceError` naming file, row and column. Arrow IPC record batches (memory-mapped,
+  `datasets` folders too) are validated in full before use, so damaged offsets are an error
+  naming the file, never a read past a buffer.
 * A `.npy` header could make the reader allocate 4 GiB before failing (a version 2/3 header
   declaring a huge length): `npy_header.read_header` now reads a bounded header itself.
 * Header shapes with negative dimensions were accepted (`(-1, -1)` reached `reshape` as a

@@ -71,7 +71,10 @@ def test_missing_unknown_and_chute_sources(tmp_path):
     with pytest.raises(SourceError, match=r"notes\.txt: unknown kind of source"):
         chute.convert(tmp_path / "notes.txt", tmp_path / "o.chute")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(SourceError, match=r"neither Zarr metadata nor \.npy"):
+    with pytest.raises(
+        SourceError,
+        match=r"a folder holding no source chute reads \(Zarr metadata, \.npy files, images",
+    ):
         chute.convert(tmp_path / "empty", tmp_path / "o.chute")
     chute.write(tmp_path / "d.chute", {"x": X})
     with pytest.raises(SourceError, match=r"d\.chute is already a chute dataset"):

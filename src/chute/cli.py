@@ -21,9 +21,24 @@ from .errors import ChuteError, DatasetExistsError, NotWritableError
 DESCRIPTION = """\
 chute: fast, memory-conscious data loading for PyTorch.
 
-Convert your arrays (npy, npz, HDF5, Zarr) into a chute dataset once, inspect and check it,
+Convert your arrays (npy, npz, HDF5, Zarr), tables (Parquet, Arrow, JSONL, CSV), image
+folders or WebDataset shards into a chute dataset once, inspect and check it,
 and measure it against the alternatives on your own data. Run "chute COMMAND --help" for the
 options of each command."""
+
+
+CONVERT_HELP = """\
+Convert a source into a chute dataset at DST (written atomically; nothing is left on error).
+
+SRC is one of:
+  arrays     .npy, .npz, a folder of .npy, HDF5 (.h5/.hdf5), Zarr (folder or .zip)
+  images     an image folder: root/CLASS/.../x.jpg as torchvision's ImageFolder (fields
+             image, label, path), or a flat folder of images (image, path)
+  tables     Parquet (file or folder), Arrow IPC / Feather, JSONL (.jsonl, .gz, .zst),
+             CSV / TSV, a Hugging Face datasets save_to_disk folder
+  shards     WebDataset .tar files (a file, a folder, or a pattern like 'shard-{000..009}.tar'),
+             local or at a URL (s3://bucket/train-{000..009}.tar, s3://bucket/shards/)
+The options that apply to each kind are marked below; see docs/convert.md."""
 
 
 def size(text: str) -> float:
@@ -92,8 +107,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .convert import convert, parse_fields
+    from .convert import convert, parse_fields, parse_types
 
+    # only the options given: each source takes its own (an image folder has no --nulls)
+    given = {
+        "workers": args.workers,
+        "split_compound": args.split_compound or None,
+        "on_error": args.on_error,
+        "max_side": args.max_side,
+        "quality": args.quality,
+        "allow_empty": args.allow_empty or None,
+        "nulls": args.nulls,
+        "images": args.images.split(",") if args.images else None,
+        "image_root": args.image_root,
+        "types": parse_types(args.types),
+        "processes": args.processes,
+    }
     try:
         path = convert(
             args.src,
@@ -101,8 +130,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
             fields=parse_fields(args.fields),
             overwrite=args.overwrite,
             progress=not args.quiet,
-            workers=args.workers,
-            split_compound=args.split_compound,
+            **{k: v for k, v in given.items() if v is not None},
         )
     except DatasetExistsError as exc:
         if args.overwrite or not exc.replaceable:  # the library's message says what to do
@@ -242,18 +270,67 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     # -- other subcommands register here (convert, bench, demo) --
-    p = sub.add_parser("convert", help="convert .npy/.npz/HDF5/Zarr into a chute dataset")
-    p.add_argument("src", help=".npy, .npz, folder of .npy, .h5/.hdf5, Zarr folder or .zip")
+    p = sub.add_parser(
+        "convert",
+        help="convert arrays, tables, images or shards into a chute dataset",
+        description=CONVERT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("src", help="a file, a folder, or a glob / brace pattern of files (see below)")
     p.add_argument("dst")
     p.add_argument("--fields", help="fields to keep, comma-separated; old=new renames")
     p.add_argument("--overwrite", action="store_true", help="replace dst if it exists")
     p.add_argument(
         "--workers",
         type=count(0),
-        default=1,
-        help="reader threads running ahead (default 1; 0: read in the writing thread)",
+        help="threads: arrays and tables read ahead (default 1; 0: in the writing thread); "
+        "images are encoded (default one per CPU)",
+    )
+    p.add_argument(
+        "--processes",
+        type=count(1),
+        help="Parquet, Arrow IPC, WebDataset files: convert in N processes, one part each",
     )
     p.add_argument("--split-compound", action="store_true", help="compound members as fields")
+    p.add_argument(
+        "--on-error",
+        choices=["raise", "skip"],
+        help="images and shards: an undecodable image stops (raise, default) or is left out "
+        "and listed in the metadata (skip)",
+    )
+    p.add_argument(
+        "--max-side", type=count(1), help="images: shrink so the longer side is at most this"
+    )
+    p.add_argument(
+        "--quality", type=count(1), help="images: JPEG quality of re-encoded images (default 90)"
+    )
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="image folders: keep class folders without images",
+    )
+    p.add_argument(
+        "--nulls",
+        choices=["error", "fill"],
+        help="tables: a null is an error naming file, row and column (default), or is filled "
+        "(0, NaN, empty) and counted in the metadata",
+    )
+    p.add_argument(
+        "--types",
+        metavar="COL=TYPE,...",
+        help="JSONL / CSV: Arrow types of some columns (e.g. id=string,score=float32), when the "
+        "first rows would mislead",
+    )
+    p.add_argument(
+        "--images",
+        metavar="COL,...",
+        help="tables: columns of image file paths, stored as images (a CSV manifest)",
+    )
+    p.add_argument(
+        "--image-root",
+        help="tables: the folder image paths are relative to (default: the table's folder); "
+        "paths leading out of it are refused",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_convert)
 

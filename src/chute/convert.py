@@ -9,6 +9,7 @@ batch with a progress bar: memory stays bounded by a few batches, whatever the s
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,28 +19,43 @@ from torch.utils.data import Dataset, IterableDataset
 from tqdm.auto import tqdm
 
 from . import format as fmt
-from .errors import DatasetNotFoundError, SourceError
+from .errors import ArgumentError, DatasetNotFoundError, SourceError
+from .sniff import TAR_SUFFIXES
 from .sniff import source_kind as sniff_kind
-from .sources.base import FieldsArg, Source, field_map
+from .sources.base import FieldsArg, Source, expand_pattern, field_map, has_pattern
+from .sources.csv import CsvSource
 from .sources.hdf5 import HDF5Source, is_hdf5_object
-from .sources.images import ImageFolderSource
-from .sources.iterable import IterableSource
+from .sources.hf import HFDatasetSource, HFFolderSource, is_hf_object
+from .sources.images import ImageFolderSource, dataset_folder
+from .sources.ipc import ArrowFileSource
+from .sources.iterable import ColumnsSource, IterableSource
+from .sources.jsonl import JsonlSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
+from .sources.parquet import ParquetSource
+from .sources.processes import convert_in_processes
 from .sources.torch import TorchSource
+from .sources.webdataset import WebDatasetSource
 from .sources.zarr import ZarrSource, is_zarr_object
 from .store.url import is_url
 from .writer.writer import Writer
 
 PathLike = str | os.PathLike
-PathSource = NpySource | NpzSource | NpyFolderSource | HDF5Source | ZarrSource | ImageFolderSource
-PATH_SOURCES: dict[str, type[PathSource]] = {
+PATH_SOURCES: dict[str, type[Source]] = {
     "npy": NpySource,
     "npz": NpzSource,
     "npy_folder": NpyFolderSource,
     "hdf5": HDF5Source,
     "zarr": ZarrSource,
     "image_folder": ImageFolderSource,
+    "parquet": ParquetSource,
+    "arrow": ArrowFileSource,
+    "hf": HFFolderSource,
+    "jsonl": JsonlSource,
+    "csv": CsvSource,
+    "webdataset": WebDatasetSource,
 }
+# kinds whose source reads several files given as a list (a glob or brace pattern)
+MULTI_FILE = ("parquet", "arrow", "jsonl", "csv", "webdataset")
 
 
 def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
@@ -52,7 +68,17 @@ def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
     """
     if isinstance(src, Source):
         return src
+    if is_url(src):
+        if not str(src).endswith(("/", *TAR_SUFFIXES)):
+            raise SourceError(
+                f"{src}: from a URL chute converts WebDataset .tar shards (a shard, a pattern "
+                "like train-{000..009}.tar, or a folder ending in /); download other sources "
+                "first"
+            )
+        return _make(WebDatasetSource, src, fields, options)
     if isinstance(src, (str, os.PathLike)):
+        if not Path(src).exists() and has_pattern(str(src)):
+            return _pattern_source(str(src), fields, **options)
         return _path_source(Path(src), fields, **options)
     # before Mapping / Iterable: an h5py Group is a Mapping and a zarr Group an Iterable, but
     # both are read like the path they come from (links, strings, attributes, chunks)
@@ -60,11 +86,15 @@ def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
         return HDF5Source(src, fields, **options)
     if is_zarr_object(src):
         return ZarrSource(src, fields, **options)
+    if is_hf_object(src):
+        return HFDatasetSource(src, fields, **options)
     if isinstance(src, Mapping):
+        if any(isinstance(v, (list, tuple)) for v in src.values()):
+            return ColumnsSource(src, fields, **options)  # typed by the writer, as chute.write
         return MemorySource(src, fields, **options)
     map_style = isinstance(src, Dataset) and not isinstance(src, IterableDataset)
     if map_style and hasattr(src, "__len__"):
-        return TorchSource(src, fields=fields, **options)
+        return dataset_folder(src, fields, **options) or TorchSource(src, fields=fields, **options)
     if isinstance(src, Iterable):
         return IterableSource(src, fields=fields, **options)
     raise SourceError(
@@ -81,18 +111,69 @@ def _path_source(path: Path, fields: FieldsArg, **options: Any) -> Source:
     try:
         kind = source_kind(path)
         if kind is not None:
-            return kind(path, fields, **options)
+            return _make(kind, path, fields, options)
     except PermissionError:
         raise SourceError(f"{path}: not readable (permission denied)") from None
     if path.is_dir():
-        raise SourceError(f"{path}: a folder with neither Zarr metadata nor .npy files")
-    raise SourceError(
-        f"{path}: unknown kind of source; chute converts .npy, .npz, a folder of "
-        ".npy, HDF5 (.h5/.hdf5) and Zarr (folder or .zip)"
-    )
+        raise SourceError(
+            f"{path}: a folder holding no source chute reads (Zarr metadata, .npy files, "
+            "images, .parquet / .arrow / .jsonl / .csv / .tar files, a datasets save_to_disk "
+            "folder)"
+        )
+    raise SourceError(f"{path}: unknown kind of source; chute converts {KNOWN}")
 
 
-def source_kind(path: Path) -> type[PathSource] | None:
+KNOWN = (
+    ".npy, .npz, a folder of .npy, HDF5 (.h5/.hdf5), Zarr (folder or .zip), image folders, "
+    "Parquet, Arrow IPC / Feather, JSONL, CSV, WebDataset .tar shards and datasets "
+    "save_to_disk folders"
+)
+
+
+def _pattern_source(text: str, fields: FieldsArg, **options: Any) -> Source:
+    files = expand_pattern(text)
+    kinds = {sniff_kind(f) for f in files}
+    kind = kinds.pop() if len(kinds) == 1 else None
+    if kind not in MULTI_FILE:
+        found = sorted(str(k) for k in {sniff_kind(f) for f in files})
+        raise SourceError(
+            f"{text}: a pattern must name files of one kind among {', '.join(MULTI_FILE)}; "
+            f"it names {found}"
+        )
+    return _make(PATH_SOURCES[kind], files, fields, options)
+
+
+def _make(cls: type[Source], src: Any, fields: FieldsArg, options: dict[str, Any]) -> Source:
+    """``cls(src, fields, **options)``; an option the source does not take is an
+    :class:`~chute.ArgumentError` naming it and those it takes (not a bare ``TypeError``)."""
+    taken = _options(cls)
+    wrong = sorted(set(options) - taken) if taken is not None else []
+    if wrong:
+        raise ArgumentError(
+            f"{src}: option(s) {wrong} do not apply to {cls.noun}; it takes "
+            f"{sorted(taken - {'self', 'src', 'path', 'name', 'arrays', 'fields'})}"  # type: ignore[operator]
+        )
+    return cls(src, fields, **options)  # type: ignore[call-arg]
+
+
+def _options(cls: type) -> set[str] | None:
+    """The keyword arguments ``cls(...)`` takes, following ``**options`` handed on to a base
+    class; None where they end in ``object``'s (anything is taken)."""
+    taken: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        if klass is object:
+            return None
+        params = inspect.signature(init).parameters.values()
+        taken |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return taken
+    return None
+
+
+def source_kind(path: Path) -> type[Source] | None:
     """The source class ``convert`` reads the existing ``path`` with; None if it reads none.
 
     Detection is :func:`chute.sniff.source_kind` (suffix, signature, marker files); the class's
@@ -140,14 +221,21 @@ def convert(
     >>> chute.convert("train.h5", "train.chute", fields={"images": "image", "labels": "label"})
 
     ``src`` is a path (``.npy``, ``.npz``, a folder of ``.npy``, HDF5, Zarr v2/v3 folder or
-    zip), a dict of arrays (numpy, torch, or Dask: see :func:`chute.from_dask`), a map-style
-    torch ``Dataset`` (see :func:`from_torch`) or an iterable of samples (see
-    :func:`from_iterable`). From arrays, every array whose first axis has the most common
-    length becomes a field (nested groups as ``group/name``); ``fields`` picks (a list) or
-    picks and renames (a dict old -> new). Arrays are read in their own chunks, a batch of
-    about ``batch_bytes`` (32 MiB) at a time, with ``workers`` reader threads (default 1)
-    running ahead of the writer. ``split_compound=True`` stores the members of a compound
-    dtype as fields ``name/member``. Raises :class:`~chute.DatasetNotFoundError` for a
+    zip, an image folder, Parquet, Arrow IPC / Feather, JSONL, CSV, WebDataset ``.tar``
+    shards, a ``datasets`` ``save_to_disk`` folder; several files as a glob or brace pattern:
+    see ``docs/convert.md``), a Hugging Face ``datasets.Dataset``, a dict of arrays (numpy,
+    torch, or Dask: see :func:`chute.from_dask`), a map-style torch ``Dataset`` (see
+    :func:`from_torch`) or an iterable of samples (see :func:`from_iterable`). From arrays,
+    every array whose first axis has the most common length becomes a field (nested groups
+    as ``group/name``); ``fields`` picks (a list) or picks and renames (a dict old -> new).
+    Arrays are read in their own chunks, a batch of about ``batch_bytes`` (32 MiB) at a time,
+    with ``workers`` reader threads (default 1) running ahead of the writer.
+    ``split_compound=True`` stores the members of a compound dtype as fields
+    ``name/member``. ``processes=N`` converts Parquet, Arrow IPC or WebDataset files in
+    ``N`` worker processes, one part each (see :mod:`chute.sources.processes`).
+    Other options belong to their source (``nulls`` for tables,
+    ``on_error``, ``max_side``, ``quality`` for images); one a source does not take is an
+    :class:`~chute.ArgumentError`. Raises :class:`~chute.DatasetNotFoundError` for a
     missing source, :class:`~chute.SourceError` for one that cannot be mapped to fields,
     :class:`~chute.DatasetExistsError` if ``dst`` exists and ``overwrite`` is false.
     """
@@ -161,8 +249,26 @@ def convert(
         return from_dask(
             src, dst, overwrite=overwrite, progress=progress, metadata=metadata, **options
         )
+    processes = options.pop("processes", None)
     source = open_source(src, fields, **options)
-    return write_source(source, dst, overwrite=overwrite, progress=progress, metadata=metadata)
+    if processes is None or processes == 1:
+        return write_source(source, dst, overwrite=overwrite, progress=progress, metadata=metadata)
+    source.close()
+    if not isinstance(source, (ParquetSource, ArrowFileSource, WebDatasetSource)):
+        raise ArgumentError(
+            f"processes= converts Parquet, Arrow IPC and WebDataset files, not {source.noun}; "
+            "use workers= (threads)"
+        )
+    return convert_in_processes(
+        source,
+        dst,
+        processes,
+        fields,
+        options,
+        overwrite=overwrite,
+        progress=progress,
+        metadata=metadata,
+    )
 
 
 def _is_dask(value: Any) -> bool:
@@ -185,12 +291,35 @@ def from_torch(
 ) -> Path | str:
     """Convert a map-style torch ``Dataset``, calling ``__getitem__`` in worker processes.
 
-    >>> chute.from_torch(ImageFolder("imgs/"), "imgs.chute", num_workers=8, names=("img", "y"))
+    >>> chute.from_torch(my_dataset, "d.chute", num_workers=8, schema={"image": chute.fields.Image()})
 
     Samples may be dicts, tuples (fields ``"0"``, ``"1"``, ... or ``names``) or single
-    tensors; PIL images become uint8 arrays. A field whose samples change shape becomes a
-    :class:`chute.Ragged` field (or pass ``schema``). Sample order is kept.
+    tensors. A field whose samples change shape becomes a :class:`chute.Ragged` field.
+    ``schema`` may name only some fields (the others are inferred from the first batch): a
+    field declared :class:`chute.fields.Image` is encoded in the workers, encoded JPEG bytes kept as
+    they are; PIL images in a field not declared so are stored as uint8 pixels, with a warning.
+    Sample order is kept.
+
+    A torchvision ``ImageFolder`` / ``DatasetFolder`` without transforms is read from its
+    files instead (its ``samples`` order and labels, each JPEG stored byte for byte, no
+    decode): fields ``image``, ``label``, ``path`` (``names`` renames the first two), its
+    ``classes`` and ``class_to_idx`` in the metadata; ``num_workers`` are then threads.
     """
+    declared = dict(schema or {})
+    image = declared.get("image")
+    if fields is None and names is not None:
+        folder_fields: FieldsArg = dict(zip(("image", "label"), names, strict=False))
+    else:
+        folder_fields = fields
+    folder = dataset_folder(
+        dataset,
+        folder_fields,
+        num_workers=num_workers,
+        max_side=image.max_side if isinstance(image, fmt.Image) else None,
+        quality=image.quality if isinstance(image, fmt.Image) else 90,
+    )
+    if folder is not None:
+        return write_source(folder, dst, overwrite=overwrite, progress=progress, metadata=metadata)
     source = TorchSource(
         dataset,
         num_workers=num_workers,
@@ -198,8 +327,14 @@ def from_torch(
         names=names,
         fields=fields,
         multiprocessing_context=multiprocessing_context,
+        images={k: f for k, f in declared.items() if isinstance(f, fmt.Image)},
     )
-    source.schema = None if schema is None else dict(schema)
+    if declared:
+        with source:  # stops the workers if the destination is refused
+            source.schema = source.infer_schema(declared)
+            return write_source(
+                source, dst, overwrite=overwrite, progress=progress, metadata=metadata
+            )
     return write_source(source, dst, overwrite=overwrite, progress=progress, metadata=metadata)
 
 
@@ -236,3 +371,13 @@ def parse_fields(text: str | None) -> dict[str, str] | None:
             f"--fields {text!r}: an empty field name; write a,b to pick fields, old=new to rename"
         )
     return {old: new or old for old, _, new in pairs}
+
+
+def parse_types(text: str | None) -> dict[str, str] | None:
+    """``"id=string,x=float32"`` (command line) -> ``{"id": "string", "x": "float32"}``."""
+    if text is None:
+        return None
+    pairs = [item.partition("=") for item in text.split(",")]
+    if any(not name or not kind for name, _, kind in pairs):
+        raise SourceError(f"--types {text!r}: write column=type, e.g. id=string,score=float32")
+    return {name: kind for name, _, kind in pairs}

@@ -20,6 +20,13 @@ HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZARR_SUFFIXES = (".zarr", ".zr2", ".zr3")
 ZARR_METADATA = ("zarr.json", ".zgroup", ".zarray")  # v3, v2 group, v2 array
+PARQUET_SUFFIXES = (".parquet", ".pq")
+ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
+JSONL_SUFFIXES = tuple(f"{s}{c}" for s in (".jsonl", ".ndjson") for c in ("", ".gz", ".zst"))
+CSV_SUFFIXES = tuple(f"{s}{c}" for s in (".csv", ".tsv") for c in ("", ".gz", ".zst"))
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+HF_MARKERS = ("state.json", "dataset_info.json")  # a datasets.Dataset.save_to_disk folder
+HF_DICT_MARKER = "dataset_dict.json"  # a DatasetDict.save_to_disk folder: one split per folder
 
 _MAX_SNIFF = 10_000  # entries of a folder's tree an error message looks through for .npy files
 # kind -> how messages name it; the source classes take their ``noun`` from here
@@ -30,11 +37,24 @@ NOUNS = {
     "hdf5": "an HDF5 file",
     "zarr": "a Zarr store",
     "image_folder": "an image folder",
+    "parquet": "Parquet",
+    "arrow": "an Arrow IPC / Feather file",
+    "hf": "a Hugging Face datasets folder",
+    "jsonl": "a JSONL file",
+    "csv": "a CSV file",
+    "webdataset": "WebDataset .tar shards",
 }
 
 # torchvision.datasets.folder.IMG_EXTENSIONS
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 _PROBE_FILES = 64  # files looked at per class folder to detect an image folder
+_FILE_SUFFIXES = {  # kinds told by their (case-insensitive) file name ending
+    "parquet": PARQUET_SUFFIXES,
+    "arrow": ARROW_SUFFIXES,
+    "jsonl": JSONL_SUFFIXES,
+    "csv": CSV_SUFFIXES,
+    "webdataset": TAR_SUFFIXES,
+}
 
 
 def source_kind(path: Path, max_entries: int | None = None) -> str | None:
@@ -44,22 +64,64 @@ def source_kind(path: Path, max_entries: int | None = None) -> str | None:
     metadata at the root, ``.npy`` files in a folder (looked for among at most
     ``max_entries`` entries of its tree, if given: an error message must not walk a home
     folder). A chute dataset (a folder of ``.npy`` files with a manifest) is sniffed as
-    ``"npy_folder"``: callers check the manifest first.
+    ``"npy_folder"``: callers check the manifest first. A folder holding both images in the
+    ImageFolder layout and ``.npy`` files is whichever it holds more of (among the files
+    looked at): a stray ``features.npy`` beside class folders does not hide the images.
     """
     if path.is_dir():
-        if is_zarr(path):
-            return "zarr"
-        if _has_npy(path, max_entries):
-            return "npy_folder"
-        return "image_folder" if is_image_folder(path) else None  # root/CLASS/x.jpg
+        return _folder_kind(path, max_entries)
+    name = path.name.lower()
     suffix = path.suffix.lower()
     if suffix == ".npy":
         return "npy"
     if suffix == ".npz":
         return "npz"
+    for kind, suffixes in _FILE_SUFFIXES.items():
+        if name.endswith(suffixes):
+            return kind
     if suffix in HDF5_SUFFIXES or is_hdf5(path):
         return "hdf5"
     return "zarr" if is_zarr(path) else None
+
+
+def _folder_kind(path: Path, max_entries: int | None) -> str | None:
+    """A folder's kind: marker files first, then files of one kind at its root (tables and
+    shards, which never sit beside the data of another kind), then images or ``.npy`` files
+    in its tree, then text tables (a ``labels.csv`` beside class folders is not the data)."""
+    if is_zarr(path):
+        return "zarr"
+    if all((path / m).is_file() for m in HF_MARKERS) or (path / HF_DICT_MARKER).is_file():
+        return "hf"
+    names = [e.name.lower() for e in islice(os.scandir(path), _PROBE_FILES * 16)]
+    for kind in ("parquet", "arrow", "webdataset"):
+        if any(n.endswith(_FILE_SUFFIXES[kind]) for n in names):
+            return kind
+    images = image_layout(path)
+    if _has_npy(path, max_entries):
+        npy, found = _npy_and_images(path) if images else (1, 0)
+        if npy >= found:
+            return "npy_folder"
+    if images:
+        return images
+    for kind in ("jsonl", "csv"):
+        if any(n.endswith(_FILE_SUFFIXES[kind]) for n in names):
+            return kind
+    return None
+
+
+def _npy_and_images(folder: Path) -> tuple[int, int]:
+    """(.npy files, image files) among the first files of the tree, hidden entries left out
+    (as the image folder source leaves them out)."""
+    npy = images = seen = 0
+    for _, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for f in files:
+            npy += f.endswith(".npy")
+            images += not f.startswith(".") and f.lower().endswith(IMAGE_EXTENSIONS)
+        seen += len(files)
+        if seen >= _MAX_SNIFF:
+            break
+    return npy, images
 
 
 def _has_npy(folder: Path, max_entries: int | None) -> bool:
@@ -124,19 +186,20 @@ def not_a_dataset(path: Path) -> str | None:
     return None
 
 
-def is_image_folder(path: Path) -> bool:
-    """Whether ``path`` looks like an ImageFolder: class folders holding image files (by
-    extension), no image files at the root. Looks at a few files per folder only."""
+def image_layout(path: Path) -> str | None:
+    """``"image_folder"`` when ``path`` holds images as an ImageFolder (class folders holding
+    image files, by extension) or as a flat folder (image files at its root); None otherwise.
+    Hidden entries do not count. Looks at a few files per folder only."""
     try:
-        entries = list(os.scandir(path))
+        entries = [e for e in os.scandir(path) if not e.name.startswith(".")]
     except OSError:
-        return False
+        return None
     if any(e.is_file() and e.name.lower().endswith(IMAGE_EXTENSIONS) for e in entries):
-        return False
+        return "image_folder"
     for e in entries:
         if not e.is_dir():
             continue
         for _, _, files in islice(os.walk(e.path), _PROBE_FILES):
             if any(f.lower().endswith(IMAGE_EXTENSIONS) for f in files[:_PROBE_FILES]):
-                return True
-    return False
+                return "image_folder"
+    return None

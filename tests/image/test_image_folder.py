@@ -130,6 +130,110 @@ def test_source_kind(tree: Path, tmp_path: Path) -> None:
     from chute.sources.images import ImageFolderSource
 
     assert source_kind(tree) is ImageFolderSource
-    assert source_kind(tree / "cat") is None  # images at the root: not the layout
+    assert source_kind(tree / "cat") is ImageFolderSource  # images at the root: a flat folder
     (tmp_path / "empty" / "a").mkdir(parents=True)
     assert source_kind(tmp_path / "empty") is None
+
+
+def write(root: Path, names: list[str], data: bytes) -> None:
+    for rel in names:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+
+
+def torchvision_order(root: Path) -> list[tuple[str, int]]:
+    """torchvision.datasets.folder.make_dataset, as written there (torchvision is not
+    installed here): classes sorted, ``sorted(os.walk(...))``, names sorted."""
+    import os
+
+    from chute.sniff import IMAGE_EXTENSIONS
+
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    out = []
+    for label, c in enumerate(classes):
+        for dirpath, _, names in sorted(os.walk(root / c, followlinks=True)):
+            for n in sorted(names):
+                if n.lower().endswith(IMAGE_EXTENSIONS):
+                    out.append((Path(dirpath, n).relative_to(root).as_posix(), label))
+    return out
+
+
+def test_nested_order_is_torchvisions(tmp_path: Path) -> None:
+    # depth-first with sorted folders would give a/b/x.jpg before a/b-c/y.jpg; torchvision's
+    # sorted(os.walk()) compares "a/b-c" < "a/b/x" ("-" sorts before "/")
+    root = tmp_path / "tv"
+    names = ["a/b/x.jpg", "a/b-c/y.jpg", "a/b/z/w.PNG", "a/B.JPG", "a/a.jpg", "b/q/r.webp"]
+    write(root, names, jpeg(8, 8))
+    f = ImageFolder(root, progress=False)
+    assert f.files == torchvision_order(root)
+    assert [p for p, _ in f.files] == [
+        "a/B.JPG", "a/a.jpg", "a/b/x.jpg", "a/b-c/y.jpg", "a/b/z/w.PNG", "b/q/r.webp",
+    ]  # fmt: skip
+    assert f.class_to_idx == {"a": 0, "b": 1}
+
+
+def test_empty_class_is_refused_or_kept(tmp_path: Path) -> None:
+    root = tmp_path / "e"
+    write(root, ["cat/a.jpg", "dog/notes.txt", "emu/b.jpg"], jpeg(8, 8))
+    (root / "fox").mkdir()
+    with pytest.raises(SourceError, match=r"\['dog', 'fox'\] hold no image.*allow_empty=True"):
+        ImageFolder(root, progress=False)
+    with pytest.raises(SourceError, match="hold no image"):
+        chute.convert(root, tmp_path / "x.chute", progress=False)
+    f = ImageFolder(root, progress=False, allow_empty=True)
+    assert f.classes == ["cat", "dog", "emu", "fox"] and f.files == [
+        ("cat/a.jpg", 0),
+        ("emu/b.jpg", 2),
+    ]
+
+
+def test_hidden_entries_and_stray_files_are_ignored(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    write(root, ["cat/a.jpg", "cat/._a.jpg", "dog/b.jpg", "dog/.cache/c.jpg"], jpeg(8, 8))
+    write(root, [".ipynb_checkpoints/x-checkpoint.jpg"], jpeg(8, 8))
+    np.save(root / "features.npy", np.zeros((3, 4)))  # a stray array beside the classes
+    (root / "README.md").write_text("hi")
+    from chute.convert import source_kind
+    from chute.sources.images import ImageFolderSource
+
+    assert source_kind(root) is ImageFolderSource  # more images than .npy files
+    dst = chute.convert(root, tmp_path / "h.chute", progress=False, num_workers=0)
+    ds = chute.open(dst)
+    assert [ds[i]["path"] for i in range(len(ds))] == ["cat/a.jpg", "dog/b.jpg"]
+    assert [int(ds[i]["label"]) for i in range(len(ds))] == [0, 1]
+    assert ds.metadata["classes"] == ["cat", "dog"]
+    assert ds.metadata["class_to_idx"] == {"cat": 0, "dog": 1}
+    assert ds.metadata["ignored"] == [
+        ".ipynb_checkpoints/", "README.md", "features.npy", "cat/._a.jpg", "dog/.cache/",
+    ]  # fmt: skip
+    np.save(root / "more.npy", np.zeros(3))
+    np.save(root / "cat" / "x.npy", np.zeros(3))  # now more .npy files than images
+    assert source_kind(root).__name__ == "NpyFolderSource"
+
+
+def test_flat_folder_of_images(tmp_path: Path) -> None:
+    root = tmp_path / "flat"
+    write(root, ["b.jpg", "a.PNG", "sub/c.jpg", "notes.txt"], jpeg(8, 8))
+    ds = chute.open(chute.convert(root, tmp_path / "f.chute", progress=False))
+    assert set(ds.schema) == {"image", "path"}
+    assert [ds[i]["path"] for i in range(len(ds))] == ["a.PNG", "b.jpg", "sub/c.jpg"]
+    assert ds.metadata["classes"] == [] and ds.metadata["ignored"] == ["notes.txt"]
+
+
+def test_cli_image_options(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from chute.cli import main
+
+    truncate(tree)
+    dst = tmp_path / "cli.chute"
+    argv = ["convert", str(tree), str(dst), "-q", "--max-side", "40", "--quality", "80"]
+    assert main([*argv, "--workers", "2"]) == 1
+    assert "h_truncated.jpg" in capsys.readouterr().err
+    assert main([*argv, "--on-error", "skip", "--workers", "0"]) == 0
+    ds = chute.open(dst)
+    assert ds.schema["image"] == chute.fields.Image(40, 80) and len(ds) == 7
+    assert [s["path"] for s in ds.metadata["skipped"]] == ["dog/h_truncated.jpg"]
+    assert main(["convert", str(tree), str(tmp_path / "n.chute"), "-q", "--nulls", "fill"]) == 1
+    assert "['nulls'] do not apply to an image folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["convert", "--help"])
+    assert "image folder" in capsys.readouterr().out

@@ -98,7 +98,8 @@ def test_loader_batch_tokens_and_max_length(tmp_path):
     rng = np.random.default_rng(0)
     lengths = np.minimum(rng.lognormal(4, 1.2, 600).astype(int), 3000)
     with chute.Writer(
-        tmp_path / "d.chute", {"tokens": chute.Ragged("int32"), "y": chute.Tensor((), "int64")}
+        tmp_path / "d.chute",
+        {"tokens": chute.Ragged("int32"), "y": chute.fields.Tensor((), "int64")},
     ) as w:
         for i, n in enumerate(lengths):
             w.append({"tokens": np.full(n, i, np.int32), "y": i})

@@ -76,7 +76,7 @@ def test_positions_restart_at_each_document(tmp_path):
     (b,) = [w[0]]
     assert b["positions"].tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 0]
     assert b["document_ids"].tolist() == [0, 0, 0, 2, 2, 2, 2, 2, 3]
-    assert w.schema["tokens"] == chute.Tensor((9,), "int32")
+    assert w.schema["tokens"] == chute.fields.Tensor((9,), "int32")
 
 
 def test_flat_field_and_prechunked_rows(tmp_path):
@@ -172,7 +172,7 @@ def test_dtype_casts_while_copying(tmp_path):
     for eos in (None, 65535):
         raw = chute.windows(ds, "tokens", 4, eos=eos, drop_tail=False)
         wide = chute.windows(ds, "tokens", 4, eos=eos, drop_tail=False, dtype="int64")
-        assert wide.schema["tokens"] == chute.Tensor((4,), "int64")
+        assert wide.schema["tokens"] == chute.fields.Tensor((4,), "int64")
         got = wide.gather(np.arange(len(wide)))["tokens"]
         assert got.dtype == torch.int64
         assert torch.equal(got, raw.gather(np.arange(len(raw)))["tokens"].long())

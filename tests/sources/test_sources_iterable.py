@@ -88,3 +88,26 @@ def test_empty_iterable_needs_a_schema(tmp_path):
     )
     with chute.open(out) as ds:
         assert len(ds) == 0
+
+
+def test_dict_of_lists_converts_as_chute_write_does(tmp_path):
+    cols = {"tokens": [[5], [1, 2], [3, 4, 6]], "text": ["a", "b", "c"], "x": np.arange(3)}
+    ds = chute.open(chute.convert(cols, tmp_path / "c.chute", progress=False, batch_size=2))
+    ref = chute.open(chute.write(tmp_path / "w.chute", cols))
+    assert ds.schema == ref.schema and ds.schema["tokens"] == chute.Ragged("int64")
+    assert [ds[i]["tokens"].tolist() for i in range(3)] == [[5], [1, 2], [3, 4, 6]]
+    with pytest.raises(chute.SourceError, match=r"same length; got \{'a': 2, 'b': 1\}"):
+        chute.convert({"a": [1, 2], "b": [1]}, tmp_path / "x.chute", progress=False)
+
+
+def test_pil_images_warn_unless_declared_image(tmp_path, recwarn):
+    pics = [Image.fromarray(np.full((6, 8, 3), i, np.uint8)) for i in range(3)]
+    with pytest.warns(UserWarning, match=r"field 'img' holds PIL images.*chute\.Image\(\)"):
+        chute.from_iterable(({"img": p} for p in pics), tmp_path / "a.chute", progress=False)
+    recwarn.clear()
+    schema = {"img": chute.fields.Image()}
+    dst = chute.from_iterable(
+        ({"img": p} for p in pics), tmp_path / "b.chute", schema, progress=False
+    )
+    assert not [w for w in recwarn if "PIL" in str(w.message)]
+    assert chute.open(dst).schema == schema

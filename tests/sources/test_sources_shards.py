@@ -59,7 +59,7 @@ def test_shards_become_one_dataset_in_order(tmp_path, context):
 
 
 def test_declared_schema(tmp_path):
-    schema = {"tokens": chute.Ragged("int32"), "shard": chute.Tensor((), "int64")}
+    schema = {"tokens": chute.Ragged("int32"), "shard": chute.fields.Tensor((), "int64")}
     ds = chute.open(
         chute.from_shards([1, 3, 2], docs, tmp_path / "d.chute", schema, progress=False)
     )

@@ -5,10 +5,12 @@ from __future__ import annotations
 import io
 import multiprocessing as mp
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from image._image_files import picture
 from PIL import Image
 from torch.utils.data import Dataset, IterableDataset
 
@@ -120,3 +122,109 @@ def test_datasets_without_len_point_to_from_iterable(tmp_path):
     ):
         with chute.open(out) as got:
             assert got[0:3]["x"].tolist() == [0.0, 1.0, 2.0]
+
+
+def jpeg_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+class Encoded(Dataset):
+    """JPEG bytes, a PIL image and a label per sample."""
+
+    def __init__(self, n: int):
+        self.arrays = [picture(10 + i, 12, seed=i) for i in range(n)]
+        self.jpegs = [jpeg_bytes(a) for a in self.arrays]
+
+    def __len__(self) -> int:
+        return len(self.jpegs)
+
+    def __getitem__(self, i: int):
+        return {"jpg": self.jpegs[i], "pil": Image.fromarray(self.arrays[i]), "label": i}
+
+
+def test_declared_image_fields_keep_jpeg_bytes_rest_inferred(tmp_path):
+    pytest.importorskip("simplejpeg")
+    data = Encoded(7)
+    schema = {"jpg": chute.fields.Image(), "pil": chute.fields.Image(quality=95)}
+    dst = chute.from_torch(
+        data, tmp_path / "e.chute", num_workers=2, batch_size=3, schema=schema, progress=False
+    )
+    ds = chute.open(dst)
+    assert ds.schema == {**schema, "label": chute.fields.Tensor((), "int64")}  # label inferred
+    jpgs = ds.gather(np.arange(7))["jpg"]
+    assert [bytes(jpgs[i].numpy()) for i in range(7)] == data.jpegs  # byte for byte
+    for i in range(7):
+        got = ds[i]["pil"].permute(1, 2, 0).numpy().astype(int)
+        assert got.shape == data.arrays[i].shape and np.abs(got - data.arrays[i]).mean() < 12
+    with pytest.raises(chute.SourceError, match=r"schema= names \['nope'\]"):
+        chute.from_torch(
+            data, tmp_path / "x.chute", num_workers=0, schema={"nope": chute.fields.Image()}
+        )
+
+
+def test_pil_images_without_a_declared_kind_warn(tmp_path):
+    with pytest.warns(
+        UserWarning, match=r"field 'pil' holds PIL images.*schema=\{'pil': chute\.Image\(\)\}"
+    ):
+        chute.from_torch(
+            Encoded(3), tmp_path / "w.chute", num_workers=0, fields=["pil", "label"], progress=False
+        )
+    assert chute.open(tmp_path / "w.chute").schema["pil"] == chute.Ragged("uint8", (12, 3))
+
+
+class FolderLike(Dataset):
+    """What torchvision.datasets.ImageFolder holds and returns (torchvision is not a test
+    dependency): root, classes, class_to_idx, samples, loader, transforms."""
+
+    def __init__(self, root, transform=None):
+        self.root, self.transform, self.target_transform = str(root), transform, None
+        self.classes = sorted(p.name for p in root.iterdir())
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.samples = [
+            (str(f), self.class_to_idx[c])
+            for c in self.classes
+            for f in sorted((root / c).iterdir())
+        ]
+
+    def loader(self, path):
+        with open(path, "rb") as f:
+            return Image.open(f).convert("RGB")  # torchvision's pil_loader: no format left
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        path, y = self.samples[i]
+        img = self.loader(path)
+        return (self.transform(img) if self.transform else img), y
+
+
+def test_torchvision_style_folder_keeps_the_files_jpeg(tmp_path):
+    pytest.importorskip("simplejpeg")
+    data = Encoded(4)
+    for i, b in enumerate(data.jpegs):
+        (tmp_path / "imgs" / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "imgs" / f"c{i % 2}" / f"{i}.jpg").write_bytes(b)
+    folder = FolderLike(tmp_path / "imgs")
+    ds = chute.open(
+        chute.from_torch(folder, tmp_path / "f.chute", names=("img", "y"), progress=False)
+    )
+    assert ds.schema == {"img": chute.fields.Image(), "y": chute.fields.Tensor((), "int64")}
+    assert ds.metadata["classes"] == ["c0", "c1"] and ds.metadata["class_to_idx"] == {
+        "c0": 0,
+        "c1": 1,
+    }
+    imgs = ds.gather(np.arange(4))["img"]
+    want = [(Path(p).read_bytes(), y) for p, y in folder.samples]
+    assert [(bytes(imgs[i].numpy()), int(ds[i]["y"])) for i in range(4)] == want
+    ds = chute.open(chute.convert(folder, tmp_path / "c.chute", progress=False))
+    assert [ds[i]["path"] for i in range(4)] == ["c0/0.jpg", "c0/2.jpg", "c1/1.jpg", "c1/3.jpg"]
+    flipped = FolderLike(
+        tmp_path / "imgs", transform=lambda im: im.transpose(Image.FLIP_LEFT_RIGHT)
+    )
+    with pytest.warns(UserWarning, match="holds PIL images"):  # a transform: read by __getitem__
+        chute.from_torch(
+            flipped, tmp_path / "t.chute", num_workers=0, names=("img", "y"), progress=False
+        )

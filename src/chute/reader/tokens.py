@@ -3,7 +3,7 @@ token-budget batches and token-weighted mixing read.
 
 A *token field* of a chute :class:`~chute.Dataset` is either a :class:`chute.Ragged` field of
 integers with no inner dimensions (one document per sample, its tokens the sample's values) or
-a fixed-shape integer :class:`chute.Tensor` field (a flat stream: shape ``()``, one token a
+a fixed-shape integer :class:`chute.fields.Tensor` field (a flat stream: shape ``()``, one token a
 sample; or pre-chunked rows, read back to back), with no documents. The stream is the field's
 values in stored order, part after part. :class:`TokenStream` gives each part's values file and
 offsets, mapped, never copied: every table kept is O(parts); the per-document tables that

@@ -2,25 +2,42 @@
 
 ``base`` holds the contract (:class:`Source`: batches in sample order) and the machinery
 shared by array sources (field picking, length checks, chunk-aligned ranges, read-ahead).
-Optional dependencies (h5py, zarr, dask) are imported only when their source is used.
+Optional dependencies (h5py, zarr, dask, pyarrow, datasets) are imported only when their
+source is used. Tables (Parquet, Arrow IPC, Hugging Face, JSONL, CSV) share ``arrow``: their
+schema comes from the Arrow types; ``webdataset`` reads ``.tar`` shards with ``tarfile``.
 """
 
+from .arrow import ArrowSource
 from .base import ArraySource, Source
+from .csv import CsvSource
 from .hdf5 import HDF5Source
+from .hf import HFDatasetSource, HFFolderSource
+from .ipc import ArrowFileSource
 from .iterable import IterableSource
+from .jsonl import JsonlSource
 from .npy import MemorySource, NpyFolderSource, NpySource, NpzSource
+from .parquet import ParquetSource
 from .torch import TorchSource
+from .webdataset import WebDatasetSource
 from .zarr import ZarrSource
 
 __all__ = [
     "ArraySource",
+    "ArrowFileSource",
+    "ArrowSource",
+    "CsvSource",
     "HDF5Source",
+    "HFDatasetSource",
+    "HFFolderSource",
     "IterableSource",
+    "JsonlSource",
     "MemorySource",
     "NpyFolderSource",
     "NpySource",
     "NpzSource",
+    "ParquetSource",
     "Source",
     "TorchSource",
+    "WebDatasetSource",
     "ZarrSource",
 ]

@@ -1,8 +1,17 @@
 """torchvision's ImageFolder layout (``root/CLASS/.../file.jpg``) -> chute samples.
 
-:class:`ImageFolder` scans the folder (class names sorted, files sorted, files that are not
-images by extension listed apart) and, iterated, yields ``{"image": EncodedImage, "label":
-int, "path": str}`` per image, encoded with :func:`chute.image.encode_image` in a pool of
+:class:`ImageFolder` scans the folder as torchvision's ``ImageFolder`` does (class names
+sorted, each class's tree walked in ``sorted(os.walk(...))`` order, files sorted, image
+extensions matched case-insensitively), so sample ``i`` is torchvision's sample ``i`` and
+index-based splits carry over. Two differences, both listed in ``ignored``: hidden files and
+folders (names starting with ``.``, e.g. ``.ipynb_checkpoints``, macOS ``._x.jpg``) are left
+out, and files that are not images by extension are never read. A class folder with no image
+is refused (torchvision raises ``FileNotFoundError``) unless ``allow_empty=True``: it would
+shift no label but would hold no sample. A folder with images at its root is a flat folder of
+images (torchvision would ignore those): every image in its tree, in the same order, no label.
+
+Iterated, it yields ``{"image": EncodedImage, "label": int, "path": str}`` per image (no
+``label`` for a flat folder), encoded with :func:`chute.image.encode_image` in a pool of
 threads (PIL and simplejpeg release the GIL), in file order, with a progress bar: samples a
 :class:`chute.Writer` with a :class:`chute.fields.Image` field stores as they are.
 :func:`from_image_folder` writes them.
@@ -15,16 +24,15 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .. import format as fmt
-from ..errors import ArgumentError, ChuteError, DatasetNotFoundError, SourceError
-from ..image.codec import EncodedImage, encode_image
+from ..errors import ArgumentError, DatasetNotFoundError, SourceError
+from ..image.codec import EncodedImage
 from ..sniff import IMAGE_EXTENSIONS
-from ..writer.writer import Writer
+from .encoding import check_on_error, encode
 
 __all__ = ["IMAGE_EXTENSIONS", "ImageFolder", "from_image_folder"]
 
@@ -32,10 +40,13 @@ __all__ = ["IMAGE_EXTENSIONS", "ImageFolder", "from_image_folder"]
 class ImageFolder:
     """The images of an ImageFolder tree, encoded for storage when iterated.
 
-    ``classes``: sorted class folder names (label ``k`` is ``classes[k]``); ``files``:
-    ``(relative path, label)`` in order; ``ignored``: relative paths of files that are not
-    images by extension (never read); ``skipped``: ``(relative path, reason)`` of images that
-    failed to decode, filled while iterating with ``on_error="skip"``.
+    ``classes``: sorted class folder names (label ``k`` is ``classes[k]``; empty for a flat
+    folder), ``class_to_idx`` as torchvision's; ``files``: ``(relative path, label)`` in order
+    (label -1 in a flat folder); ``ignored``: relative paths of hidden entries (folders end in
+    ``/``) and of files that are not images by extension (never read); ``skipped``:
+    ``(relative path, reason)`` of images that failed to decode, filled while iterating with
+    ``on_error="skip"``. ``samples`` (``(path, label)``) and ``classes`` replace the scan: a
+    torchvision ``DatasetFolder``'s lists, taken as they are.
     """
 
     def __init__(
@@ -46,9 +57,11 @@ class ImageFolder:
         num_workers: int | None = None,
         on_error: str = "raise",
         progress: bool = True,
+        allow_empty: bool = False,
+        samples: Sequence[tuple[str, int]] | None = None,
+        classes: Sequence[str] | None = None,
     ):
-        if on_error not in ("raise", "skip"):
-            raise ArgumentError(f'on_error must be "raise" or "skip", got {on_error!r}')
+        check_on_error(on_error)
         if num_workers is not None and (type(num_workers) is not int or num_workers < 0):
             raise ArgumentError(f"num_workers must be an int >= 0 or None, got {num_workers!r}")
         if max_side is not None and (type(max_side) is not int or max_side < 1):
@@ -61,21 +74,67 @@ class ImageFolder:
         self.max_side, self.quality = max_side, quality
         self.num_workers = (os.cpu_count() or 1) if num_workers is None else num_workers
         self.on_error, self.progress = on_error, progress
-        self.classes = sorted(e.name for e in os.scandir(self.root) if e.is_dir())
-        if not self.classes:
-            raise SourceError(f"{self.root}: no class folders (an ImageFolder is root/CLASS/file)")
-        self.files: list[tuple[str, int]] = []
         self.ignored: list[str] = []
-        for label, name in enumerate(self.classes):
-            for dirpath, dirnames, filenames in os.walk(self.root / name, followlinks=True):
-                dirnames.sort()
-                for f in sorted(filenames):
-                    rel = Path(dirpath, f).relative_to(self.root).as_posix()
-                    if f.lower().endswith(IMAGE_EXTENSIONS):
-                        self.files.append((rel, label))
-                    else:
-                        self.ignored.append(rel)
+        if samples is None:
+            self.classes, self.files = self._scan(allow_empty)
+        else:  # a torchvision DatasetFolder's own list: its order and labels, paths kept
+            self.classes, self.files = (
+                list(classes or []),
+                [_relative(p, self.root, y) for p, y in samples],
+            )
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         self.skipped: list[tuple[str, str]] = []
+
+    def _scan(self, allow_empty: bool) -> tuple[list[str], list[tuple[str, int]]]:
+        """(classes, files) in torchvision's order; fills ``ignored``."""
+        root_files, classes = [], []
+        for e in sorted(os.scandir(self.root), key=lambda e: e.name):
+            if e.name.startswith("."):
+                self.ignored.append(e.name + ("/" if e.is_dir() else ""))
+            elif e.is_dir():
+                classes.append(e.name)
+            else:
+                root_files.append(e.name)
+        if any(f.lower().endswith(IMAGE_EXTENSIONS) for f in root_files):
+            return [], [(rel, -1) for rel in self._walk(self.root)]  # a flat folder of images
+        if not classes:
+            raise SourceError(f"{self.root}: no class folders (an ImageFolder is root/CLASS/file)")
+        self.ignored.extend(root_files)  # not images: torchvision never reads them either
+        files: list[tuple[str, int]] = []
+        empty = []
+        for label, name in enumerate(classes):
+            found = self._walk(self.root / name)
+            if not found:
+                empty.append(name)
+            files.extend((rel, label) for rel in found)
+        if empty and not allow_empty:
+            raise SourceError(
+                f"{self.root}: class folder(s) {empty} hold no image ({', '.join(IMAGE_EXTENSIONS)}"
+                "); remove them (torchvision's ImageFolder refuses them too), or pass "
+                "allow_empty=True to keep them as classes without samples"
+            )
+        return classes, files
+
+    def _walk(self, top: Path) -> list[str]:
+        """Image paths (relative to the root) under ``top`` in torchvision's order:
+        ``sorted(os.walk(top, followlinks=True))``, then sorted file names; hidden entries and
+        other files go to ``ignored``."""
+        images = []
+        tree = []
+        for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+            hidden = [d for d in dirnames if d.startswith(".")]
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            tree.append((dirpath, hidden, filenames))
+        for dirpath, hidden, filenames in sorted(tree):
+            rel_dir = Path(dirpath).relative_to(self.root)
+            self.ignored.extend((rel_dir / d).as_posix() + "/" for d in sorted(hidden))
+            for f in sorted(filenames):
+                rel = (rel_dir / f).as_posix()
+                if not f.startswith(".") and f.lower().endswith(IMAGE_EXTENSIONS):
+                    images.append(rel)
+                else:
+                    self.ignored.append(rel)
+        return images
 
     def __len__(self) -> int:
         return len(self.files)
@@ -83,15 +142,7 @@ class ImageFolder:
     def _encode(self, rel: str) -> EncodedImage | str:
         """Encoded image, or the reason it failed (a string) when skipping."""
         path = self.root / rel
-        try:
-            return encode_image(path.read_bytes(), self.max_side, self.quality)
-        except (ChuteError, OSError) as exc:
-            if self.on_error == "skip":
-                return f"{type(exc).__name__}: {exc}"
-            raise SourceError(
-                f"{path}: {exc}; fix or remove the file, or pass on_error='skip' to leave it "
-                "out (it is then listed in the metadata)"
-            ) from None
+        return encode(path, self.max_side, self.quality, self.on_error, str(path))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         from tqdm.auto import tqdm
@@ -104,7 +155,10 @@ class ImageFolder:
                 if isinstance(res, str):
                     self.skipped.append((rel, res))
                     continue
-                yield {"image": res, "label": label, "path": rel}
+                if self.classes:
+                    yield {"image": res, "label": label, "path": rel}
+                else:
+                    yield {"image": res, "path": rel}
 
     def _results(self) -> Iterator[EncodedImage | str]:
         """Encoded files in order, at most ``4 * num_workers`` in flight (bounded memory)."""
@@ -126,6 +180,12 @@ class ImageFolder:
                     f.cancel()
 
 
+def _relative(path: str, root: Path, label: int) -> tuple[str, int]:
+    """``(path relative to root, label)``; a path elsewhere stays as it is."""
+    rel = os.path.relpath(path, root)
+    return (Path(path).as_posix() if rel.startswith("..") else Path(rel).as_posix()), int(label)
+
+
 def from_image_folder(
     root: str | os.PathLike,
     dst: str | os.PathLike,
@@ -134,6 +194,7 @@ def from_image_folder(
     num_workers: int | None = None,
     on_error: str = "raise",
     *,
+    allow_empty: bool = False,
     overwrite: bool = False,
     progress: bool = True,
     batch_size: int = 256,
@@ -143,37 +204,24 @@ def from_image_folder(
     Fields: ``image`` (:class:`chute.fields.Image`: JPEGs within ``max_side`` kept byte for byte,
     others converted to RGB, shrunk to ``max_side`` and encoded at ``quality``, see
     :func:`chute.image.encode_image`), ``label`` (int64, the class's position in the sorted
-    class folders), ``path`` (the file's path relative to ``root``). Encoded in
-    ``num_workers`` threads (default: one per CPU). Metadata: ``classes`` (label -> class
-    name), ``skipped`` (files left out with ``on_error="skip"``, with the reason),
-    ``ignored`` (files that are not images by extension). A file that fails to decode raises
+    class folders; torchvision's ``targets``), ``path`` (the file's path relative to ``root``).
+    Samples come in torchvision's order (see :class:`ImageFolder`). A flat folder of images
+    gives ``image`` and ``path`` only. Encoded in ``num_workers`` threads (default: one per
+    CPU). Metadata: ``classes`` (label -> class name), ``class_to_idx``, ``skipped`` (files
+    left out with ``on_error="skip"``, with the reason), ``ignored`` (hidden entries and files
+    that are not images by extension). A file that fails to decode raises
     :class:`chute.SourceError` naming it (``on_error="raise"``); nothing is left at ``dst``.
     """
-    import numpy as np
+    from ..convert import write_source
+    from .images import ImageFolderSource
 
-    folder = ImageFolder(root, max_side, quality, num_workers, on_error, progress)
-    schema: dict[str, Any] = {
-        "image": fmt.Image(max_side, quality),
-        "label": fmt.Tensor((), "int64"),
-        "path": fmt.String(),
-    }
-    meta = {"classes": folder.classes, "ignored": folder.ignored}
-    with Writer(dst, schema, overwrite=overwrite, metadata=meta) as w:
-        batch: list[dict[str, Any]] = []
-        for sample in folder:
-            batch.append(sample)
-            if len(batch) == batch_size:
-                w.extend(_columns(batch, np))
-                batch = []
-        if batch:
-            w.extend(_columns(batch, np))
-        w.metadata["skipped"] = [{"path": p, "reason": r} for p, r in folder.skipped]
-    return Path(dst)
-
-
-def _columns(batch: list[dict[str, Any]], np: Any) -> dict[str, Any]:
-    return {
-        "image": [s["image"] for s in batch],
-        "label": np.array([s["label"] for s in batch], np.int64),
-        "path": [s["path"] for s in batch],
-    }
+    source = ImageFolderSource(
+        Path(root),
+        max_side=max_side,
+        quality=quality,
+        num_workers=num_workers,
+        on_error=on_error,
+        allow_empty=allow_empty,
+        batch_size=batch_size,
+    )
+    return Path(write_source(source, dst, overwrite=overwrite, progress=progress))

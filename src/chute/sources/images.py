@@ -1,17 +1,17 @@
-"""An ImageFolder tree (``root/CLASS/.../file.jpg``) as a source for ``chute convert``.
+"""An ImageFolder tree (``root/CLASS/.../file.jpg``) or a flat folder of images as a source.
 
 ``chute convert ROOT DST`` (and ``chute.convert(root, dst)``) detect the torchvision
-ImageFolder layout (:func:`chute.sniff.is_image_folder`) and write what
-:func:`chute.from_image_folder` writes: fields ``image`` (:class:`chute.fields.Image`), ``label``
-(int64), ``path`` (String), the class names, ignored and skipped files in the metadata.
-Options: ``max_side``, ``quality``, ``num_workers`` (encoding threads, default one per CPU),
-``on_error`` (``"raise"`` or ``"skip"``); the array sources' ``workers`` and
-``split_compound`` do not apply and are ignored.
+ImageFolder layout and flat folders of images (:func:`chute.sniff.image_layout`) and write
+what :func:`chute.from_image_folder` writes: fields ``image`` (:class:`chute.fields.Image`),
+``label`` (int64; none in a flat folder), ``path`` (String), the class names, ignored and
+skipped files in the metadata. Options: ``max_side``, ``quality``, ``num_workers`` (encoding
+threads; ``workers`` is taken when it is not given; default one per CPU), ``on_error``
+(``"raise"`` or ``"skip"``), ``allow_empty`` (keep class folders without images).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ __all__ = ["ImageFolderSource"]
 
 
 class ImageFolderSource(Source):
-    """The images of an ImageFolder tree, encoded in threads, in file order."""
+    """The images of an ImageFolder tree, encoded in threads, in torchvision's order."""
 
     noun = NOUNS["image_folder"]
 
@@ -40,17 +40,30 @@ class ImageFolderSource(Source):
         quality: int = 90,
         num_workers: int | None = None,
         on_error: str = "raise",
+        allow_empty: bool = False,
         batch_size: int = 256,
-        **_array_options: Any,  # workers, split_compound: for array sources
+        workers: int | None = None,
+        samples: Sequence[tuple[str, int]] | None = None,
+        classes: Sequence[str] | None = None,
     ):
         self.name = str(path)
-        self.folder = ImageFolder(path, max_side, quality, num_workers, on_error, progress=False)
+        threads = workers if num_workers is None else num_workers
+        self.folder = ImageFolder(
+            path,
+            max_side,
+            quality,
+            threads,
+            on_error,
+            progress=False,
+            allow_empty=allow_empty,
+            samples=samples,
+            classes=classes,
+        )
         self.batch_size = batch_size
-        schema: dict[str, fmt.Field] = {
-            "image": fmt.Image(max_side, quality),
-            "label": fmt.Tensor((), "int64"),
-            "path": fmt.String(),
-        }
+        schema: dict[str, fmt.Field] = {"image": fmt.Image(max_side, quality)}
+        if self.folder.classes:
+            schema["label"] = fmt.Tensor((), "int64")
+        schema["path"] = fmt.String()
         self.rename = field_map(fields or list(schema), list(schema), self.name)
         self.schema = {new: schema[old] for old, new in self.rename.items()}
         self.num_samples = len(self.folder)
@@ -59,6 +72,7 @@ class ImageFolderSource(Source):
         self._skipped: list[dict[str, str]] = []
         self.metadata = {
             "classes": self.folder.classes,
+            "class_to_idx": self.folder.class_to_idx,
             "ignored": self.folder.ignored,
             "skipped": self._skipped,
         }
@@ -66,10 +80,31 @@ class ImageFolderSource(Source):
     def batches(self) -> Iterator[Batch]:
         samples = iter(self.folder)
         while chunk := list(islice(samples, self.batch_size)):
-            cols = {
-                "image": [s["image"] for s in chunk],
-                "label": np.array([s["label"] for s in chunk], np.int64),
-                "path": [s["path"] for s in chunk],
-            }
+            cols: dict[str, Any] = {"image": [s["image"] for s in chunk]}
+            if self.folder.classes:
+                cols["label"] = np.array([s["label"] for s in chunk], np.int64)
+            cols["path"] = [s["path"] for s in chunk]
             yield {new: cols[old] for old, new in self.rename.items()}
         self._skipped[:] = [{"path": p, "reason": r} for p, r in self.folder.skipped]
+
+
+def dataset_folder(dataset: Any, fields: FieldsArg = None, **options: Any) -> Source | None:
+    """A torchvision ``DatasetFolder`` / ``ImageFolder`` (``root``, ``samples``, ``classes``,
+    no ``transform`` or ``target_transform``) read from its files, the JPEG bytes kept and
+    encoded in threads, its own sample order and labels: an :class:`ImageFolderSource`.
+    None for any other dataset (it is read through ``__getitem__``)."""
+    attrs = ("root", "samples", "classes", "class_to_idx", "loader")
+    if not all(hasattr(dataset, a) for a in attrs):
+        return None
+    if getattr(dataset, "transform", None) or getattr(dataset, "target_transform", None):
+        return None  # the stored samples must be what the dataset returns
+    samples = dataset.samples
+    if not all(isinstance(s, tuple) and len(s) == 2 for s in samples):
+        return None
+    options = {k: v for k, v in options.items() if k in _FOLDER_OPTIONS}
+    return ImageFolderSource(
+        Path(dataset.root), fields, samples=samples, classes=list(dataset.classes), **options
+    )
+
+
+_FOLDER_OPTIONS = ("max_side", "quality", "num_workers", "on_error", "batch_size", "workers")

@@ -17,6 +17,7 @@ from .. import format as fmt
 from ..errors import SourceError
 from ..writer.values import flatten
 from .base import Batch, FieldsArg, Source, field_map
+from .encoding import is_pil, warn_pixels
 
 
 class Samples:
@@ -74,5 +75,40 @@ class IterableSource(Source):
     def batches(self) -> Iterator[Batch]:
         it, start = iter(self.iterable), 0
         while chunk := list(islice(it, self.batch_size)):
-            yield columns([self.samples(s, start + i) for i, s in enumerate(chunk)])
+            batch = columns([self.samples(s, start + i) for i, s in enumerate(chunk)])
+            if start == 0:
+                self._check_images(batch)
+            yield batch
             start += len(chunk)
+
+    def _check_images(self, batch: Batch) -> None:
+        """Warn of PIL images in a field not declared :class:`chute.fields.Image` (the writer stores
+        them as pixels)."""
+        for name, values in batch.items():
+            declared = self.schema is not None and isinstance(self.schema.get(name), fmt.Image)
+            if not declared and values and is_pil(values[0]):
+                warn_pixels(self.name, name)
+
+
+class ColumnsSource(Source):
+    """A dict of Python lists (one per field, of equal length), ``batch_size`` rows at a time:
+    the values are checked and typed by the writer as :func:`chute.write` does (lists of
+    lists of different lengths become Ragged fields, strings String)."""
+
+    def __init__(
+        self, columns: Mapping[str, Any], fields: FieldsArg = None, *, batch_size: int = 4096
+    ):
+        self.name = "<dict of lists>"
+        chosen = field_map(fields, list(columns), self.name) if fields is not None else None
+        self.columns = {
+            new: columns[old] for old, new in (chosen or {k: k for k in columns}).items()
+        }
+        lengths = {k: len(v) for k, v in self.columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise SourceError(f"{self.name}: fields must have the same length; got {lengths}")
+        self.num_samples = self._n = next(iter(lengths.values()), 0)
+        self.batch_size = batch_size
+
+    def batches(self) -> Iterator[Batch]:
+        for a in range(0, self._n, self.batch_size):
+            yield {k: v[a : a + self.batch_size] for k, v in self.columns.items()}

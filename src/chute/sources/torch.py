@@ -4,20 +4,30 @@ A dataset that decodes one file per ``__getitem__`` (JPEG, audio, JSON...) is sl
 it once runs that decode in ``num_workers`` processes in parallel. Each worker returns whole
 batches: fields whose samples share a shape are stacked into one tensor (it crosses the
 process boundary through shared memory), others go as lists and become ragged fields.
+
+Images: a field declared :class:`chute.fields.Image` (``images=``) is encoded in the workers
+(:func:`chute.image.encode_image`: encoded JPEG bytes kept as they are, PIL images and arrays
+encoded once at the field's ``quality``). PIL images in a field not declared so are stored as
+their uint8 pixels (lossless, about 10x a JPEG's bytes), with a warning saying how to keep
+JPEGs. :meth:`TorchSource.infer_schema` completes a schema that names only some fields from
+the first batch.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from ..errors import SourceError
+from .. import format as fmt
+from ..errors import ArgumentError, FormatError, SourceError
+from ..image.codec import EncodedImage, encode_image
+from ..writer.values import infer_field
 from .base import Batch, FieldsArg, Source
+from .encoding import is_pil, warn_pixels
 from .iterable import Samples, columns
 
 
@@ -36,12 +46,18 @@ class _Indexed(Dataset):
 
 def _plain(value: Any) -> Any:
     """PIL images -> uint8 arrays; numbers -> 0-d arrays; arrays and tensors unchanged."""
-    pil = sys.modules.get("PIL.Image")  # only loaded if the dataset uses PIL
-    if pil is not None and isinstance(value, pil.Image):
+    if is_pil(value):
         return np.asarray(value)
     if isinstance(value, (int, float, bool, np.generic)):
         return np.asarray(value)
     return value
+
+
+def _encoded(value: Any, f: fmt.Image, name: str, index: int) -> EncodedImage:
+    try:
+        return encode_image(value, f.max_side, f.quality)
+    except (ArgumentError, FormatError) as exc:
+        raise SourceError(f"sample {index}, field {name!r}: {exc}") from None
 
 
 def _stack(values: list[Any]) -> Any:
@@ -58,14 +74,44 @@ def _stack(values: list[Any]) -> Any:
 
 
 class _Collate:
-    """The DataLoader's ``collate_fn``, run in the worker: samples -> one batch dict."""
+    """The DataLoader's ``collate_fn``, run in the worker: samples -> (one batch dict, the
+    fields that held PIL images stored as pixels)."""
 
-    def __init__(self, samples: Samples):
-        self.samples = samples
+    def __init__(self, samples: Samples, images: Mapping[str, fmt.Image]):
+        self.samples, self.images = samples, dict(images)
 
-    def __call__(self, items: list[tuple[int, Any]]) -> Batch:
-        dicts = [{k: _plain(v) for k, v in self.samples(s, i).items()} for i, s in items]
-        return {k: _stack(vs) for k, vs in columns(dicts).items()}
+    def __call__(self, items: list[tuple[int, Any]]) -> tuple[Batch, list[str]]:
+        dicts, pil = [], set()
+        for i, s in items:
+            sample = self.samples(s, i)
+            for k, v in sample.items():
+                f = self.images.get(k)
+                if f is not None:
+                    sample[k] = _encoded(v, f, k, i)
+                else:
+                    pil.update([k] if is_pil(v) else [])
+                    sample[k] = _plain(v)
+            dicts.append(sample)
+        return {k: _stack(vs) for k, vs in columns(dicts).items()}, sorted(pil)
+
+
+def batch_field(name: str, values: Any) -> fmt.Field:
+    """The field kind of a batch column: a stacked tensor, or a list (a field whose samples
+    change shape becomes Ragged, the varying dimensions None)."""
+    if not isinstance(values, list):
+        return infer_field(name, values, batch=True)
+    first = infer_field(name, values[0])
+    if not isinstance(first, fmt.Tensor):
+        return first
+    shapes = {tuple(np.shape(v)) for v in values}
+    if len(shapes) == 1:
+        return first
+    if len({len(s) for s in shapes}) != 1 or not first.shape:
+        raise SourceError(f"field {name!r}: samples of different ranks {sorted(shapes)}")
+    inner = tuple(
+        d if len({s[k] for s in shapes}) == 1 else None for k, d in enumerate(first.shape)
+    )
+    return fmt.Ragged(first.dtype, inner[1:])
 
 
 class TorchSource(Source):
@@ -80,6 +126,7 @@ class TorchSource(Source):
         names: Sequence[str] | None = None,
         fields: FieldsArg = None,
         multiprocessing_context: Any = None,
+        images: Mapping[str, fmt.Image] | None = None,
     ):
         self.name = f"<{type(dataset).__name__}>"
         if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
@@ -91,10 +138,49 @@ class TorchSource(Source):
             )
         self.dataset, self.num_samples = dataset, len(dataset)  # type: ignore[arg-type]
         self.num_workers, self.batch_size = num_workers, batch_size
-        self.collate = _Collate(Samples(names, fields))
+        self.collate = _Collate(Samples(names, fields), images or {})
         self.context = multiprocessing_context
+        self._started: tuple[Iterator[tuple[Batch, list[str]]], Batch] | None = None
+        self._warned: set[str] = set()
+
+    def infer_schema(self, declared: Mapping[str, fmt.Field]) -> dict[str, fmt.Field]:
+        """``declared`` completed with the kinds of the fields it does not name, from the
+        first batch (read now, and yielded first by :meth:`batches`)."""
+        it = self._iterate()
+        first = next(it, None)
+        if first is None:
+            raise SourceError(f"{self.name}: no samples to infer the other fields from")
+        batch = self._checked(first)
+        self._started = (it, batch)
+        unknown = sorted(set(declared) - set(batch))
+        if unknown:
+            raise SourceError(f"{self.name}: schema= names {unknown}; samples have {sorted(batch)}")
+        return {k: declared[k] if k in declared else batch_field(k, v) for k, v in batch.items()}
+
+    def _checked(self, item: tuple[Batch, list[str]]) -> Batch:
+        batch, pil = item
+        for name in pil:
+            if name not in self._warned:
+                self._warned.add(name)
+                warn_pixels(self.name, name)
+        return batch
+
+    def close(self) -> None:
+        """Stop the workers of a pass that :meth:`infer_schema` started and nothing read."""
+        if self._started is not None:
+            self._started[0].close()  # type: ignore[attr-defined]  # a generator
+            self._started = None
 
     def batches(self) -> Iterator[Batch]:
+        if self._started is not None:
+            it, first = self._started
+            self._started = None
+            yield first
+        else:
+            it = self._iterate()
+        yield from (self._checked(item) for item in it)
+
+    def _iterate(self) -> Iterator[tuple[Batch, list[str]]]:
         loader = DataLoader(
             _Indexed(self.dataset),
             batch_size=self.batch_size,
