@@ -291,7 +291,8 @@ def from_torch(
 ) -> Path | str:
     """Convert a map-style torch ``Dataset``, calling ``__getitem__`` in worker processes.
 
-    >>> chute.from_torch(my_dataset, "d.chute", num_workers=8, schema={"image": chute.fields.Image()})
+    >>> images = {"image": chute.fields.Image()}
+    >>> chute.from_torch(my_dataset, "d.chute", num_workers=8, schema=images)
 
     Samples may be dicts, tuples (fields ``"0"``, ``"1"``, ... or ``names``) or single
     tensors. A field whose samples change shape becomes a :class:`chute.Ragged` field.

@@ -59,6 +59,7 @@ def warn_pixels(source: str, field: str) -> None:
     """Say that the PIL images of ``field`` are stored as pixels, and how to keep JPEGs."""
     warnings.warn(
         f"{source}: field {field!r} holds PIL images, stored as their uint8 pixels (lossless, "
-        f"about 10x a JPEG's bytes); to store JPEGs pass schema={{{field!r}: chute.fields.Image()}}",
+        f"about 10x a JPEG's bytes); to store JPEGs pass "
+        f"schema={{{field!r}: chute.fields.Image()}}",
         stacklevel=5,
     )
