@@ -102,7 +102,7 @@ def test_dict_of_lists_converts_as_chute_write_does(tmp_path):
 
 def test_pil_images_warn_unless_declared_image(tmp_path, recwarn):
     pics = [Image.fromarray(np.full((6, 8, 3), i, np.uint8)) for i in range(3)]
-    with pytest.warns(UserWarning, match=r"field 'img' holds PIL images.*chute\.Image\(\)"):
+    with pytest.warns(UserWarning, match=r"field 'img' holds PIL images.*chute\.fields\.Image\(\)"):
         chute.from_iterable(({"img": p} for p in pics), tmp_path / "a.chute", progress=False)
     recwarn.clear()
     schema = {"img": chute.fields.Image()}

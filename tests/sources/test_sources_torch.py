@@ -166,7 +166,8 @@ def test_declared_image_fields_keep_jpeg_bytes_rest_inferred(tmp_path):
 
 def test_pil_images_without_a_declared_kind_warn(tmp_path):
     with pytest.warns(
-        UserWarning, match=r"field 'pil' holds PIL images.*schema=\{'pil': chute\.Image\(\)\}"
+        UserWarning,
+        match=r"field 'pil' holds PIL images.*schema=\{'pil': chute\.fields\.Image\(\)\}",
     ):
         chute.from_torch(
             Encoded(3), tmp_path / "w.chute", num_workers=0, fields=["pil", "label"], progress=False
