@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import MIXED_SCHEMA
+from _helpers import MIXED_SCHEMA
 
 import chute
 import chute.writer.commit

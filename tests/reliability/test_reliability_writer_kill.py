@@ -24,8 +24,8 @@ from pathlib import Path
 from types import CodeType
 
 import pytest
+from _helpers import check_sample, mixed_samples
 from _reliability import check_content, leftovers, load_manifest, make_dataset, record
-from conftest import _check_sample, mixed_samples
 
 import chute
 from chute import format as fmt
@@ -161,7 +161,7 @@ def _appended_state(path: Path) -> int:
         n = len(ds)
         assert (n - 5) % 3 == 0, n
         for i, want in enumerate(mixed_samples(5) + mixed_samples(3) * ((n - 5) // 3)):
-            _check_sample(ds[i], want)
+            check_sample(ds[i], want)
     return n
 
 

@@ -18,7 +18,7 @@ pytest.importorskip("zstandard")
 
 import _store_children as children
 import torch
-from _s3server import BUCKET, S3Server, own_s3, s3, s3_server, small_dataset
+from _s3server import BUCKET, S3Server, small_dataset
 
 import chute
 from chute.errors import (
