@@ -1,7 +1,7 @@
 """Subsets: a ``torch.utils.data.Subset`` of a chute Dataset, read by chute's loaders.
 
 A held-out split is made the torch way, ``train, val = random_split(ds, [0.9, 0.1])`` or
-``Subset(ds, indices)`` (nested Subsets too), and passed to :class:`~chute.loader.Loader` or
+``Subset(ds, indices)`` (nested Subsets too), and passed to :class:`~chute.Loader` or
 :func:`chute.dataloader`. :func:`loadable` flattens it into a :class:`SubsetDataset`: the chute
 Dataset underneath and one int64 array ``indices`` of its samples (nested Subsets composed,
 negative indices counted from the end, every index checked once, here). Position ``i`` of the
