@@ -9,8 +9,8 @@ subset is sample ``indices[i]`` of the dataset, so the loaders' :class:`~chute.o
 runs over ``range(len(subset))`` (shuffling, sharding across ranks, ``state_dict`` / resume
 all count positions of the subset) and a batch of positions is read as one
 ``ds.gather(indices[batch])``: one vectorized lookup, no per-sample Python. A
-``SubsetDataset`` pickles as the dataset (its path and manifest: O(1) in the dataset's size)
-plus the indices, 8 bytes a sample of the subset.
+``SubsetDataset`` pickles as the dataset (its path and manifest: independent of the number of
+samples) plus the indices, 8 bytes a sample of the subset.
 """
 
 from __future__ import annotations
