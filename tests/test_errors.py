@@ -31,6 +31,7 @@ def test_symlink_loop_in_dataset_is_a_chute_error(tmp_path: Path) -> None:
     assert "x.npy" in str(info.value)
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_symlink_loop_in_dataset_cli_info_one_line(tmp_path: Path) -> None:
     path = tmp_path / "d.chute"
     chute.write(path, {"x": np.arange(5)})
@@ -128,6 +129,7 @@ def test_open_plain_file_says_it_is_a_file(tmp_path: Path) -> None:
     assert "no such" not in msg and "file" in msg, msg
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_cli_info_on_npy_folder_gives_convert_hint(tmp_path: Path) -> None:
     folder = tmp_path / "npydir"
     folder.mkdir()

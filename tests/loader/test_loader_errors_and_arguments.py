@@ -75,6 +75,7 @@ TORCHRUN_ENV = {
 }
 
 
+@pytest.mark.slow  # a fresh interpreter
 @pytest.mark.parametrize("which", ["Loader", "dataloader"])
 def test_torchrun_env_without_init_process_group(ds: chute.Dataset, which: str) -> None:
     """Built before ``dist.init_process_group`` under torchrun: rank 1 of 2 from the

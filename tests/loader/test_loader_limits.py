@@ -26,6 +26,8 @@ from _faults import (
 
 import chute
 
+pytestmark = pytest.mark.slow  # a fresh interpreter under a memory cap
+
 MARGIN = 3 * GiB // 2  # headroom for threads' stacks and arenas, torch, numpy
 FAST_S = 15.0  # "quickly": generous for 2 shared cores; unbounded code takes minutes or fails
 

@@ -524,6 +524,7 @@ def test_pickle_keeps_the_view_of_open_across_an_append(tmp_path):
     assert len(chute.open(path)) == 72
 
 
+@pytest.mark.slow  # a spawned worker
 def test_replaced_dataset_fails_in_a_spawned_worker(tmp_path):
     path = tmp_path / "d.chute"
     _versioned(path, 0)

@@ -25,6 +25,8 @@ import chute
 from chute import format as fmt
 from chute.cli import main as cli_main
 
+pytestmark = pytest.mark.slow  # the fault harness: real processes, signals, fuzzing
+
 
 def data_files(ds: Path) -> list[Path]:
     return sorted(p for p in ds.rglob("*.npy"))

@@ -82,6 +82,7 @@ def test_hdf5_compound_with_string_member_splits(tmp_path: Path, member: str) ->
     assert names == [f"n{i}" for i in range(5)]
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_cli_split_compound_with_string_member_no_traceback(tmp_path: Path) -> None:
     src = _compound_file(tmp_path / "c.h5", _vlen_str())
     proc = run_chute("convert", "-q", "--split-compound", str(src), str(tmp_path / "c.chute"))

@@ -34,6 +34,8 @@ from chute.errors import (
 from chute.reader.remote import RemoteDataset
 from chute.store import Store
 
+pytestmark = pytest.mark.slow  # a real S3 server (moto) and worker processes
+
 SPAWN = mp.get_context("spawn")
 ENV_VARS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
 

@@ -32,6 +32,8 @@ from chute.errors import (
 from chute.store import Prefetcher, RemoteCache, Store
 from chute.transfer import download, upload
 
+pytestmark = pytest.mark.slow  # a real S3 server (moto) and worker processes
+
 SPAWN = mp.get_context("spawn")
 
 
@@ -373,7 +375,6 @@ def test_killed_download_leaves_nothing_usable_nor_locked(
         assert torch.equal(a[:]["x"], b[:]["x"])
 
 
-@pytest.mark.slow  # a spawned child: a few seconds on a busy machine
 def test_full_disk_is_a_cache_error_naming_the_folder(
     s3: S3Server, local: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -356,6 +356,7 @@ sys.stdin.readline()
 """
 
 
+@pytest.mark.slow  # processes
 @pytest.mark.timeout(60)
 def test_a_second_appender_waits_and_a_killed_one_releases_the_lock(tmp_path):
     path = tmp_path / "d.chute"
@@ -745,6 +746,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
+@pytest.mark.slow  # a killed process
 def test_sigkill_mid_write_leaves_no_dataset(tmp_path):
     path = tmp_path / "d.chute"
     proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(path)], timeout=120)

@@ -24,6 +24,8 @@ from _faults import (
 
 import chute
 
+pytestmark = pytest.mark.slow  # a mounted filesystem and fresh interpreters
+
 FS_MB = 50
 ROWS, WIDTH = 5000, 1000  # the old dataset: 5000 float32 rows of 1000 = 20 MB
 
