@@ -1,6 +1,6 @@
-"""Docs that cannot rot: every object and repo file that a docstring (``src/chute``) or a
-doc (README.md, ARCHITECTURE.md, CONTRIBUTING.md, docs/*.md) names exists, and every ``python``
-code block of the README runs.
+"""Docs that cannot rot: every object and repo file that a docstring (in src/chute/, tests/,
+benchmarks/, scripts/, examples/) or a doc (README.md, ARCHITECTURE.md, CONTRIBUTING.md,
+docs/*.md) names exists, and every ``python`` code block of the README runs.
 
 What counts as a reference:
 
@@ -11,7 +11,7 @@ What counts as a reference:
 - a repo path: a name with a ``/`` that ends in a file extension or names a top folder of the
   repository (``docs/remote.md``, ``tests/loader/``, ``chute/loader/threads.py``,
   ``reader/gather.py``), resolved from the repository root, ``src/`` or ``src/chute/``, and a
-  top-level ``NAME.md``.
+  top-level Markdown file in capitals (README.md).
 
 A README code block preceded by ``<!-- test: skip (why) -->`` is not run (it needs CUDA or a
 bucket); keep those few. The blocks run in order, in one namespace, in a fresh folder, with
@@ -55,12 +55,18 @@ DATA_FILES = {"chute.json", "chute.json.tmp"}
 
 def _docstrings() -> Iterator[tuple[str, list[str], str]]:
     """(file relative to the root, the scopes a name in it may be relative to, text) of every
-    docstring: a method's are its class and its module."""
-    for file in sorted(SRC.rglob("*.py")):
+    docstring of the package (a method's scopes are its class and its module), the tests, the
+    benchmarks, the scripts and the examples."""
+    others = [ROOT / top for top in ("tests", "benchmarks", "scripts", "examples")]
+    for file in sorted(SRC.rglob("*.py")) + sorted(f for top in others for f in top.rglob("*.py")):
         rel = file.relative_to(ROOT).as_posix()
-        module = ".".join(file.relative_to(SRC.parent).with_suffix("").parts)
-        module = module.removesuffix(".__init__")
-        package = module if file.name == "__init__.py" else module.rsplit(".", 1)[0]
+        if file.is_relative_to(SRC):
+            module = ".".join(file.relative_to(SRC.parent).with_suffix("").parts)
+            module = module.removesuffix(".__init__")
+            package = module if file.name == "__init__.py" else module.rsplit(".", 1)[0]
+        else:  # not importable: a role names something of the file itself, or an absolute name
+            module = package = "chute"
+            LOCAL[rel] = _top_level_names(file)
 
         def walk(
             node: ast.AST, scopes: list[str], rel: str = rel
@@ -74,6 +80,22 @@ def _docstrings() -> Iterator[tuple[str, list[str], str]]:
                 yield from walk(child, scopes)
 
         yield from walk(ast.parse(file.read_text()), [module, package])
+
+
+LOCAL: dict[str, set[str]] = {}  # file -> its top-level names, for the files outside the package
+
+
+def _top_level_names(file: Path) -> set[str]:
+    """The names a module defines or imports at its top level."""
+    names = set()
+    for node in ast.parse(file.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
 
 
 def _texts() -> Iterator[tuple[str, list[str], str]]:
@@ -139,14 +161,14 @@ def _dead_references() -> list[str]:
     dead = []
     for where, scopes, text in _texts():
         for kind, name in ROLE.findall(text):
-            if not _resolve(name, scopes):
+            if name.split(".")[0] not in LOCAL.get(where, ()) and not _resolve(name, scopes):
                 dead.append(f"{where}: :{kind}:`{name}`")
         for span in _code_spans(text):
             for name in DOTTED.findall(span):
                 if name not in DATA_FILES and not _resolve(name):
                     dead.append(f"{where}: `{name}`")
         for m in PATH.finditer(text):
-            ref = m.group(1) or m.group(2)
+            ref = (m.group(1) or m.group(2)).rstrip(".")  # a path that ends a sentence
             if m.group(1):
                 first, last = ref.split("/", 1)[0], ref.rstrip("/").rsplit("/", 1)[-1]
                 if not (first in TOP or (SRC / first).is_dir()) or NOT_REPO.search(last):
