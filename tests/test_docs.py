@@ -21,6 +21,7 @@ the small inputs they refer to made by :func:`_readme_inputs`.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -79,22 +80,32 @@ def _docstrings() -> Iterator[tuple[str, list[str], str]]:
             for child in ast.iter_child_nodes(node):
                 yield from walk(child, scopes)
 
-        yield from walk(ast.parse(file.read_text()), [module, package])
+        yield from walk(_parse(file), [module, package])
+
+
+@functools.cache
+def _parse(file: Path) -> ast.Module:
+    return ast.parse(file.read_text())
 
 
 LOCAL: dict[str, set[str]] = {}  # file -> its top-level names, for the files outside the package
 
 
-def _top_level_names(file: Path) -> set[str]:
-    """The names a module defines or imports at its top level."""
+def _top_level_names(source: Path | ast.ClassDef) -> set[str]:
+    """The names a module (or a class) defines or imports at its top level."""
+    body = source.body if isinstance(source, ast.ClassDef) else _parse(source).body
     names = set()
-    for node in ast.parse(file.read_text()).body:
+    for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                names.update(ast.literal_eval(node.value))  # promised, maybe made lazily
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
     return names
 
 
@@ -113,6 +124,8 @@ def _resolve(name: str, scopes: list[str] = ()) -> bool:  # type: ignore[assignm
         return any(_resolve(importlib.util.resolve_name(name, scope)) for scope in scopes[-1:])
     for full in [name, *(f"{scope}.{name}" for scope in scopes), f"chute.{name}"]:
         parts = full.split(".")
+        if _defined_in_source(parts):
+            return True
         for cut in range(len(parts), 0, -1):
             try:
                 obj: Any = importlib.import_module(".".join(parts[:cut]))
@@ -125,6 +138,26 @@ def _resolve(name: str, scopes: list[str] = ()) -> bool:  # type: ignore[assignm
             else:
                 return True
             break
+    return False
+
+
+def _defined_in_source(parts: list[str]) -> bool:
+    """Whether ``parts`` names a module of the package, a top-level name of one, or a function or
+    assignment in one of its top-level classes, read from the source: importing some modules
+    would start heavy dependencies (Ray). False means "import it and see"."""
+    for cut in range(len(parts), 0, -1):
+        base = SRC.parent.joinpath(*parts[:cut])
+        file = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if parts[0] == "chute" and file.is_file():
+            break
+    else:
+        return False
+    rest = parts[cut:]
+    if len(rest) < 2:
+        return not rest or rest[0] in _top_level_names(file)
+    for node in _parse(file).body:
+        if isinstance(node, ast.ClassDef) and node.name == rest[0] and len(rest) == 2:
+            return rest[1] in _top_level_names(node)
     return False
 
 
