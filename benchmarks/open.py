@@ -1,4 +1,5 @@
-"""Opening is O(1) in dataset size; to_memory() reads at file-read speed.
+"""Opening does not grow with the data's size (at a fixed number of files); to_memory() reads
+at file-read speed.
 
     python benchmarks/open.py [--dir /tmp] [--small-gb 0.2] [--large-gb 2] [--repeats 5]
 
@@ -7,8 +8,9 @@ int32 token field), one ~10x larger than the other, then measures, side by side 
 
   * ``open`` then ``first batch``: ``chute.open(path)``, then ``gather`` of 256 random samples,
     with the files evicted from the page cache first (cold) and with all of them in it (warm).
-    Target: large / small ~ 1 (open reads the manifest only; a batch touches 256 samples
-    wherever they lie). A cold first batch is 256 random disk reads, so its time is the disk's.
+    Target: large / small ~ 1 (open reads the manifest and stats each file; a batch touches 256
+    samples wherever they lie). A cold first batch is 256 random disk reads, so its time is the
+    disk's.
   * ``to_memory()`` against ``np.fromfile`` of the same files (the bytes a plain sequential read
     must move), cold and warm. Reported as throughput; target: to_memory >= 0.8x fromfile.
 

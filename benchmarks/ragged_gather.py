@@ -2,7 +2,7 @@
 
     python benchmarks/ragged_gather.py [--dir /tmp] [--repeats 7]
 
-Issue 15 item 12: the old gather built ``np.arange(total) + np.repeat(...)`` (16 bytes of int64
+The old gather built ``np.arange(total) + np.repeat(...)`` (16 bytes of int64
 index per stored value) and gathered a batch over several parts twice. The new one computes the
 batch's offsets, allocates one output and copies each sample's slice (``np.concatenate`` of
 views of the map), or, for tiny samples, does one ``take`` with an int32 index. Side by side in

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from conftest import MIXED_SCHEMA, _check_sample, mixed_samples
+from _helpers import MIXED_SCHEMA, check_sample, mixed_samples
 from hypothesis import HealthCheck, settings
 
 import chute
@@ -73,7 +73,7 @@ def check_content(ds: chute.Dataset) -> None:
     """The dataset holds exactly what :func:`make_dataset` wrote (its length tells which)."""
     assert ds.metadata == {"n": len(ds)}
     for i, want in enumerate(mixed_samples(len(ds))):
-        _check_sample(ds[i], want)
+        check_sample(ds[i], want)
 
 
 def read_everything(path: Path) -> None:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ def test_distinct_is_np_unique(values):
     assert distinct(a).dtype == np.int64
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_first_batch_of_a_fresh_process_imports_no_numpy_ma(tmp_path):
     """numpy 2's np.unique imports numpy.ma on its first call (~0.1 s holding the GIL): the
     Loader's first batch over several parts must not pay it."""

@@ -84,6 +84,7 @@ def test_usage_errors():
         main(["info"])
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_subprocess_info_and_verify(mixed):
     path, _ = mixed
     proc = run_cli("info", str(path))

@@ -17,6 +17,7 @@ from chute import _compat
 from chute.device import map_tensors
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_import_chute_resolves_no_private_api() -> None:
     code = "import chute, chute._compat as c; print(sorted(c.RESOLVED))"
     out = subprocess.run(

@@ -6,6 +6,8 @@ import builtins
 import subprocess
 import sys
 
+import pytest
+
 import chute
 
 
@@ -15,6 +17,7 @@ def test_all_resolves_and_shadows_no_builtin() -> None:
     assert callable(chute.open) and "open" not in chute.__all__
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_star_import_keeps_the_builtin_open() -> None:
     script = "from chute import *\nassert open is __builtins__.open\nprint(Loader.__name__)\n"
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

@@ -234,7 +234,7 @@ def read_in_worker(ds: chute.Dataset, indices: list[int]) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("method", ["spawn", "fork"])
+@pytest.mark.parametrize("method", [pytest.param("spawn", marks=pytest.mark.slow), "fork"])
 def test_dataset_in_worker_processes(make_mixed, method):
     if method not in multiprocessing.get_all_start_methods():
         pytest.skip(f"no {method} on this platform")

@@ -1,8 +1,8 @@
 """chute: fast, memory-conscious data loading for PyTorch.
 
-A dataset is a folder of plain ``.npy`` files plus a JSON manifest: opened in O(1) with lazy
-memory maps, gathered in batches with zero per-sample Python, fed to the GPU with the copy
-overlapped. See https://github.com/chute-dev/chute#readme.
+A dataset is a folder of plain ``.npy`` files plus a JSON manifest: opened without reading
+data (the manifest, and each file's size) with lazy memory maps, gathered in batches with zero
+per-sample Python, fed to the GPU with the copy overlapped. See https://github.com/chute-dev/chute#readme.
 """
 
 import warnings

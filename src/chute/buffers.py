@@ -28,7 +28,7 @@ buffer when, and how scheduling keeps workers within these lifetimes)
     item, i.e. at most ``group`` batches of that field (``loader.group``: 1 unless batches are
     small), never another field's. So keeping ``batch["label"]`` for an epoch holds the labels
     (in buffers of ``group`` batches of labels), not the images: a buffer shared by all the
-    fields of an item made that hold the whole epoch's images (a second new-user review). Each
+    fields of an item would hold the whole epoch's images. Each
     buffer starts on a 64-byte boundary. With ``pin_memory``, buffers come from torch's caching
     host allocator (one per field and item too), which recycles freed pinned blocks the same
     way.

@@ -1,12 +1,12 @@
 """``chute.cache``: build a dataset once, open it in O(1) ever after.
 
 Concurrent callers (DDP ranks on one machine, several jobs sharing a folder) serialise on the
-dataset's lock (:class:`chute.atomic.DatasetLock`, an ``flock`` of a file beside the dataset,
+dataset's lock (:class:`chute.writer.commit.DatasetLock`, an ``flock`` of a file beside the dataset,
 the one its writers take). The kernel drops that lock when its holder's file descriptor
 closes, including when the process dies (SIGKILL, OOM killer, node preemption of one rank),
 so a crashed builder can never leave a stale lock that hangs a job: the next caller gets the
 lock and builds. A half-built dataset is never visible, since the writer commits atomically,
-and a rebuild swaps the folders in one step where the OS can (:func:`chute.atomic.exchange`).
+and a rebuild swaps the folders in one step where the OS can (:func:`chute.writer.commit.exchange`).
 """
 
 from __future__ import annotations

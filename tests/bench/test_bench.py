@@ -82,6 +82,7 @@ def _reversed(setup: Setup) -> Iterator[dict[str, np.ndarray]]:
         yield {n: a[idx] for n, a in arrays.items()}
 
 
+@pytest.mark.slow  # runs contenders of the benchmark
 def test_checksum_catches_another_order_and_missing_modules(small: Path, tmp_path: Path) -> None:
     wrong = Contender("wrong order", "reversed batches", None, _reversed)
     missing = Contender("needs xyz", "", None, _reversed, ("chute_no_such_module",), "pip xyz")
@@ -132,6 +133,7 @@ def test_a_failing_contender_is_reported_not_raised(small: Path, tmp_path: Path)
     assert "disk on fire" in report.results[1].reason
 
 
+@pytest.mark.slow  # runs contenders of the benchmark
 def test_source_other_than_chute_is_converted(tmp_path: Path) -> None:
     src = tmp_path / "x.npy"
     np.save(src, np.arange(200 * 4, dtype=np.float32).reshape(200, 4))

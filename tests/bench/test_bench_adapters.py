@@ -77,6 +77,7 @@ def _own(setup: Setup, mangle: bool) -> Iterator[dict[str, np.ndarray]]:
         yield {n: a[idx] for n, a in arrays.items()}
 
 
+@pytest.mark.slow  # runs contenders of the benchmark
 def test_set_checksum_ignores_order_but_not_a_duplicate(small: Path, tmp_path: Path) -> None:
     reordered = Contender("reordered", "", None, lambda s: _own(s, False), own_order=True)
     duplicate = Contender("duplicate", "", None, lambda s: _own(s, True), own_order=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import MIXED_SCHEMA
+from _helpers import MIXED_SCHEMA
 
 import chute
 import chute.ray  # does not import Ray (test_import_does_not_import_ray)

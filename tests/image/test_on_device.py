@@ -65,6 +65,7 @@ def _planned_parts(ds: chute.Dataset, flips: bool) -> tuple:
     return (enc.values, enc.offsets, sizes, boxes, np.full(4, flips), (16, 16), "cpu")
 
 
+@pytest.mark.slow  # worker processes
 def test_resume_and_dataloader_processes(images: Path) -> None:
     ds = chute.open(images)
     full = device_epoch(chute.Loader(ds, 8, decode={"image": ON_CPU}, seed=5), 2)

@@ -437,6 +437,7 @@ def failed_pass(dl: ChuteDataLoader) -> str:
     raise AssertionError("the pass did not fail")
 
 
+@pytest.mark.slow  # worker processes
 @pytest.mark.parametrize("persistent", [False, True])
 def test_a_failed_pass_stops_its_workers_before_raising(
     ds: chute.Dataset, persistent: bool, capfd: pytest.CaptureFixture[str]

@@ -344,6 +344,7 @@ def test_no_fd_leak(ds):
     assert fds() == before
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_exit_with_a_live_iterator_is_clean(ds):
     script = (
         "import sys, chute\n"

@@ -141,7 +141,7 @@ def test_check_materialise_refuses_beyond_the_ram():
 
 
 def test_order_of_a_billion_samples_costs_a_batch():
-    """Issue 15 item 4: no O(n) allocation to order a huge dataset, and a ChuteError (not a
+    """No O(n) allocation to order a huge dataset, and a ChuteError (not a
     MemoryError) where something would need it."""
     n = 2**40
     order = Order(n, 256, seed=3, world_size=4, rank=2)

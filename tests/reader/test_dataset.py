@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import MIXED_SCHEMA
+from _helpers import MIXED_SCHEMA
 
 import chute
 import chute.writer.commit
@@ -76,7 +76,7 @@ def test_samples_and_schema(mixed_parts, check_sample):
 
 def test_samples_are_fresh_copies_of_read_only_maps(mixed, check_sample):
     # An in-place op on what ds[i] / ds[a:b] return (a transform's x.sub_(mean)) must not
-    # change later reads: not ds[i], not gather, not the Loader, not the file (review 1.2).
+    # change later reads: not ds[i], not gather, not the Loader, not the file.
     path, samples = mixed
     before = {p.name: p.read_bytes() for p in path.glob("*.npy")}
     for ds in (chute.open(path), chute.open(path).to_memory()):
@@ -449,11 +449,11 @@ def test_verify_detects_a_flipped_byte(mixed_parts):
         chute.verify(path)
 
 
-# ---------------------------------------------------------------------------- review findings
+# ------------------------------------------------------ paths, replaced and rewritten datasets
 
 
 def test_relative_path_survives_a_chdir(tmp_path, monkeypatch):
-    # Hydra's job.chdir, or a script that cd's into its run folder after open() (review 1.4).
+    # Hydra's job.chdir, or a script that cd's into its run folder after open().
     a, b = tmp_path / "a", tmp_path / "b"
     for folder, value in ((a, 0), (b, 1)):
         folder.mkdir()
@@ -474,14 +474,14 @@ def _versioned(path: Path, value: int) -> None:
 
 
 def test_dataset_replaced_since_open_is_an_error(tmp_path):
-    # Replaced (overwrite=True) between open() and the lazy map of part 1 (review 1.5).
+    # Replaced (overwrite=True) between open() and the lazy map of part 1.
     path = tmp_path / "d.chute"
     _versioned(path, 0)
     ds = chute.open(path)
     assert ds.gather([0])["x"].tolist() == [0]  # part 0 is mapped: it stays the old data
     blob = pickle.dumps(ds)
     _versioned(path, 1)
-    # Every read checks its files again (issue 15 item 3): part 0, mapped before the replace,
+    # Every read checks its files again: part 0, mapped before the replace,
     # is refused too, not served from the old maps while part 1 raises.
     with pytest.raises(DatasetChangedError, match=r"part-00000/x\.npy is not the file"):
         ds[0]
@@ -524,6 +524,7 @@ def test_pickle_keeps_the_view_of_open_across_an_append(tmp_path):
     assert len(chute.open(path)) == 72
 
 
+@pytest.mark.slow  # a spawned worker
 def test_replaced_dataset_fails_in_a_spawned_worker(tmp_path):
     path = tmp_path / "d.chute"
     _versioned(path, 0)
@@ -546,9 +547,9 @@ def _replace_many_times(path: Path, times: int, atomic_swap: bool) -> None:
 
 @pytest.mark.parametrize("atomic_swap", [True, False], ids=["exchange", "two-renames"])
 def test_open_while_the_dataset_is_replaced(tmp_path, atomic_swap):
-    # open() racing an overwrite=True failed 4 ways (review 2, 1.5), one a raw
-    # FileNotFoundError and one a false "x.npy is missing; the dataset is incomplete". Now
-    # each open either succeeds with one version's manifest and files, or says "replaced";
+    # open() racing an overwrite=True never fails with a raw FileNotFoundError or a false
+    # "x.npy is missing; the dataset is incomplete": each open either succeeds with one
+    # version's manifest and files, or says "replaced";
     # with the atomic swap the dataset is always there, whole, so every open succeeds.
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -700,7 +701,7 @@ def test_ragged_batch_indexing_gives_samples(tmp_path):
         tok[-4]
     with pytest.raises(ArgumentError, match="int"):
         tok[1.0]
-    # Iteration gives the samples (issue 15 item 5); the parts are reached by name.
+    # Iteration gives the samples; the parts are reached by name.
     a, b, c = tok
     assert [a.tolist(), b.tolist(), c.tolist()] == [[0, 1, 2], [0], [0, 1, 2, 3]]
     values, offsets, shapes = (getattr(tok, k) for k in tok._fields)

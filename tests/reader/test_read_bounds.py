@@ -1,4 +1,4 @@
-"""Bounds on what a reader accepts (issue 15 items 4 and 11): metadata size, the pickle sent
+"""Bounds on what a reader accepts: metadata size, the pickle sent
 to each worker, and the launcher's rank when no process group is initialized."""
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ from chute import format as fmt
 
 pytest.importorskip("atheris", reason="atheris is not installed (optional fuzzer)")
 
+pytestmark = pytest.mark.slow  # the fault harness: real processes, signals, fuzzing
+
 RUNS = 2000
 
 HARNESS = textwrap.dedent(
@@ -56,7 +58,6 @@ HARNESS = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("target", ["manifest", "header"])
 def test_atheris(tmp_path: Path, target: str, record_property) -> None:
     ds = make_dataset(tmp_path / "d.chute", part_size=3)

@@ -25,6 +25,8 @@ import chute
 from chute import format as fmt
 from chute.cli import main as cli_main
 
+pytestmark = pytest.mark.slow  # the fault harness: real processes, signals, fuzzing
+
 
 def data_files(ds: Path) -> list[Path]:
     return sorted(p for p in ds.rglob("*.npy"))
@@ -147,7 +149,7 @@ def test_loader_over_file_truncated_after_open(
         ds_path = damaged(tmp_path, pristine, f"{cases}.chute")
         ds = chute.open(ds_path)
         os.truncate(ds_path / rel, (ds_path / rel).stat().st_size - 1)
-        with pytest.raises(chute.FormatError) as info:  # as itself (issue 15 item 10)
+        with pytest.raises(chute.FormatError) as info:  # as itself, not wrapped
             for _ in chute.Loader(ds, batch_size=2, num_workers=2, shuffle=False):
                 pass
         assert str(ds_path / rel) in str(info.value)

@@ -26,6 +26,8 @@ from _reliability import record, shm_entries
 
 import chute
 
+pytestmark = pytest.mark.slow  # the fault harness: real processes, signals, fuzzing
+
 PROMPT_S = 4.0  # from SIGINT to the loop having unwound and cleaned up
 TORCH_FD_RACE = 2  # fds a rare Ctrl-C may leave open inside torch's DataLoader (see below)
 

@@ -16,6 +16,8 @@ from _reliability import mapped_regions, open_fds, record, rss_bytes
 
 import chute
 
+pytestmark = pytest.mark.slow  # the fault harness: real processes, signals, fuzzing
+
 RSS_SLACK = 6 << 20  # allocator noise; a 1 KB leak per cycle would be 10 MB
 
 
@@ -46,7 +48,6 @@ def _cycles(fn, n: int) -> dict[str, int]:
     return {"fds": fds2 - fds, "maps": maps2 - maps, "rss_kb": (rss2 - rss) >> 10}
 
 
-@pytest.mark.slow
 def test_open_iterate_close_cycles(tiny: Path, record_property) -> None:
     def cycle() -> None:
         with chute.open(tiny) as ds:

@@ -18,6 +18,8 @@ from _reliability import record
 
 import chute
 
+pytestmark = pytest.mark.slow  # the fault harness: real processes, signals, fuzzing
+
 BOUND_S = 10.0  # the error must reach the loop this fast (it takes milliseconds)
 
 

@@ -33,6 +33,8 @@ from hypothesis import strategies as st
 import chute
 from chute import format as fmt
 
+pytestmark = pytest.mark.slow  # the fault harness: real processes, signals, fuzzing
+
 FUZZ = fuzz(HealthCheck.filter_too_much)
 ALLOC_LIMIT = 64 << 20  # bytes a hostile manifest may make chute allocate (the data is ~2 KB)
 

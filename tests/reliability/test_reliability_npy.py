@@ -30,6 +30,8 @@ from hypothesis import strategies as st
 import chute
 from chute.npy_header import check_size, read_header
 
+pytestmark = pytest.mark.slow  # the fault harness: real processes, signals, fuzzing
+
 FUZZ = fuzz(HealthCheck.function_scoped_fixture)
 
 

@@ -27,6 +27,8 @@ from _reliability import check_content, make_dataset, record
 
 import chute
 
+pytestmark = pytest.mark.slow  # the fault harness: real processes, signals, fuzzing
+
 CHECK = textwrap.dedent(
     """
     import json, sys

@@ -24,13 +24,15 @@ from pathlib import Path
 from types import CodeType
 
 import pytest
+from _helpers import check_sample, mixed_samples
 from _reliability import check_content, leftovers, load_manifest, make_dataset, record
-from conftest import _check_sample, mixed_samples
 
 import chute
 from chute import format as fmt
 from chute import manifest, npy_header
 from chute.writer import commit, field_files, values, writer
+
+pytestmark = pytest.mark.slow  # the fault harness: real processes, signals, fuzzing
 
 WRITER_CODE = {m.__file__ for m in (writer, commit, field_files, values, manifest, npy_header)}
 COMMIT, COMMIT_APPEND = commit.commit.__code__, commit.commit_append.__code__
@@ -101,7 +103,6 @@ def _check_cleaned(path: Path) -> None:
     assert _state(path) == "n=4"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("previous", [None, 5], ids=["fresh", "overwrite"])
 def test_sigkill_at_traced_points(tmp_path: Path, previous: int | None, record_property) -> None:
     path = tmp_path / "d.chute"
@@ -161,7 +162,7 @@ def _appended_state(path: Path) -> int:
         n = len(ds)
         assert (n - 5) % 3 == 0, n
         for i, want in enumerate(mixed_samples(5) + mixed_samples(3) * ((n - 5) // 3)):
-            _check_sample(ds[i], want)
+            check_sample(ds[i], want)
     return n
 
 
@@ -258,7 +259,6 @@ FRESH_WRITER = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
 def test_sigkill_fresh_interpreter(tmp_path: Path, record_property) -> None:
     """The same from a separate interpreter: killed by the parent mid-stream."""
     path = tmp_path / "d.chute"

@@ -98,9 +98,6 @@ def small_dataset(path: Path, n: int = 300, part_size: int = 100) -> Path:
     )
 
 
-# -- fixtures: a test module that uses them imports them (`from _s3server import s3, s3_server`)
-
-
 def s3_env(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -108,30 +105,3 @@ def s3_env(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT"):
         monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[S3Server]:
-    server = S3Server()
-    server.create_bucket()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
-    """The module's server, with the client's environment pointing at it; faults reset."""
-    s3_env(monkeypatch, s3_server.endpoint)
-    yield s3_server
-    s3_server.fail.clear()
-    s3_server.slow.clear()
-
-
-@pytest.fixture
-def own_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
-    """A server of the test's own, which it may stop."""
-    server = S3Server()
-    server.create_bucket()
-    s3_env(monkeypatch, server.endpoint)
-    yield server
-    server.stop()

@@ -20,7 +20,7 @@ pytest.importorskip("moto")
 
 import _remote_children as children
 import torch
-from _s3server import BUCKET, S3Server, own_s3, s3, s3_server, small_dataset
+from _s3server import BUCKET, S3Server, small_dataset
 
 import chute
 from chute.cli import main as cli
@@ -34,10 +34,10 @@ from chute.errors import (
 from chute.reader.remote import RemoteDataset
 from chute.store import Store
 
+pytestmark = pytest.mark.slow  # a real S3 server (moto) and worker processes
+
 SPAWN = mp.get_context("spawn")
 ENV_VARS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
-
-__all__ = ["own_s3", "s3", "s3_server"]  # fixtures
 
 
 def url_for(request: pytest.FixtureRequest, name: str = "ds.chute") -> str:

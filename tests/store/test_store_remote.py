@@ -18,7 +18,7 @@ pytest.importorskip("zstandard")
 
 import _store_children as children
 import torch
-from _s3server import BUCKET, S3Server, own_s3, s3, s3_server, small_dataset
+from _s3server import BUCKET, S3Server, small_dataset
 
 import chute
 from chute.errors import (
@@ -31,6 +31,8 @@ from chute.errors import (
 )
 from chute.store import Prefetcher, RemoteCache, Store
 from chute.transfer import download, upload
+
+pytestmark = pytest.mark.slow  # a real S3 server (moto) and worker processes
 
 SPAWN = mp.get_context("spawn")
 
@@ -373,7 +375,6 @@ def test_killed_download_leaves_nothing_usable_nor_locked(
         assert torch.equal(a[:]["x"], b[:]["x"])
 
 
-@pytest.mark.slow  # a spawned child: a few seconds on a busy machine
 def test_full_disk_is_a_cache_error_naming_the_folder(
     s3: S3Server, local: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

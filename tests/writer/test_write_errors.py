@@ -1,6 +1,6 @@
 """Write failures from the OS, URLs as destinations, and Python numbers in typed fields.
 
-The disk-full cases need root (a real small tmpfs: tests/reliability/test_issue15_writer_*.py);
+The disk-full cases need root (a real small tmpfs: tests/writer/test_writer_disk_full.py);
 here a real ``EFBIG`` from a file-size limit (``RLIMIT_FSIZE``, any user) drives the same paths:
 every write path raises one :class:`chute.WriteError` (an ``OSError``, errno kept) naming the
 destination, removes its temp folder and releases its lock.

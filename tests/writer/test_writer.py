@@ -327,8 +327,8 @@ def _append_rounds(path: Path, who: int, rounds: int, start) -> None:
 
 
 def test_concurrent_appenders_keep_every_sample(tmp_path):
-    # Two processes appending at once lost committed samples, silently (review 2, 1.2): each
-    # read the manifest once, and each commit dropped the other's parts. Now they take turns.
+    # Two processes appending at once take turns: neither commit drops the other's parts (each
+    # would otherwise have read the manifest once and lost the other's samples, silently).
     path = tmp_path / "d.chute"
     chute.write(path, {"id": np.arange(5)})
     start = FORK.Event()
@@ -360,6 +360,7 @@ sys.stdin.readline()
 """
 
 
+@pytest.mark.slow  # processes
 @pytest.mark.timeout(60)
 def test_a_second_appender_waits_and_a_killed_one_releases_the_lock(tmp_path):
     path = tmp_path / "d.chute"
@@ -605,7 +606,7 @@ def test_bad_field_name_in_data(tmp_path):
 
 @pytest.mark.parametrize("value", ["train", b"abc", bytearray(b"ab"), memoryview(b"ab")])
 def test_a_str_or_bytes_column_is_not_split_into_samples(tmp_path, value):
-    # {"split": "train"} used to write five samples 't', 'r', 'a', 'i', 'n' (review 1.7).
+    # {"split": "train"} as a column is refused: it would be five samples 't', 'r', 'a', 'i', 'n'.
     kind = type(value).__name__
     with pytest.raises(SchemaError, match=rf"field 'split': .*got one {kind} .*wrap it in a list"):
         chute.write(tmp_path / "a.chute", {"x": np.zeros(len(value)), "split": value})
@@ -749,6 +750,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
+@pytest.mark.slow  # a killed process
 def test_sigkill_mid_write_leaves_no_dataset(tmp_path):
     path = tmp_path / "d.chute"
     proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(path)], timeout=120)

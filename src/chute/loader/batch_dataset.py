@@ -186,7 +186,7 @@ def _collate(samples: list[Any]) -> Any:
 class OrderBatchSampler(torch.utils.data.Sampler[Any]):
     """The remaining batches of the order's current epoch (``plan()``: the state does not move).
 
-    ``len()`` is the number of batches of a whole epoch, as for :class:`~chute.loader.Loader`.
+    ``len()`` is the number of batches of a whole epoch, as for :class:`~chute.Loader`.
     ``with_epoch``: yield ``(epoch, indices)``, for a dataset whose samples depend on the epoch
     (a ``chute.Mix``); the epoch then travels with each batch to the worker processes.
     ``source``: a dataset in object storage, whose parts this process downloads ahead of the

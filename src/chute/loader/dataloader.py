@@ -1,7 +1,7 @@
 """``chute.dataloader``: a real ``torch.utils.data.DataLoader`` over a chute Dataset.
 
 For per-sample Python (decoding, augmentation) in worker *processes*; chute's thread
-:class:`~chute.loader.Loader` is the faster choice when batch-level transforms suffice.
+:class:`~chute.Loader` is the faster choice when batch-level transforms suffice.
 
 NOTE (what crosses the process boundary, memory, state)
 
@@ -18,7 +18,7 @@ NOTE (what crosses the process boundary, memory, state)
     forked one inherits the maps; reads go through the OS page cache, which every process
     shares. A worker's anonymous memory therefore does not grow with the dataset size or the
     number of epochs (a torch ``Subset`` adds its indices, 8 bytes a sample of it: see
-    ``chute/subset.py``). ``sample_transform`` receives each sample as ``ds[i]`` returns it, fresh
+    ``chute/reader/subset.py``). ``sample_transform`` receives each sample as ``ds[i]`` returns it, fresh
     tensors (the worker gathers the batch once, out of the read-only map, and splits it: each
     sample's tensors are views of that batch's own memory) and ``batch_transform`` a freshly
     gathered batch: both may modify what they get in place. An in-RAM dataset
@@ -28,7 +28,7 @@ NOTE (what crosses the process boundary, memory, state)
     State. The DataLoader asks the sampler for batches ahead of the consumer (``prefetch_factor``
     per worker), so the sampler reads the pure ``plan()`` while ``Order.batches()`` is advanced
     only when the iterator hands a batch to the consumer: ``state_dict()`` counts what was
-    received, exactly as :class:`~chute.loader.Loader` does, and resumes with any world size.
+    received, exactly as :class:`~chute.Loader` does, and resumes with any world size.
     As there, every ``iter()`` is a fresh pass over the whole current epoch, except the first
     after ``load_state_dict``, which resumes at the saved position; an epoch whose last batch
     was received is over even if its iterator was not run to its end (the next ``iter()``
@@ -102,7 +102,7 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
     """A ``torch.utils.data.DataLoader`` driven by an :class:`~chute.order.Order`.
 
     Adds ``set_epoch``, ``state_dict`` and ``load_state_dict`` with the semantics of
-    :class:`~chute.loader.Loader`: each ``iter()`` is a fresh pass of the current epoch (the
+    :class:`~chute.Loader`: each ``iter()`` is a fresh pass of the current epoch (the
     first after ``load_state_dict`` resumes at the saved position), a finished epoch moves on
     to the next one, one pass runs at a time. Made by :func:`dataloader`.
     """
@@ -247,7 +247,7 @@ def dataloader(
 
     The batch order is chute's :class:`~chute.order.Order` (``shuffle``, ``seed``, ``rank`` /
     ``world_size`` sharding, defaulting to ``torch.distributed``'s, ``drop_last``,
-    ``block_size``), so ``set_epoch`` / ``state_dict`` behave as in :class:`~chute.loader.Loader`.
+    ``block_size``), so ``set_epoch`` / ``state_dict`` behave as in :class:`~chute.Loader`.
     Without an initialized process group, ``rank`` / ``world_size`` come from the launcher's
     ``RANK`` / ``WORLD_SIZE`` (torchrun), as in ``Loader``. ``pad``: ragged and bytes fields
     come padded, as with ``Loader(pad=)`` (a ``(B, L, ...)`` tensor plus ``FIELD_lengths``).

@@ -22,7 +22,7 @@ Everything is vectorised over the positions in numpy ``uint64`` (wrapping arithm
 Python per position. Deterministic: the same ``(n, seed)`` gives the same permutation on every
 machine, numpy and Python version.
 
-Statistical quality (``tests/test_permute.py`` checks it; ``benchmarks/permute.py`` measures
+Statistical quality (``tests/order/test_permute.py`` checks it; ``benchmarks/permute.py`` measures
 speed): 4 rounds of a random round function already make a pseudo-random permutation (Luby &
 Rackoff); with 6 rounds of fmix32 the positions of a given sample over 2000 seeds pass a
 chi-square uniformity test, fixed points average 1 (Poisson(1), as for a uniform random

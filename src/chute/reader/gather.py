@@ -1,10 +1,9 @@
 """Indices -> batch: the vectorized gathers on the hot path.
 
-Measured on a 2-vCPU box (see DESIGN.md): ``np.take(src, idx, axis=0, out=buf, mode="clip")``
-beats fancy indexing and, unlike the default ``mode="raise"``, writes straight into ``buf``
-instead of into a temporary that is then copied. Indices are bounds-checked once per batch by
-the caller, so ``clip`` never clips. A batch over several parts gathers from each part and
-puts the rows at their positions in the batch.
+``np.take(src, idx, axis=0, out=buf, mode="clip")`` writes straight into ``buf``; fancy
+indexing and the default ``mode="raise"`` write into a temporary that is then copied. Indices
+are bounds-checked once per batch by the caller, so ``clip`` never clips. A batch over several
+parts gathers from each part and puts the rows at their positions in the batch.
 
 Variable-size fields (ragged, bytes, strings) compute the batch's offsets first, allocate one
 output of exactly the batch's values and copy each sample's slice into it: memcpy speed and

@@ -20,7 +20,7 @@ Semantics, per epoch ``e`` (``N = len(mix)``, the epoch size; ``L_s`` = ``len`` 
   neither, ``repeat=1`` for every source (a shuffled concatenation).
 * Which samples. Each source is read as an endless stream: its ``k``-th sample overall is
   ``P_{s,c}[k mod L_s]`` with ``c = k // L_s``, ``P_{s,c}`` a fresh
-  :class:`~chute.permute.Permutation` of ``range(L_s)`` per cycle ``c``. Epoch ``e`` takes
+  :class:`~chute.order.permute.Permutation` of ``range(L_s)`` per cycle ``c``. Epoch ``e`` takes
   stream samples ``e * count_s ... (e + 1) * count_s - 1``. So every sample of a source is used
   once before any is used again, across epoch boundaries (``repeat=0.5``: epochs 0 and 1 see
   the two halves of a cycle); a source read ``r`` (integer) times per epoch sees each sample

@@ -1,7 +1,7 @@
 """Subsets: a ``torch.utils.data.Subset`` of a chute Dataset, read by chute's loaders.
 
 A held-out split is made the torch way, ``train, val = random_split(ds, [0.9, 0.1])`` or
-``Subset(ds, indices)`` (nested Subsets too), and passed to :class:`~chute.loader.Loader` or
+``Subset(ds, indices)`` (nested Subsets too), and passed to :class:`~chute.Loader` or
 :func:`chute.dataloader`. :func:`loadable` flattens it into a :class:`SubsetDataset`: the chute
 Dataset underneath and one int64 array ``indices`` of its samples (nested Subsets composed,
 negative indices counted from the end, every index checked once, here). Position ``i`` of the
@@ -9,8 +9,8 @@ subset is sample ``indices[i]`` of the dataset, so the loaders' :class:`~chute.o
 runs over ``range(len(subset))`` (shuffling, sharding across ranks, ``state_dict`` / resume
 all count positions of the subset) and a batch of positions is read as one
 ``ds.gather(indices[batch])``: one vectorized lookup, no per-sample Python. A
-``SubsetDataset`` pickles as the dataset (its path and manifest: O(1) in the dataset's size)
-plus the indices, 8 bytes a sample of the subset.
+``SubsetDataset`` pickles as the dataset (its path and manifest: independent of the number of
+samples) plus the indices, 8 bytes a sample of the subset.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Dask arrays: each chunk of rows becomes a part, written by its own Dask task.
 
 The client only plans and commits: every task computes its block of rows (all fields) and
-writes it with :func:`chute.writer.write_part` into the staging folder next to ``dst``; when
+writes it with :func:`chute.writer.writer.write_part` into the staging folder next to ``dst``; when
 all tasks have succeeded, the client writes the manifest (:func:`chute.writer.commit`) and
 renames the folder into place. If any task fails, the staging folder is removed and the
 error is raised: nothing is left at ``dst``.

@@ -1,8 +1,10 @@
 """Datasets in object storage (S3, GCS, Azure, HTTP, file://): URLs, a per-process client,
 a bounded node-local cache, prefetch in read order.
 
-Standalone for now: ``chute.open(url, ...)`` is to be wired onto these pieces. Needs the
-``remote`` extra (``pip install 'chute[remote]'``: obstore, zstandard), imported lazily.
+``chute.open(url, ...)`` reads through these pieces (``chute/reader/remote.py``), and
+``chute.write(url, ...)`` / ``chute.Writer(url)`` upload through ``chute/store/upload.py``.
+Needs the ``remote`` extra (``pip install 'chute[remote]'``: obstore, zstandard), imported
+lazily.
 """
 
 from .cache import RemoteCache

@@ -79,7 +79,7 @@ def _release(ds: Any) -> None:
     This is streaming's own ``clean_stale_shared_memory`` limited to this dataset's prefix (the
     original frees every prefix, other jobs' included), plus its two file locks, which live in
     ``tempfile.gettempdir()``. The prefix is not public (``_shm_prefix_int``): if streaming
-    renames it, tests/test_bench_streaming_libs.py fails instead of memory leaking unseen.
+    renames it, tests/bench/test_bench_streaming_libs.py fails instead of memory leaking unseen.
     """
     from streaming.base.constant import BARRIER_FILELOCK, CACHE_FILELOCK, SHM_TO_CLEAN
 

@@ -1,4 +1,4 @@
-"""Issue 15, items 1-2: a disk that fills up while writing.
+"""A disk that fills up while writing.
 
 A real small filesystem (a 50 MB tmpfs, else a loop-mounted ext4 image; skipped with the
 reason where neither can be mounted). Expected of every writer that hits ENOSPC: a
@@ -15,14 +15,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _issue15 import (
-    issue15_item,  # noqa: F401 - autouse: records the item
+from _faults import (
     mount_small_fs,
+    recorded_case,  # noqa: F401 - autouse: records the case
     run_chute,
     run_python,
 )
 
 import chute
+
+pytestmark = pytest.mark.slow  # a mounted filesystem and fresh interpreters
 
 FS_MB = 50
 ROWS, WIDTH = 5000, 1000  # the old dataset: 5000 float32 rows of 1000 = 20 MB
@@ -49,8 +51,8 @@ def _old(where: Path) -> Path:
 
 def _fill(path: Path, rows: bool = True, **writer_kw) -> BaseException | None:
     """Write to ``Writer(path, **writer_kw)`` until the disk is full: float32 rows of 4 KB one
-    by one (the issue's repro: small writes stay in the file's buffer, so closing it fails
-    with ENOSPC again), or 4 MB batches (written straight through). Bounded: 400 MB is 8
+    by one (small writes stay in the file's buffer, so closing it fails with ENOSPC again),
+    or 4 MB batches (written straight through). Bounded: 400 MB is 8
     times the filesystem. The exception that came out, None if none did."""
     row = {"x": np.ones(WIDTH, np.float32)}
     batch = {"x": np.ones((1000, WIDTH), np.float32)}
@@ -90,26 +92,24 @@ def _check_error(exc: BaseException | None, path: Path) -> None:
     assert str(path) in str(exc), f"the message does not name the destination {path}: {exc}"
 
 
-# ---------------------------------------------------------------------------- item 1
+# ---------------------------------------- disk full during Writer(append=True)
 
 
 @pytest.mark.parametrize("rows", [True, False], ids=["rows", "batches"])
-def test_i01_append_enospc_raises_chute_error_naming_destination(
-    small_fs: Path, rows: bool
-) -> None:
+def test_append_enospc_raises_chute_error_naming_destination(small_fs: Path, rows: bool) -> None:
     path = _old(small_fs)
     _check_error(_fill(path, rows, append=True), path)
 
 
 @pytest.mark.parametrize("rows", [True, False], ids=["rows", "batches"])
-def test_i01_append_enospc_removes_temp_folder(small_fs: Path, rows: bool) -> None:
+def test_append_enospc_removes_temp_folder(small_fs: Path, rows: bool) -> None:
     path = _old(small_fs)
     exc = _fill(path, rows, append=True)
     assert _is_enospc(exc), repr(exc)
     assert _temp_folders(path) == [], "the appender's temp folder stays (and the disk full)"
 
 
-def test_i01_append_enospc_releases_lock(small_fs: Path) -> None:
+def test_append_enospc_releases_lock(small_fs: Path) -> None:
     """Another process's ``Writer(p, append=True)`` gets the lock (run with a timeout, so a
     regression fails instead of hanging the suite)."""
     path = _old(small_fs)
@@ -130,7 +130,7 @@ def test_i01_append_enospc_releases_lock(small_fs: Path) -> None:
 
 
 @pytest.mark.parametrize("rows", [True, False], ids=["rows", "batches"])
-def test_i01_append_enospc_keeps_old_dataset(small_fs: Path, rows: bool) -> None:
+def test_append_enospc_keeps_old_dataset(small_fs: Path, rows: bool) -> None:
     path = _old(small_fs)
     exc = _fill(path, rows, append=True)
     assert _is_enospc(exc), repr(exc)
@@ -141,7 +141,7 @@ def test_i01_append_enospc_keeps_old_dataset(small_fs: Path, rows: bool) -> None
 
 
 @pytest.mark.parametrize("rows", [True, False], ids=["rows", "batches"])
-def test_i01_write_enospc_removes_staging_folder(small_fs: Path, rows: bool) -> None:
+def test_write_enospc_removes_staging_folder(small_fs: Path, rows: bool) -> None:
     """Without append: the ``.NAME.tmp-PID-*`` staging folder goes, and with it the space:
     a later write from this same (live) process fits."""
     _old(small_fs)
@@ -153,17 +153,17 @@ def test_i01_write_enospc_removes_staging_folder(small_fs: Path, rows: bool) -> 
     chute.write(small_fs / "after.chute", {"x": np.ones((1000, WIDTH), np.float32)})  # 4 MB
 
 
-# ---------------------------------------------------------------------------- item 2
+# --------------------------------------- disk full while writing or converting
 
 
 @pytest.mark.parametrize("rows", [True, False], ids=["rows", "batches"])
-def test_i02_write_enospc_raises_chute_error_naming_destination(small_fs: Path, rows: bool) -> None:
+def test_write_enospc_raises_chute_error_naming_destination(small_fs: Path, rows: bool) -> None:
     _old(small_fs)
     path = small_fs / "new.chute"
     _check_error(_fill(path, rows), path)
 
 
-def test_i02_write_function_enospc_raises_chute_error(small_fs: Path) -> None:
+def test_write_function_enospc_raises_chute_error(small_fs: Path) -> None:
     """``chute.write`` of arrays larger than the free space."""
     path = small_fs / "big.chute"
     try:
@@ -175,7 +175,7 @@ def test_i02_write_function_enospc_raises_chute_error(small_fs: Path) -> None:
     assert _temp_folders(path) == []
 
 
-def test_i02_cli_convert_disk_full_one_line_no_traceback(small_fs: Path, tmp_path: Path) -> None:
+def test_cli_convert_disk_full_one_line_no_traceback(small_fs: Path, tmp_path: Path) -> None:
     src = tmp_path / "src.npy"  # 64 MB of zeros, sparse on disk
     np.lib.format.open_memmap(src, "w+", np.float32, (16000, WIDTH)).flush()
     dst = small_fs / "dst.chute"

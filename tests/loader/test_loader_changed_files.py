@@ -1,4 +1,4 @@
-"""Issue 15, item 3: files rewritten in place while a Loader iterates.
+"""Files rewritten in place while a Loader iterates.
 
 docs/format.md promises that one epoch never mixes two datasets. ``cp -r new/. d/`` (here
 ``shutil.copytree(dirs_exist_ok=True)``) rewrites the files in place: same inodes, new
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _issue15 import issue15_item  # noqa: F401 - autouse: records the item
+from _faults import recorded_case  # noqa: F401 - autouse: records the case
 
 import chute
 
@@ -28,7 +28,7 @@ def _version(path: Path, v: int, part_size: int | None) -> Path:
 
 
 def _changed(exc: BaseException) -> bool:
-    """A DatasetChangedError, as itself or (item 10, a separate test) wrapped by the Loader."""
+    """A DatasetChangedError, as itself or as the cause of the error the Loader raised."""
     return isinstance(exc, chute.DatasetChangedError) or isinstance(
         exc.__cause__, chute.DatasetChangedError
     )
@@ -52,9 +52,9 @@ def _run_epoch(
 
 
 @pytest.mark.parametrize("how", ["copytree", "mmap_r+"])
-def test_i03_inplace_rewrite_detected_before_epoch_ends(tmp_path: Path, how: str) -> None:
+def test_inplace_rewrite_detected_before_epoch_ends(tmp_path: Path, how: str) -> None:
     """Four parts of 500 samples; the files change at batch 20 (in part 0): the switch to part
-    1 (batch 50) must notice. Passes today: part 1 is mapped lazily, after its identity check."""
+    1 (batch 50) notices: part 1 is mapped lazily, after its identity check."""
     d = _version(tmp_path / "d.chute", 1, part_size=500)
     new = _version(tmp_path / "new.chute", 2, part_size=500)
     loader = chute.Loader(chute.open(d), BATCH, shuffle=False, num_workers=0)
@@ -77,10 +77,10 @@ def test_i03_inplace_rewrite_detected_before_epoch_ends(tmp_path: Path, how: str
     assert len(seen) < N // BATCH
 
 
-def test_i03_inplace_rewrite_single_part_detected_before_epoch_ends(tmp_path: Path) -> None:
-    """The issue's repro: one part (the root), already mapped when the files change at batch
-    20; today 179 more batches, of v2, and no error. A check per gather (``fstat`` of the
-    mapped files: size and mtime) would catch it."""
+def test_inplace_rewrite_single_part_detected_before_epoch_ends(tmp_path: Path) -> None:
+    """One part (the root), already mapped when the files change at batch 20: the check per
+    gather (``fstat`` of the mapped files: size and mtime) raises before the epoch ends,
+    instead of handing out 179 more batches of v2."""
     d = _version(tmp_path / "d.chute", 1, part_size=None)
     new = _version(tmp_path / "new.chute", 2, part_size=None)
     loader = chute.Loader(chute.open(d), BATCH, shuffle=False, num_workers=0)
@@ -91,9 +91,8 @@ def test_i03_inplace_rewrite_single_part_detected_before_epoch_ends(tmp_path: Pa
     )
 
 
-def test_i03_inplace_rewrite_single_part_detected_by_next_epoch(tmp_path: Path) -> None:
-    """The least asked for: at the latest, the next epoch's start notices (today it does
-    not: epoch 1 is all v2, without a word)."""
+def test_inplace_rewrite_single_part_detected_by_next_epoch(tmp_path: Path) -> None:
+    """At the latest, the next epoch's start notices (epoch 1 is never silently all v2)."""
     d = _version(tmp_path / "d.chute", 1, part_size=None)
     new = _version(tmp_path / "new.chute", 2, part_size=None)
     loader = chute.Loader(chute.open(d), BATCH, shuffle=False, num_workers=0)
@@ -105,9 +104,9 @@ def test_i03_inplace_rewrite_single_part_detected_by_next_epoch(tmp_path: Path) 
     assert _changed(exc), repr(exc)
 
 
-def test_i03_no_rewritten_batch_handed_out(tmp_path: Path) -> None:
-    """Stricter: after the change, no batch of v2 is handed out before the error (today the
-    rest of part 0, batches 21-49, are v2; the switch to part 1 then raises)."""
+def test_no_rewritten_batch_handed_out(tmp_path: Path) -> None:
+    """After the change, no batch of v2 is handed out before the error (not even the rest of
+    part 0, batches 21-49, before the switch to part 1)."""
     d = _version(tmp_path / "d.chute", 1, part_size=500)
     new = _version(tmp_path / "new.chute", 2, part_size=500)
     loader = chute.Loader(chute.open(d), BATCH, shuffle=False, num_workers=0)
@@ -118,7 +117,7 @@ def test_i03_no_rewritten_batch_handed_out(tmp_path: Path) -> None:
     )
 
 
-def test_i03_inplace_rewrite_detected_by_dataloader(tmp_path: Path) -> None:
+def test_inplace_rewrite_detected_by_dataloader(tmp_path: Path) -> None:
     """The same with ``chute.dataloader`` (in-process, ``num_workers=0``)."""
     d = _version(tmp_path / "d.chute", 1, part_size=500)
     new = _version(tmp_path / "new.chute", 2, part_size=500)

@@ -1,4 +1,4 @@
-"""Issue 15, items 10, 11, 18, 21: the two loaders, ``chute.Loader`` and ``chute.dataloader``,
+"""The two loaders, ``chute.Loader`` and ``chute.dataloader``,
 behave alike: errors keep their class, the rank comes from the launcher, the same knobs,
 unknown keywords named, and the rest of a resumed epoch has a name.
 """
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _issue15 import (
-    issue15_item,  # noqa: F401 - autouse: records the item
+from _faults import (
+    recorded_case,  # noqa: F401 - autouse: records the case
     run_python,
 )
 
@@ -27,13 +27,13 @@ def ds(tmp_path: Path) -> chute.Dataset:
     return chute.open(path)
 
 
-# ---------------------------------------------------------------------------- item 10
+# --------------------------- chute errors keep their class through the loaders
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_i10_loader_raises_dataset_changed_as_itself(ds: chute.Dataset, num_workers: int) -> None:
+def test_loader_raises_dataset_changed_as_itself(ds: chute.Dataset, num_workers: int) -> None:
     """The README's ``except chute.DatasetChangedError: reopen`` must catch it (a
-    ``WorkerError`` today, even with ``num_workers=0``)."""
+    ``WorkerError``, with any ``num_workers``)."""
     chute.write(ds.path, {"x": np.zeros(40, np.float32), "t": [[1]] * 40}, overwrite=True)
     loader = chute.Loader(ds, 4, num_workers=num_workers)
     with pytest.raises(chute.DatasetChangedError) as info:
@@ -41,8 +41,8 @@ def test_i10_loader_raises_dataset_changed_as_itself(ds: chute.Dataset, num_work
     assert str(ds.path) in str(info.value)
 
 
-def test_i10_dataloader_raises_dataset_changed_as_itself(ds: chute.Dataset) -> None:
-    """The behaviour the Loader should share (passes today)."""
+def test_dataloader_raises_dataset_changed_as_itself(ds: chute.Dataset) -> None:
+    """The same through ``chute.dataloader``."""
     chute.write(ds.path, {"x": np.zeros(40, np.float32), "t": [[1]] * 40}, overwrite=True)
     dl = chute.dataloader(ds, 4, num_workers=0, pin_memory=False)
     with pytest.raises(chute.DatasetChangedError):
@@ -50,7 +50,7 @@ def test_i10_dataloader_raises_dataset_changed_as_itself(ds: chute.Dataset) -> N
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_i10_loader_raises_format_error_as_itself(ds: chute.Dataset, num_workers: int) -> None:
+def test_loader_raises_format_error_as_itself(ds: chute.Dataset, num_workers: int) -> None:
     """A corrupt offsets file found mid-epoch: a FormatError the caller can catch as one."""
     off = ds.path / "t.offsets.npy"
     raw = bytearray(off.read_bytes())
@@ -61,7 +61,7 @@ def test_i10_loader_raises_format_error_as_itself(ds: chute.Dataset, num_workers
         list(chute.Loader(fresh, 4, shuffle=False, num_workers=num_workers))
 
 
-# ---------------------------------------------------------------------------- item 11
+# --------------------------------------- rank and world size from the launcher
 
 TORCHRUN_ENV = {
     "RANK": "1",
@@ -75,8 +75,9 @@ TORCHRUN_ENV = {
 }
 
 
+@pytest.mark.slow  # a fresh interpreter
 @pytest.mark.parametrize("which", ["Loader", "dataloader"])
-def test_i11_torchrun_env_without_init_process_group(ds: chute.Dataset, which: str) -> None:
+def test_torchrun_env_without_init_process_group(ds: chute.Dataset, which: str) -> None:
     """Built before ``dist.init_process_group`` under torchrun: rank 1 of 2 from the
     environment, or a ChuteError; never rank 0 of 1 on every rank (silent duplication)."""
     make = (
@@ -104,11 +105,11 @@ def test_i11_torchrun_env_without_init_process_group(ds: chute.Dataset, which: s
         assert (got["rank"], got["world"]) == (1, 2), f"silently rank 0 of 1 under torchrun: {got}"
 
 
-# ---------------------------------------------------------------------------- item 18
+# ---------------------------------------------- the same knobs in both loaders
 
 
-def test_i18_dataloader_takes_pad(ds: chute.Dataset) -> None:
-    """``pad=`` as in ``Loader``: today torch's own TypeError."""
+def test_dataloader_takes_pad(ds: chute.Dataset) -> None:
+    """``pad=`` as in ``Loader`` (not torch's own TypeError)."""
     dl = chute.dataloader(ds, 8, shuffle=False, num_workers=0, pin_memory=False, pad=-1)
     batch = next(iter(dl))
     want = next(iter(chute.Loader(ds, 8, shuffle=False, num_workers=0, pad=-1)))
@@ -117,7 +118,7 @@ def test_i18_dataloader_takes_pad(ds: chute.Dataset) -> None:
 
 
 @pytest.mark.parametrize("which", ["Loader", "dataloader"])
-def test_i18_unknown_keyword_rejected_with_valid_list(ds: chute.Dataset, which: str) -> None:
+def test_unknown_keyword_rejected_with_valid_list(ds: chute.Dataset, which: str) -> None:
     with pytest.raises(chute.ChuteError) as info:
         if which == "Loader":
             chute.Loader(ds, 4, num_workerz=2)
@@ -128,11 +129,11 @@ def test_i18_unknown_keyword_rejected_with_valid_list(ds: chute.Dataset, which: 
     assert isinstance(info.value, chute.ArgumentError), repr(info.value)
 
 
-# ---------------------------------------------------------------------------- item 21
+# ------------------------------------------------- the rest of a resumed epoch
 
 
 @pytest.mark.parametrize("which", ["Loader", "dataloader"])
-def test_i21_remaining_after_load_state_dict(ds: chute.Dataset, which: str) -> None:
+def test_remaining_after_load_state_dict(ds: chute.Dataset, which: str) -> None:
     """``len(loader)`` stays the whole epoch (torch's way); ``remaining()`` is what is left."""
 
     def make():

@@ -1,8 +1,8 @@
-"""Shared by tests/reliability/test_issue15_*.py: subprocess runs with a memory cap, hand-made
-(sparse, oversized) datasets, a small real filesystem.
+"""Tools for tests that build a fault or a hostile input by hand: subprocess runs with a
+memory cap, hand-made (sparse, oversized) datasets, a small real filesystem, and the fixture
+that records each such test's case for docs/reliability.md.
 
-Issue 15 lists 22 defects found by new users; each test is named ``test_iNN_...`` after its
-item. Everything here uses chute's public API, real files and real processes only.
+Everything here uses chute's public API, real files and real processes only.
 """
 
 from __future__ import annotations
@@ -24,43 +24,16 @@ import chute
 
 GiB = 1 << 30
 
-ITEMS = {
-    1: ("disk full during Writer(append=True)", "50 MB tmpfs, rows and batches appended"),
-    2: ("disk full while writing or converting", "50 MB tmpfs, Writer, write, chute convert"),
-    3: ("files rewritten in place while a loader reads", "cp -r over the folder, mmap r+"),
-    4: ("sparse or lying files, huge orders and manifests", "10 GiB sparse files, 2**40 order"),
-    5: ("RaggedBatch iterated", "for x in batch['tokens'], collate, pin, to_device"),
-    6: ("a zarr Group object passed to convert", "zarr 3 group object"),
-    7: ("HDF5 compound with a string member", "vlen str, fixed bytes, --split-compound"),
-    8: ("HDF5 null dataspace", "h5py.Empty('f')"),
-    9: ("a symlink loop in a dataset", "x.npy -> x.npy, open and chute info"),
-    10: ("chute errors wrapped by the Loader", "DatasetChangedError, FormatError, 0/2 workers"),
-    11: ("Loader built before init_process_group under torchrun", "RANK/WORLD_SIZE set"),
-    12: ("ragged / bytes gather memory", "256 x 100 KB bytes, tokens"),
-    13: ("Python numbers into float32 / int fields", "0.1, 1/3, 1e-30, lists, out of range"),
-    14: ("length and dtype change at once", "inferred field"),
-    15: ("chute.open on a file or a source", ".h5, a text file, a folder of .npy"),
-    16: ("advice that does not work (write over a file)", "a plain file at the destination"),
-    17: ("a URL as a local destination", "s3://, gs://, https://"),
-    18: ("knobs differ between Loader and chute.dataloader", "pad=, unknown keywords"),
-    19: ("HDF5 lengths, links, open files", "0-row arrays, soft/external/broken links"),
-    20: ("Zarr attributes, structured .npz", "group attrs, structured members"),
-    21: ("len(loader) after a resume mid-epoch", "loader.remaining()"),
-    22: ("an empty dataset's index error", "0 samples"),
-}
-
 
 @pytest.fixture(autouse=True)
-def issue15_item(request: pytest.FixtureRequest, record_property: Any) -> None:
-    """Records which item of issue 15 a ``test_iNN_...`` test guards, for docs/reliability.md
-    (scripts/reliability_report.py). Imported by each test module (autouse there)."""
-    name = request.node.name
-    if name.startswith("test_i") and name[6:8].isdigit():
-        fault, inputs = ITEMS[int(name[6:8])]
-        record_property("fault", f"issue 15 item {int(name[6:8])}: {fault}")
-        record_property("inputs", inputs)
-        record_property("cases", 1)
-        record_property("outcome", "the reported repro, now a clear ChuteError or the right data")
+def recorded_case(request: pytest.FixtureRequest, record_property: Any) -> None:
+    """Records the case a test guards, for docs/reliability.md (scripts/reliability_report.py):
+    the test's name as words and its parameters. Autouse in each module that imports it."""
+    node = request.node
+    record_property("fault", node.originalname.removeprefix("test_").replace("_", " "))
+    record_property("inputs", node.callspec.id if hasattr(node, "callspec") else "")
+    record_property("cases", 1)
+    record_property("outcome", "a clear ChuteError or the right data")
 
 
 def run_python(
@@ -250,5 +223,6 @@ def mount_small_fs(where: Path, size_mb: int) -> Callable[[], None] | str:
 
 
 def _umount(where: Path) -> None:
-    # Lazy: a writer that leaked a descriptor (item 1) must not make the unmount fail.
+    # Lazy: a writer that leaked a descriptor (disk full during an append) must not make the
+    # unmount fail.
     subprocess.run(["umount", "-l", str(where)], capture_output=True)

@@ -1,10 +1,9 @@
-"""Issue 15, items 5 and 12: ``chute.RaggedBatch`` as users loop over it, and the memory of
-the ragged gather.
+"""``chute.RaggedBatch`` as users loop over it, and the memory of the ragged gather.
 
-Item 5: ``for img in batch["image"]`` must give samples (``len(rb)`` and ``rb[i]`` already
-do), the parts stay reachable by name (``rb.values``, ``rb.offsets``, ``rb.shapes``), and
-torch's ``default_convert`` / ``pin_memory`` and ``chute.to_device`` still move it whole.
-Item 12: gathering ragged / Bytes fields must be O(batch bytes) in memory (tracemalloc sees
+``for img in batch["image"]`` gives samples (as ``len(rb)`` and ``rb[i]`` do), the parts
+stay reachable by name (``rb.values``, ``rb.offsets``, ``rb.shapes``), and torch's
+``default_convert`` / ``pin_memory`` and ``chute.to_device`` still move it whole.
+Gathering ragged / Bytes fields must be O(batch bytes) in memory (tracemalloc sees
 numpy's buffers), not 16 bytes of int64 index per stored byte.
 """
 
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _issue15 import issue15_item  # noqa: F401 - autouse: records the item
+from _faults import recorded_case  # noqa: F401 - autouse: records the case
 
 import chute
 
@@ -38,11 +37,11 @@ def ragged(tmp_path: Path) -> chute.Dataset:
     return chute.open(path)
 
 
-# ---------------------------------------------------------------------------- item 5
+# ------------------------------------ a RaggedBatch iterated, converted, moved
 
 
 @pytest.mark.parametrize("field", ["tokens", "image"])
-def test_i05_iterating_a_ragged_batch_gives_samples(ragged: chute.Dataset, field: str) -> None:
+def test_iterating_a_ragged_batch_gives_samples(ragged: chute.Dataset, field: str) -> None:
     rb = ragged.gather(np.arange(8))[field]
     assert len(rb) == 8
     got = [tuple(x.shape) for x in rb]
@@ -51,7 +50,7 @@ def test_i05_iterating_a_ragged_batch_gives_samples(ragged: chute.Dataset, field
     assert all(torch.equal(a, b) for a, b in zip(list(rb), rb.tolist(), strict=True))
 
 
-def test_i05_parts_by_name_still_work(ragged: chute.Dataset) -> None:
+def test_parts_by_name_still_work(ragged: chute.Dataset) -> None:
     rb = ragged.gather(np.arange(8))["image"]
     assert isinstance(rb.values, torch.Tensor) and rb.values.dim() == 1
     assert rb.offsets.tolist()[0] == 0 and len(rb.offsets) == 9
@@ -67,7 +66,7 @@ def _same(a: chute.RaggedBatch, b: chute.RaggedBatch) -> None:
         assert torch.equal(x.cpu(), y.cpu())
 
 
-def test_i05_default_convert_keeps_a_ragged_batch(ragged: chute.Dataset) -> None:
+def test_default_convert_keeps_a_ragged_batch(ragged: chute.Dataset) -> None:
     """torch's ``default_convert`` (a DataLoader with ``batch_size=None``) rebuilds NamedTuples
     from their iteration: it must still give the same RaggedBatch."""
     batch = ragged.gather(np.arange(8))
@@ -78,7 +77,7 @@ def test_i05_default_convert_keeps_a_ragged_batch(ragged: chute.Dataset) -> None
     _same(next(iter(dl))["image"], batch["image"])
 
 
-def test_i05_to_device_keeps_a_ragged_batch(ragged: chute.Dataset) -> None:
+def test_to_device_keeps_a_ragged_batch(ragged: chute.Dataset) -> None:
     """``chute.to_device`` to a non-CUDA device type moves every tensor with ``.to()``
     (``"meta"``: no copy, shapes kept), rebuilding the RaggedBatch."""
     batch = ragged.gather(np.arange(8))
@@ -90,7 +89,7 @@ def test_i05_to_device_keeps_a_ragged_batch(ragged: chute.Dataset) -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="pinning needs CUDA")
-def test_i05_pin_memory_keeps_a_ragged_batch(ragged: chute.Dataset) -> None:
+def test_pin_memory_keeps_a_ragged_batch(ragged: chute.Dataset) -> None:
     from torch.utils.data._utils.pin_memory import pin_memory
 
     batch = ragged.gather(np.arange(8))
@@ -101,7 +100,7 @@ def test_i05_pin_memory_keeps_a_ragged_batch(ragged: chute.Dataset) -> None:
     _same(on_gpu["image"], batch["image"])
 
 
-def test_i05_default_collate_of_ragged_batches_does_not_scramble(ragged: chute.Dataset) -> None:
+def test_default_collate_of_ragged_batches_does_not_scramble(ragged: chute.Dataset) -> None:
     """``default_collate`` of two equal-sized RaggedBatches (a DataLoader of chute batches)
     keeps working: parts collated by name, or a clear error; never samples stacked as parts."""
     a = ragged.gather(np.arange(4))["image"]
@@ -114,12 +113,12 @@ def test_i05_default_collate_of_ragged_batches_does_not_scramble(ragged: chute.D
     assert torch.equal(out.values[0], a.values) and torch.equal(out.offsets[1], b.offsets)
 
 
-# ---------------------------------------------------------------------------- item 12
+# ------------------------------------------------ ragged / bytes gather memory
 
 
 @pytest.mark.parametrize("part_size", [None, 64])
-def test_i12_bytes_gather_memory_is_o_batch_bytes(tmp_path: Path, part_size: int | None) -> None:
-    """256 samples of ~100 KB: 25 MB of data; today the peak is ~400 MB of int64 temporaries."""
+def test_bytes_gather_memory_is_o_batch_bytes(tmp_path: Path, part_size: int | None) -> None:
+    """256 samples of ~100 KB: 25 MB of data, gathered without ~400 MB of int64 temporaries."""
     rng = np.random.default_rng(0)
     blobs = [rng.bytes(100_000 + int(rng.integers(0, 1000))) for _ in range(256)]
     path = tmp_path / "b.chute"
@@ -138,7 +137,7 @@ def test_i12_bytes_gather_memory_is_o_batch_bytes(tmp_path: Path, part_size: int
     assert peak < 3 * data, f"peak {peak / 1e6:.0f} MB to gather {data / 1e6:.0f} MB"
 
 
-def test_i12_ragged_gather_memory_is_o_batch_bytes(tmp_path: Path) -> None:
+def test_ragged_gather_memory_is_o_batch_bytes(tmp_path: Path) -> None:
     """A 1-D ragged int32 field: 256 samples of ~25k values (25 MB)."""
     rows = [np.full(25_000 + i, i, np.int32) for i in range(256)]
     path = tmp_path / "t.chute"

@@ -1,4 +1,4 @@
-"""Issue 15, items 6, 7, 8, 19, 20: converting real zarr / h5py / npz files.
+"""Converting unusual real zarr / h5py / npz files.
 
 Each test builds the file the user had, converts it through ``chute.convert`` (or the CLI),
 and states what should come out: the arrays as fields, or a ``SourceError`` naming what is
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _issue15 import (
-    issue15_item,  # noqa: F401 - autouse: records the item
+from _faults import (
+    recorded_case,  # noqa: F401 - autouse: records the case
     run_chute,
 )
 
@@ -31,10 +31,10 @@ def _read(path: Path) -> dict[str, list]:
     return out
 
 
-# ---------------------------------------------------------------------------- item 6
+# --------------------------------------------------------- a zarr Group object
 
 
-def test_i06_zarr_group_object_converts_like_its_path(tmp_path: Path) -> None:
+def test_zarr_group_object_converts_like_its_path(tmp_path: Path) -> None:
     zarr = pytest.importorskip("zarr")
     store = tmp_path / "g.zarr"
     root = zarr.open_group(str(store), mode="w")
@@ -48,7 +48,7 @@ def test_i06_zarr_group_object_converts_like_its_path(tmp_path: Path) -> None:
     assert _read(by_object) == _read(by_path)
 
 
-# ---------------------------------------------------------------------------- item 7
+# ------------------------------------------ HDF5 compound with a string member
 
 
 def _compound_file(path: Path, member_dtype) -> Path:
@@ -69,10 +69,9 @@ def _vlen_str():
 
 
 @pytest.mark.parametrize("member", ["vlen_str", "fixed_bytes"])
-def test_i07_hdf5_compound_with_string_member_splits(tmp_path: Path, member: str) -> None:
+def test_hdf5_compound_with_string_member_splits(tmp_path: Path, member: str) -> None:
     """``split_compound=True`` over a compound with a string member: fields ``rec/id``,
-    ``rec/name``, ``rec/xy`` (today: AttributeError: '_Member' object has no attribute
-    'ndim')."""
+    ``rec/name``, ``rec/xy`` (never an ``AttributeError`` from inside the converter)."""
     dtype = _vlen_str() if member == "vlen_str" else "S8"
     src = _compound_file(tmp_path / "c.h5", dtype)
     dst = chute.convert(src, tmp_path / "c.chute", split_compound=True, progress=False)
@@ -83,17 +82,18 @@ def test_i07_hdf5_compound_with_string_member_splits(tmp_path: Path, member: str
     assert names == [f"n{i}" for i in range(5)]
 
 
-def test_i07_cli_split_compound_with_string_member_no_traceback(tmp_path: Path) -> None:
+@pytest.mark.slow  # a fresh interpreter
+def test_cli_split_compound_with_string_member_no_traceback(tmp_path: Path) -> None:
     src = _compound_file(tmp_path / "c.h5", _vlen_str())
     proc = run_chute("convert", "-q", "--split-compound", str(src), str(tmp_path / "c.chute"))
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.returncode == 0, proc.stderr
 
 
-# ---------------------------------------------------------------------------- item 8
+# --------------------------------------------------------- HDF5 null dataspace
 
 
-def test_i08_hdf5_null_dataspace_left_out_with_warning(tmp_path: Path) -> None:
+def test_hdf5_null_dataspace_left_out_with_warning(tmp_path: Path) -> None:
     h5py = pytest.importorskip("h5py")
     src = tmp_path / "e.h5"
     with h5py.File(src, "w") as f:
@@ -104,11 +104,11 @@ def test_i08_hdf5_null_dataspace_left_out_with_warning(tmp_path: Path) -> None:
     assert set(chute.open(dst).schema) == {"x"}
 
 
-# ---------------------------------------------------------------------------- item 19
+# --------------------------------------------- HDF5 lengths, links, open files
 
 
-def test_i19_hdf5_zero_row_dataset_is_never_the_sample_axis(tmp_path: Path) -> None:
-    """x (10, 3) and an empty (0,) dataset: today "none is the most common" (a 1-1 tie)."""
+def test_hdf5_zero_row_dataset_is_never_the_sample_axis(tmp_path: Path) -> None:
+    """x (10, 3) and an empty (0,) dataset: x's 10 rows are the samples (not a 1-1 tie)."""
     h5py = pytest.importorskip("h5py")
     src = tmp_path / "z.h5"
     with h5py.File(src, "w") as f:
@@ -121,7 +121,7 @@ def test_i19_hdf5_zero_row_dataset_is_never_the_sample_axis(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("link", ["soft", "external", "broken"])
-def test_i19_hdf5_links_skipped_with_a_warning(tmp_path: Path, link: str) -> None:
+def test_hdf5_links_skipped_with_a_warning(tmp_path: Path, link: str) -> None:
     h5py = pytest.importorskip("h5py")
     other = tmp_path / "other.h5"
     with h5py.File(other, "w") as f:
@@ -144,8 +144,8 @@ def test_i19_hdf5_links_skipped_with_a_warning(tmp_path: Path, link: str) -> Non
     assert {"x", "z"} <= set(chute.open(dst).schema)
 
 
-def test_i19_open_h5py_file_with_vlen_strings_converts_like_its_path(tmp_path: Path) -> None:
-    """An open ``h5py.File`` as the source: today "expected str, got bytes"."""
+def test_open_h5py_file_with_vlen_strings_converts_like_its_path(tmp_path: Path) -> None:
+    """An open ``h5py.File`` as the source converts as its path does (vlen strings included)."""
     h5py = pytest.importorskip("h5py")
     src = tmp_path / "s.h5"
     with h5py.File(src, "w") as f:
@@ -158,10 +158,10 @@ def test_i19_open_h5py_file_with_vlen_strings_converts_like_its_path(tmp_path: P
     assert _read(by_path)["s"] == ["a", "bb", "ccc", "é"]
 
 
-# ---------------------------------------------------------------------------- item 20
+# -------------------------------------------- Zarr attributes, structured .npz
 
 
-def test_i20_zarr_group_attributes_kept(tmp_path: Path) -> None:
+def test_zarr_group_attributes_kept(tmp_path: Path) -> None:
     zarr = pytest.importorskip("zarr")
     store = tmp_path / "a.zarr"
     root = zarr.open_group(str(store), mode="w")
@@ -181,7 +181,7 @@ def _structured_npz(path: Path) -> Path:
     return path
 
 
-def test_i20_structured_npz_refusal_names_members(tmp_path: Path) -> None:
+def test_structured_npz_refusal_names_members(tmp_path: Path) -> None:
     src = _structured_npz(tmp_path / "s.npz")
     with pytest.raises(chute.SourceError) as info:
         chute.convert(src, tmp_path / "s.chute", progress=False)
@@ -189,7 +189,7 @@ def test_i20_structured_npz_refusal_names_members(tmp_path: Path) -> None:
     assert "'a'" in msg and "'b'" in msg and "split_compound" in msg, msg
 
 
-def test_i20_structured_npz_split_compound(tmp_path: Path) -> None:
+def test_structured_npz_split_compound(tmp_path: Path) -> None:
     """docs/convert.md lists npz under compound splitting."""
     src = _structured_npz(tmp_path / "s.npz")
     dst = chute.convert(src, tmp_path / "s.chute", split_compound=True, progress=False)

@@ -1,0 +1,280 @@
+"""Docs that cannot rot: every object and repo file that a docstring (in src/chute/, tests/,
+benchmarks/, scripts/, examples/) or a doc (README.md, ARCHITECTURE.md, CONTRIBUTING.md,
+docs/*.md) names exists, and every ``python`` code block of the README runs.
+
+What counts as a reference:
+
+- a Sphinx role, ``:mod:`` / ``:class:`` / ``:func:`` / ``:meth:`` / ``:attr:``, resolved as
+  an absolute name, then relative to the module it is written in, then under ``chute``;
+- a dotted name that starts with ``chute.`` inside inline code (```chute.Loader``,
+  ```` ``chute.order.plan`` ````), resolved by import and attribute access;
+- a repo path: a name with a ``/`` that ends in a file extension or names a top folder of the
+  repository (``docs/remote.md``, ``tests/loader/``, ``chute/loader/threads.py``,
+  ``reader/gather.py``), resolved from the repository root, ``src/`` or ``src/chute/``, and a
+  top-level Markdown file in capitals (README.md).
+
+A README code block preceded by ``<!-- test: skip (why) -->`` is not run (it needs CUDA or a
+bucket); keep those few. The blocks run in order, in one namespace, in a fresh folder, with
+the small inputs they refer to made by :func:`_readme_inputs`.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src" / "chute"
+DOCS = sorted(
+    [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    + [p for p in (ROOT / "ARCHITECTURE.md", ROOT / "CONTRIBUTING.md") if p.exists()]
+)
+
+ROLE = re.compile(r":(mod|class|func|meth|attr):`~?([\w.]+)(?:\(\))?`")
+CODE_SPAN = re.compile(r"``(.+?)``|`([^`\n]+)`")
+DOTTED = re.compile(r"(?<![\w./-])chute(?:\.[A-Za-z_]\w*)+")
+TOP = ("src", "docs", "tests", "benchmarks", "examples", "scripts", ".ci", "chute")
+PATH = re.compile(
+    r"(?<![\w./:-])((?:\.ci|[A-Za-z_][\w-]*)(?:/[\w.*-]+)+/?)"  # a/b/c.py, tests/x/test_*.py
+    r"|(?<![\w./-])([A-Z][A-Z_]+\.md)\b"  # README.md, ARCHITECTURE.md
+)
+# file names that are the format's or the user's, not the repository's
+NOT_REPO = re.compile(r"\.(chute|json|npy|npz|h5|zst|zarr|jpg|jpeg|png|txt|img)$|^part-")
+DATA_FILES = {"chute.json", "chute.json.tmp"}
+
+
+def _docstrings() -> Iterator[tuple[str, list[str], str]]:
+    """(file relative to the root, the scopes a name in it may be relative to, text) of every
+    docstring of the package (a method's scopes are its class and its module), the tests, the
+    benchmarks, the scripts and the examples."""
+    others = [ROOT / top for top in ("tests", "benchmarks", "scripts", "examples")]
+    for file in sorted(SRC.rglob("*.py")) + sorted(f for top in others for f in top.rglob("*.py")):
+        rel = file.relative_to(ROOT).as_posix()
+        if file.is_relative_to(SRC):
+            module = ".".join(file.relative_to(SRC.parent).with_suffix("").parts)
+            module = module.removesuffix(".__init__")
+            package = module if file.name == "__init__.py" else module.rsplit(".", 1)[0]
+        else:  # not importable: a role names something of the file itself, or an absolute name
+            module = package = "chute"
+            LOCAL[rel] = _top_level_names(file)
+
+        def walk(
+            node: ast.AST, scopes: list[str], rel: str = rel
+        ) -> Iterator[tuple[str, list[str], str]]:
+            if isinstance(node, ast.ClassDef):
+                scopes = [f"{scopes[-2]}.{node.name}", *scopes]  # the class, then its module
+            kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+            if isinstance(node, kinds) and (doc := ast.get_docstring(node, clean=False)):
+                yield rel, scopes, doc
+            for child in ast.iter_child_nodes(node):
+                yield from walk(child, scopes)
+
+        yield from walk(_parse(file), [module, package])
+
+
+@functools.cache
+def _parse(file: Path) -> ast.Module:
+    return ast.parse(file.read_text())
+
+
+LOCAL: dict[str, set[str]] = {}  # file -> its top-level names, for the files outside the package
+
+
+def _top_level_names(source: Path | ast.ClassDef) -> set[str]:
+    """The names a module (or a class) defines or imports at its top level."""
+    body = source.body if isinstance(source, ast.ClassDef) else _parse(source).body
+    names = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                names.update(ast.literal_eval(node.value))  # promised, maybe made lazily
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def _texts() -> Iterator[tuple[str, list[str], str]]:
+    """(where, scopes for relative names, text) of every docstring and doc."""
+    yield from _docstrings()
+    for doc in DOCS:
+        yield doc.relative_to(ROOT).as_posix(), [], doc.read_text()
+
+
+def _resolve(name: str, scopes: list[str] = ()) -> bool:  # type: ignore[assignment]
+    """Whether ``name`` imports (as a module, or an attribute of one), absolutely, relative to
+    one of ``scopes`` (a class, a module, a package; a leading dot: relative to the package), or
+    under ``chute``."""
+    if name.startswith("."):
+        return any(_resolve(importlib.util.resolve_name(name, scope)) for scope in scopes[-1:])
+    for full in [name, *(f"{scope}.{name}" for scope in scopes), f"chute.{name}"]:
+        parts = full.split(".")
+        if _defined_in_source(parts):
+            return True
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj: Any = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for attr in parts[cut:]:
+                if not _has(obj, attr):
+                    break
+                obj = getattr(obj, attr, None)
+            else:
+                return True
+            break
+    return False
+
+
+def _defined_in_source(parts: list[str]) -> bool:
+    """Whether ``parts`` names a module of the package, a top-level name of one, or a function or
+    assignment in one of its top-level classes, read from the source: importing some modules
+    would start heavy dependencies (Ray). False means "import it and see"."""
+    for cut in range(len(parts), 0, -1):
+        base = SRC.parent.joinpath(*parts[:cut])
+        file = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if parts[0] == "chute" and file.is_file():
+            break
+    else:
+        return False
+    rest = parts[cut:]
+    if len(rest) < 2:
+        return not rest or rest[0] in _top_level_names(file)
+    for node in _parse(file).body:
+        if isinstance(node, ast.ClassDef) and node.name == rest[0] and len(rest) == 2:
+            return rest[1] in _top_level_names(node)
+    return False
+
+
+def _has(obj: Any, attr: str) -> bool:
+    """``obj.attr`` exists, or ``obj`` is a class whose instances get ``attr`` (annotated, or
+    set as ``self.attr`` in its source)."""
+    if hasattr(obj, attr):
+        return True
+    if not isinstance(obj, type):
+        return False
+    for cls in obj.__mro__:
+        if attr in getattr(cls, "__annotations__", {}):
+            return True
+        try:
+            if re.search(rf"\bself\.{attr}\s*[:=]", inspect.getsource(cls)):
+                return True
+        except (OSError, TypeError):
+            continue
+    return False
+
+
+def _path_exists(ref: str) -> bool:
+    """Whether ``ref`` (a glob allowed) names something under the root, src/ or src/chute/."""
+    ref = ref.rstrip("/")
+    return any(any(base.glob(ref)) for base in (ROOT, ROOT / "src", SRC))
+
+
+def _code_spans(text: str) -> Iterator[str]:
+    for m in CODE_SPAN.finditer(text):
+        yield m.group(1) or m.group(2)
+
+
+def _dead_references() -> list[str]:
+    dead = []
+    for where, scopes, text in _texts():
+        for kind, name in ROLE.findall(text):
+            if name.split(".")[0] not in LOCAL.get(where, ()) and not _resolve(name, scopes):
+                dead.append(f"{where}: :{kind}:`{name}`")
+        for span in _code_spans(text):
+            for name in DOTTED.findall(span):
+                if name not in DATA_FILES and not _resolve(name):
+                    dead.append(f"{where}: `{name}`")
+        for m in PATH.finditer(text):
+            ref = (m.group(1) or m.group(2)).rstrip(".")  # a path that ends a sentence
+            if m.group(1):
+                first, last = ref.split("/", 1)[0], ref.rstrip("/").rsplit("/", 1)[-1]
+                if not (first in TOP or (SRC / first).is_dir()) or NOT_REPO.search(last):
+                    continue  # not a path of this repository, or a data file's name
+            if not _path_exists(ref):
+                dead.append(f"{where}: {ref}")
+    return dead
+
+
+def test_every_reference_resolves() -> None:
+    dead = _dead_references()
+    assert not dead, f"{len(dead)} references to nothing:\n" + "\n".join(dead)
+
+
+def test_the_reference_check_finds_dead_ones() -> None:
+    """The checks above can fail: a made-up object, module path and file are each caught."""
+    assert not _resolve("chute.no_such_thing")
+    assert not _resolve("Gone", ["chute.loader.loader"])
+    assert _resolve("Loader", ["chute.loader.loader"]) and _resolve("chute.Loader.state_dict")
+    assert _resolve(".threads", ["chute.loader.loader", "chute.loader"])
+    assert not _path_exists("chute/no_such_module.py") and _path_exists("chute/loader/threads.py")
+    found = [m.group(1) or m.group(2) for m in PATH.finditer("``reader/gone.py``, GONE.md")]
+    assert found == ["reader/gone.py", "GONE.md"]
+
+
+# ---------------------------------------------------------------------------- README code
+
+SKIP = re.compile(r"<!--\s*test:\s*skip\b")
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def _readme_blocks() -> list[tuple[int, str, bool]]:
+    """(line, code, skipped) of each ```python block of the README."""
+    text = (ROOT / "README.md").read_text()
+    out = []
+    for m in BLOCK.finditer(text):
+        before = text[: m.start()].rstrip().rsplit("\n", 1)[-1]
+        out.append((text.count("\n", 0, m.start()) + 1, m.group(1), bool(SKIP.search(before))))
+    return out
+
+
+def _readme_inputs(folder: Path) -> dict[str, Any]:
+    """The small inputs the README's blocks name without making them: a text corpus, two
+    datasets to mix, an image folder."""
+    import chute
+
+    class Doc:
+        def __init__(self, i: int) -> None:
+            self.ids = list(range(i % 7 + 1))
+            self.title = f"document {i}"
+
+    for name in ("web", "code"):
+        chute.write(folder / f"{name}.chute", {"x": np.arange(100, dtype=np.float32)})
+    pil = pytest.importorskip("PIL.Image")
+    for label in ("cat", "dog"):
+        (folder / "imagenet" / "train" / label).mkdir(parents=True)
+        for i in range(4):
+            pixels = np.full((40 + i, 50, 3), i * 40, np.uint8)
+            pil.fromarray(pixels).save(folder / "imagenet" / "train" / label / f"{i}.jpg")
+    return {"corpus": [Doc(i) for i in range(20)]}
+
+
+def test_readme_code_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = _readme_blocks()
+    assert blocks, "no ```python block in README.md"
+    assert sum(skipped for *_, skipped in blocks) <= 2, "keep the skipped README blocks few"
+    monkeypatch.chdir(tmp_path)
+    namespace = _readme_inputs(tmp_path)
+    for line, code, skipped in blocks:
+        if skipped:
+            continue
+        try:
+            exec(compile(code, f"README.md:{line}", "exec"), namespace)
+        except Exception as exc:
+            raise AssertionError(f"README.md line {line}: the block raised {exc!r}") from exc
+    assert os.listdir(tmp_path)  # the blocks wrote their datasets here
