@@ -13,7 +13,7 @@ pytest.importorskip("obstore")
 pytest.importorskip("moto")
 pytest.importorskip("simplejpeg")
 
-from _s3server import BUCKET, s3, s3_server
+from _s3server import BUCKET
 from image._image_files import jpeg
 
 import chute

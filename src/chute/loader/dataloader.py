@@ -18,12 +18,12 @@ NOTE (what crosses the process boundary, memory, state)
     forked one inherits the maps; reads go through the OS page cache, which every process
     shares. A worker's anonymous memory therefore does not grow with the dataset size or the
     number of epochs (a torch ``Subset`` adds its indices, 8 bytes a sample of it: see
-    ``chute/reader/subset.py``). ``sample_transform`` receives each sample as ``ds[i]`` returns it, fresh
-    tensors (the worker gathers the batch once, out of the read-only map, and splits it: each
-    sample's tensors are views of that batch's own memory) and ``batch_transform`` a freshly
-    gathered batch: both may modify what they get in place. An in-RAM dataset
-    (``ds.to_memory()``) is shared copy-on-write by forked workers, but a spawned worker reads
-    its own full copy: prefer the memory-mapped dataset with spawn.
+    ``chute/reader/subset.py``). ``sample_transform`` receives each sample as ``ds[i]``
+    returns it, fresh tensors (the worker gathers the batch once, out of the read-only map,
+    and splits it: each sample's tensors are views of that batch's own memory) and
+    ``batch_transform`` a freshly gathered batch: both may modify what they get in place. An
+    in-RAM dataset (``ds.to_memory()``) is shared copy-on-write by forked workers, but a
+    spawned worker reads its own full copy: prefer the memory-mapped dataset with spawn.
 
     State. The DataLoader asks the sampler for batches ahead of the consumer (``prefetch_factor``
     per worker), so the sampler reads the pure ``plan()`` while ``Order.batches()`` is advanced
