@@ -49,7 +49,7 @@ from .reader.pack import Pack, pack
 from .reader.verify import verify
 from .reader.windows import Windows, windows
 from .sources.dask import from_dask
-from .sources.image_folder import from_image_folder
+from .sources.images import from_image_folder
 from .sources.shards import from_shards
 from .writer.writer import Writer, write
 

@@ -16,13 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from torch.utils.data import Dataset, IterableDataset
-from tqdm.auto import tqdm
 
 from . import format as fmt
 from .errors import ArgumentError, DatasetNotFoundError, SourceError
 from .sniff import TAR_SUFFIXES
 from .sniff import source_kind as sniff_kind
-from .sources.base import FieldsArg, Source, expand_pattern, field_map, has_pattern
+from .sources.base import (
+    FieldsArg,
+    Source,
+    expand_pattern,
+    field_map,
+    has_pattern,
+)
 from .sources.csv import CsvSource
 from .sources.hdf5 import HDF5Source, is_hdf5_object
 from .sources.hf import HFDatasetSource, HFFolderSource, is_hf_object
@@ -35,9 +40,9 @@ from .sources.parquet import ParquetSource
 from .sources.processes import convert_in_processes
 from .sources.torch import TorchSource
 from .sources.webdataset import WebDatasetSource
+from .sources.write import write_source
 from .sources.zarr import ZarrSource, is_zarr_object
 from .store.url import is_url
-from .writer.writer import Writer
 
 PathLike = str | os.PathLike
 PATH_SOURCES: dict[str, type[Source]] = {
@@ -181,29 +186,6 @@ def source_kind(path: Path) -> type[Source] | None:
     """
     kind = sniff_kind(path)
     return None if kind is None else PATH_SOURCES[kind]
-
-
-def write_source(
-    source: Source,
-    dst: PathLike,
-    *,
-    overwrite: bool = False,
-    progress: bool = True,
-    metadata: Mapping[str, Any] | None = None,
-) -> Path | str:
-    """Write every batch of ``source`` into a new dataset at ``dst``, atomically.
-
-    The dataset's metadata is the source's own (e.g. HDF5 attributes) updated with
-    ``metadata``. If the source fails midway nothing is left at ``dst`` (the writer's staging
-    folder is removed) and the error propagates unchanged.
-    """
-    bar = tqdm(total=source.num_samples, unit=" samples", disable=not progress, desc=Path(dst).name)
-    meta = {**source.metadata, **(metadata or {})}
-    with source, bar, Writer(dst, source.schema, overwrite=overwrite, metadata=meta) as w:
-        for batch in source.batches():
-            w.extend(batch)
-            bar.update(len(w) - bar.n)
-    return str(dst) if is_url(dst) else Path(dst)  # a URL: the Writer uploaded it
 
 
 def convert(

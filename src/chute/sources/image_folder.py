@@ -34,7 +34,7 @@ from ..image.codec import EncodedImage
 from ..sniff import IMAGE_EXTENSIONS
 from .encoding import check_on_error, encode
 
-__all__ = ["IMAGE_EXTENSIONS", "ImageFolder", "from_image_folder"]
+__all__ = ["IMAGE_EXTENSIONS", "ImageFolder"]
 
 
 class ImageFolder:
@@ -184,44 +184,3 @@ def _relative(path: str, root: Path, label: int) -> tuple[str, int]:
     """``(path relative to root, label)``; a path elsewhere stays as it is."""
     rel = os.path.relpath(path, root)
     return (Path(path).as_posix() if rel.startswith("..") else Path(rel).as_posix()), int(label)
-
-
-def from_image_folder(
-    root: str | os.PathLike,
-    dst: str | os.PathLike,
-    max_side: int | None = None,
-    quality: int = 90,
-    num_workers: int | None = None,
-    on_error: str = "raise",
-    *,
-    allow_empty: bool = False,
-    overwrite: bool = False,
-    progress: bool = True,
-    batch_size: int = 256,
-) -> Path:
-    """Convert an ImageFolder tree (``root/CLASS/.../file.jpg``) to a chute dataset at ``dst``.
-
-    Fields: ``image`` (:class:`chute.fields.Image`: JPEGs within ``max_side`` kept byte for byte,
-    others converted to RGB, shrunk to ``max_side`` and encoded at ``quality``, see
-    :func:`chute.image.encode_image`), ``label`` (int64, the class's position in the sorted
-    class folders; torchvision's ``targets``), ``path`` (the file's path relative to ``root``).
-    Samples come in torchvision's order (see :class:`ImageFolder`). A flat folder of images
-    gives ``image`` and ``path`` only. Encoded in ``num_workers`` threads (default: one per
-    CPU). Metadata: ``classes`` (label -> class name), ``class_to_idx``, ``skipped`` (files
-    left out with ``on_error="skip"``, with the reason), ``ignored`` (hidden entries and files
-    that are not images by extension). A file that fails to decode raises
-    :class:`chute.SourceError` naming it (``on_error="raise"``); nothing is left at ``dst``.
-    """
-    from ..convert import write_source
-    from .images import ImageFolderSource
-
-    source = ImageFolderSource(
-        Path(root),
-        max_side=max_side,
-        quality=quality,
-        num_workers=num_workers,
-        on_error=on_error,
-        allow_empty=allow_empty,
-        batch_size=batch_size,
-    )
-    return Path(write_source(source, dst, overwrite=overwrite, progress=progress))

@@ -11,6 +11,7 @@ threads; ``workers`` is taken when it is not given; default one per CPU), ``on_e
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from itertools import islice
 from pathlib import Path
@@ -22,8 +23,9 @@ from .. import format as fmt
 from ..sniff import NOUNS
 from .base import Batch, FieldsArg, Source, field_map
 from .image_folder import ImageFolder
+from .write import write_source
 
-__all__ = ["ImageFolderSource"]
+__all__ = ["ImageFolderSource", "from_image_folder"]
 
 
 class ImageFolderSource(Source):
@@ -108,3 +110,41 @@ def dataset_folder(dataset: Any, fields: FieldsArg = None, **options: Any) -> So
 
 
 _FOLDER_OPTIONS = ("max_side", "quality", "num_workers", "on_error", "batch_size", "workers")
+
+
+def from_image_folder(
+    root: str | os.PathLike,
+    dst: str | os.PathLike,
+    max_side: int | None = None,
+    quality: int = 90,
+    num_workers: int | None = None,
+    on_error: str = "raise",
+    *,
+    allow_empty: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    batch_size: int = 256,
+) -> Path:
+    """Convert an ImageFolder tree (``root/CLASS/.../file.jpg``) to a chute dataset at ``dst``.
+
+    Fields: ``image`` (:class:`chute.fields.Image`: JPEGs within ``max_side`` kept byte for byte,
+    others converted to RGB, shrunk to ``max_side`` and encoded at ``quality``, see
+    :func:`chute.image.encode_image`), ``label`` (int64, the class's position in the sorted
+    class folders; torchvision's ``targets``), ``path`` (the file's path relative to ``root``).
+    Samples come in torchvision's order (see :class:`ImageFolder`). A flat folder of images
+    gives ``image`` and ``path`` only. Encoded in ``num_workers`` threads (default: one per
+    CPU). Metadata: ``classes`` (label -> class name), ``class_to_idx``, ``skipped`` (files
+    left out with ``on_error="skip"``, with the reason), ``ignored`` (hidden entries and files
+    that are not images by extension). A file that fails to decode raises
+    :class:`chute.SourceError` naming it (``on_error="raise"``); nothing is left at ``dst``.
+    """
+    source = ImageFolderSource(
+        Path(root),
+        max_side=max_side,
+        quality=quality,
+        num_workers=num_workers,
+        on_error=on_error,
+        allow_empty=allow_empty,
+        batch_size=batch_size,
+    )
+    return Path(write_source(source, dst, overwrite=overwrite, progress=progress))
