@@ -97,3 +97,78 @@ def test_open_array_and_attributes(tmp_path):
         assert list(src.schema) == ["x"] and src.num_samples == 6
     with ZarrSource(path) as src:
         assert src.metadata == {"zarr_attrs": {"/": {"about": {"n": 1}}, "/g/x": {"units": "m"}}}
+
+
+def _pickle_store(root, marker, consolidated=False):
+    """A Zarr v2 group whose array ``x`` uses the pickle codec; unpickling makes ``marker``."""
+    import json
+    import os
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.mkdir, (str(marker),))
+
+    values = np.empty(2, dtype=object)
+    values[:] = [Evil(), 1]
+    meta = {
+        "zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "|O", "compressor": None,
+        "fill_value": None, "filters": [{"id": "pickle", "protocol": 5}], "order": "C",
+    }  # fmt: skip
+    root.mkdir()
+    (root / ".zgroup").write_text(json.dumps({"zarr_format": 2}))
+    if consolidated:  # the array's own .zarray looks harmless; .zmetadata (which zarr prefers) not
+        entries = {".zgroup": {"zarr_format": 2}, "x/.zarray": meta}
+        (root / ".zmetadata").write_text(json.dumps({"metadata": entries}))
+        meta = {**meta, "dtype": "<f8", "filters": None}
+    (root / "x").mkdir()
+    (root / "x" / ".zarray").write_text(json.dumps(meta))
+    (root / "x" / "0").write_bytes(pickle.dumps(values, protocol=5))
+
+
+@pytest.mark.parametrize("consolidated", [False, True])
+def test_pickle_codec_refused_before_opening(tmp_path, consolidated):
+    marker = tmp_path / "PWNED"
+    _pickle_store(tmp_path / "evil.zarr", marker, consolidated)
+    with pytest.raises(
+        SourceError,
+        match=r"evil\.zarr: x/\.zarray: uses the 'pickle' codec"
+        if not consolidated
+        else r"\.zmetadata: uses the 'pickle' codec",
+    ):
+        chute.convert(tmp_path / "evil.zarr", tmp_path / "o.chute", progress=False)
+    assert not marker.exists()
+    assert not (tmp_path / "o.chute").exists()
+
+
+def test_pickle_codec_refused_in_zip(tmp_path):
+    import shutil
+
+    _pickle_store(tmp_path / "evil.zarr", tmp_path / "PWNED")
+    shutil.make_archive(str(tmp_path / "evil"), "zip", tmp_path / "evil.zarr")
+    with pytest.raises(SourceError, match=r"evil\.zip: x/\.zarray: uses the 'pickle' codec"):
+        ZarrSource(tmp_path / "evil.zip")
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_object_arrays_refused_strings_kept(tmp_path):
+    import json
+
+    path = tmp_path / "o.zarr"
+    g = zarr.open_group(path, mode="w", zarr_format=2)
+    g.create_array("s", shape=(3,), dtype=str)[:] = np.array(["a", "b", "c"])
+    ZarrSource(path).close()  # vlen-utf8 strings are fine
+    meta = json.loads((path / "s" / ".zarray").read_text())
+    meta["filters"] = [{"id": "msgpack2"}]
+    (path / "s" / ".zarray").write_text(json.dumps(meta))
+    with pytest.raises(SourceError, match=r"s/\.zarray: holds Python objects"):
+        ZarrSource(path)
+
+
+def test_attributes_naming_pickle_are_data(tmp_path):
+    path = tmp_path / "a.zarr"
+    g = zarr.open_group(path, mode="w", zarr_format=3)
+    g.attrs["codec"] = {"name": "pickle", "dtype": "|O"}
+    g.create_array("x", shape=(3,), dtype="i4")[:] = 1
+    with ZarrSource(path) as src:
+        assert src.metadata["zarr_attrs"]["/"]["codec"]["name"] == "pickle"
