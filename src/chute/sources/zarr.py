@@ -113,7 +113,7 @@ def _json(raw: bytes, path: Path, where: str) -> Any:
 def _array_metadata(arr: Any) -> Any:
     """An open array's metadata as JSON-like values (zarr 3: ``metadata.to_dict()``; zarr 2:
     its dtype, filters and compressor)."""
-    meta = getattr(arr, "metadata", None)
+    meta: Any = getattr(arr, "metadata", None)
     if hasattr(meta, "to_dict"):
         return meta.to_dict()
     codecs = [*(arr.filters or ()), *([arr.compressor] if arr.compressor else [])]
