@@ -15,6 +15,7 @@ import contextlib
 import glob
 import json
 import os
+import secrets
 import stat
 from pathlib import Path
 from typing import Any
@@ -198,9 +199,11 @@ def write_manifest(folder: Path, manifest: fmt.Manifest) -> None:
     except (TypeError, ValueError) as exc:
         raise SchemaError(f"metadata must be JSON-serialisable: {exc}") from None
     check_metadata(manifest.metadata, SchemaError)
-    tmp = folder / (fmt.MANIFEST + f".tmp-{os.getpid()}")
+    # a new name (O_EXCL, random, no link followed): a name planted in advance is never opened
+    tmp = folder / (fmt.MANIFEST + f".tmp-{os.getpid()}-{secrets.token_hex(6)}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        with open(tmp, "w") as f:
+        with open(os.open(tmp, flags, 0o644), "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
