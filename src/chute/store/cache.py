@@ -55,8 +55,9 @@ from ..errors import (
     ChecksumError,
     DatasetChangedError,
     DatasetNotFoundError,
+    FormatError,
 )
-from ..manifest import write_manifest
+from ..manifest import MAX_MANIFEST_BYTES, write_manifest
 from .client import CorruptObjectError, Store
 from .folder import CacheFolder
 from .locks import Pin, lock_fd, locked, release_all, unlock_fd
@@ -115,6 +116,11 @@ class RemoteCache:
         url = self.store.url
         try:
             raw = self.store.get_bytes(fmt.MANIFEST)
+        except CorruptObjectError as exc:
+            raise FormatError(
+                f"{url.join(fmt.MANIFEST)} is not a chute manifest: {exc} (at most "
+                f"{MAX_MANIFEST_BYTES:,} bytes); it was not read"
+            ) from None
         except DatasetNotFoundError as exc:
             raise DatasetNotFoundError(
                 f"{url} is not a chute dataset: {exc} (an unfinished upload has no "
@@ -298,7 +304,13 @@ class RemoteCache:
             try:
                 with open(fd, "wb", closefd=True) as f:
                     written = PayloadHash(f)
-                    got = self.store.get_to_file(entry.key, written, zstd=entry.stored is not None)
+                    got = self.store.get_to_file(
+                        entry.key,
+                        written,
+                        size=entry.nbytes if entry.stored is None else entry.stored[0],
+                        zstd=entry.stored is not None,
+                        out=entry.nbytes,
+                    )
                 why = mismatch(self.folder / tmp, entry, got, written)
                 if not why:
                     self.fs.replace(tmp, entry.relpath)
