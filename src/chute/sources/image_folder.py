@@ -9,6 +9,7 @@ threads (PIL and simplejpeg release the GIL), in file order, with a progress bar
 
 A file that cannot be decoded raises :class:`chute.SourceError` naming it
 (``on_error="raise"``), or is left out and recorded in ``skipped`` (``on_error="skip"``).
+Symlinked folders are followed, each real folder once: a symlink loop ends the walk there.
 """
 
 from __future__ import annotations
@@ -66,8 +67,14 @@ class ImageFolder:
             raise SourceError(f"{self.root}: no class folders (an ImageFolder is root/CLASS/file)")
         self.files: list[tuple[str, int]] = []
         self.ignored: list[str] = []
-        for label, name in enumerate(self.classes):
+        walked: set[tuple[int, int]] = set()  # (device, inode): each folder once, so
+        for label, name in enumerate(self.classes):  # symlink loops end
             for dirpath, dirnames, filenames in os.walk(self.root / name, followlinks=True):
+                st = os.stat(dirpath)
+                if (st.st_dev, st.st_ino) in walked:
+                    dirnames.clear()
+                    continue
+                walked.add((st.st_dev, st.st_ino))
                 dirnames.sort()
                 for f in sorted(filenames):
                     rel = Path(dirpath, f).relative_to(self.root).as_posix()
