@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import glob
 import json
 import os
@@ -24,8 +25,10 @@ import xxhash
 
 from . import format as fmt
 from .errors import (
+    ChuteError,
     DatasetChangedError,
     DatasetNotFoundError,
+    DescriptorLimitError,
     FormatError,
     SchemaError,
     UnsafePathError,
@@ -60,8 +63,21 @@ def stat_file(file: Path, root: str) -> os.stat_result:
     return st
 
 
-def unreadable(file: Path, exc: OSError) -> FormatError:
-    """The error for a dataset file that exists but cannot be read (``stat`` or ``open``)."""
+def unreadable(file: Path, exc: OSError) -> ChuteError:
+    """The error for a dataset file that exists but cannot be read (``stat`` or ``open``):
+    a :class:`DescriptorLimitError` when the process is out of descriptors, else a
+    :class:`FormatError`."""
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        err = DescriptorLimitError(
+            f"{file} cannot be opened: {exc.strerror} (this process may hold {soft} open "
+            f"files, hard limit {hard}); the dataset is fine. Close files the job keeps open, "
+            "or raise the limit (ulimit -n, or resource.setrlimit(RLIMIT_NOFILE))"
+        )
+        err.errno = exc.errno
+        return err
     why = exc.strerror or type(exc).__name__
     return FormatError(
         f"{file} cannot be read ({why}, errno {exc.errno}): a dataset holds plain readable "
