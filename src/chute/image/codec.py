@@ -42,8 +42,9 @@ __all__ = ["EncodedImage", "decode_image", "encode_image", "is_jpeg", "jpeg_size
 class EncodedImage(NamedTuple):
     """What :func:`encode_image` returns and a :class:`chute.Image` field stores per sample:
     the JPEG bytes and the upright image's height and width. A :class:`chute.Writer` stores
-    one as it is (it was checked when it was made), so encoding can happen elsewhere, e.g. in
-    a pool of threads (:func:`chute.from_image_folder` does)."""
+    one as it is, after :func:`check_encoded` (its header agrees with its height and width),
+    so encoding can happen elsewhere, e.g. in a pool of threads
+    (:func:`chute.from_image_folder` does)."""
 
     data: bytes
     height: int
@@ -98,6 +99,23 @@ def check_pixels(height: int, width: int) -> None:
             f"{limit:,} pixels (a decompression bomb?); raise PIL.Image.MAX_IMAGE_PIXELS "
             "(half the limit) to accept it"
         )
+
+
+def check_encoded(e: EncodedImage) -> None:
+    """Refuse an :class:`EncodedImage` whose height and width are not positive ints that its
+    bytes' header agrees with (read without decoding, ~2 us), or over :func:`max_pixels`:
+    loaders plan crops and size buffers from the stored sizes."""
+    h, w = e.height, e.width
+    if not isinstance(e.data, (bytes, bytearray)):
+        raise FormatError(f"an EncodedImage holds bytes, not {type(e.data).__name__}")
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (h, w)):
+        raise FormatError(f"an EncodedImage's height and width are ints, got {h!r} and {w!r}")
+    if is_jpeg(e.data):
+        hw = jpeg_size(e.data)
+    else:
+        im = _open_header(e.data)
+        hw = (im.size[1], im.size[0])
+    _check_header(hw, (int(h), int(w)))
 
 
 def decode_image(data: Any, size: tuple[int, int] | None = None) -> np.ndarray:

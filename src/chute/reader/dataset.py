@@ -157,7 +157,8 @@ class Dataset(torch.utils.data.Dataset):
                 index = self._parts[part].start + j
                 out[name] = decode_sample(values, col["sizes"][j], self.path, name, index)
             elif isinstance(f, fmt.String):
-                out[name] = values.tobytes().decode("utf-8", errors="replace")
+                where = f"{self.path}: field {name!r}, sample {self._parts[part].start + j}"
+                out[name] = strings(values, np.array([0, len(values)]), where)[0]
             elif "shapes" in col:
                 shape = col["shapes"][j : j + 1]
                 check_shapes(
@@ -220,7 +221,7 @@ class Dataset(torch.utils.data.Dataset):
             values = self._var_values(col, offsets, part, name, f"samples {a}..{b - 1}")
             offsets = offsets - offsets[0]
             if isinstance(f, fmt.String):
-                out[name] = strings(values, offsets)
+                out[name] = strings(values, offsets, f"{self.path}: field {name!r}")
                 continue
             if isinstance(f, fmt.Image):  # encoded: chute.reader.images.EncodedImages
                 where = self._file(part, name, "sizes")
@@ -281,7 +282,8 @@ class Dataset(torch.utils.data.Dataset):
                 continue
             rb = self._gather_var(name, f, split, b)
             if isinstance(f, fmt.String):
-                batch[name] = strings(rb.values.numpy(), rb.offsets.numpy())
+                where = f"{self.path}: field {name!r}"
+                batch[name] = strings(rb.values.numpy(), rb.offsets.numpy(), where)
             elif pad is not None:
                 batch[name], batch[f"{name}_lengths"] = pad_batch(rb, pad, name)
             else:
