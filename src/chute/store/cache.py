@@ -27,6 +27,13 @@ the next downloader of the same file (it holds the file's lock, so they are stal
 not fsync'ed: the cache can always be fetched again, and ext4/xfs flush a file replaced by a
 rename before the rename itself.
 
+Trust: a file in the cache was checked (size and xxh3) when it was downloaded; each pin checks
+again that it is a regular file (no link) of the manifest's size, but not its bytes: a byte
+changed in place afterwards (by another user of a shared disk, a faulty disk) is read as is.
+``verify=True`` (``chute.open(url, verify_cache=True)``) also checks each file's checksum once
+per process (the first pin of that file there; about a second per GB), and a mismatching
+cached file is downloaded again; ``chute verify URL`` does the same for every file.
+
 ``cache_limit``: before a download, least-recently-used files that nobody pins are evicted
 until the cache plus the new file fit. If pinned files alone exceed the limit the download
 proceeds anyway (never a wait, so never a deadlock): the cache exceeds its limit by at most
@@ -57,7 +64,7 @@ from ..errors import (
     DatasetNotFoundError,
     FormatError,
 )
-from ..manifest import MAX_MANIFEST_BYTES, write_manifest
+from ..manifest import MAX_MANIFEST_BYTES, file_checksum, write_manifest
 from .client import CorruptObjectError, Store
 from .folder import CacheFolder
 from .locks import Pin, lock_fd, locked, release_all, unlock_fd
@@ -86,12 +93,15 @@ class RemoteCache:
         cache_limit: int | str | None = None,
         *,
         folder: str | os.PathLike | None = None,
+        verify: bool = False,
     ):
         self.store = store
         self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.folder = Path(folder) if folder is not None else self.root / folder_name(store.url.url)
         self.folder = self.folder.absolute()
         self.fs = CacheFolder(self.folder)
+        self.verify = bool(verify)
+        self._verified: set[tuple[str, int, int]] = set()  # (relpath, inode, mtime), here
         self.limit = None if cache_limit is None else parse_size(cache_limit, "cache_limit")
         self.manifest: fmt.Manifest | None = None
         self.entries: dict[str, Entry] = {}
@@ -105,7 +115,7 @@ class RemoteCache:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_version_fd"], state["_pid"] = None, -1
+        state["_version_fd"], state["_pid"], state["_verified"] = None, -1, set()
         return state
 
     # -------------------------------------------------------------------- open
@@ -253,6 +263,9 @@ class RemoteCache:
                 with ThreadPoolExecutor(min(len(absent), 8), "chute-fetch") as pool:
                     fetched = dict(zip(absent, pool.map(self.ensure, absent), strict=True))
             paths = [fetched[rel] if rel in fetched else self.ensure(rel) for rel in relpaths]
+            if self.verify:
+                for rel in relpaths:
+                    self._verify_once(rel)
         except BaseException:
             release_all(fds)
             raise
@@ -324,6 +337,30 @@ class RemoteCache:
             "from the manifest (modified or corrupted after upload); it was not used. Upload "
             "the dataset again"
         )
+
+    def _verify_once(self, relpath: str) -> None:
+        """Check the cached file's checksum, once per file (inode) in this process; a
+        mismatch is downloaded again (:meth:`refetch`)."""
+        st = self.fs.stat(relpath)
+        key = (relpath, st.st_ino, st.st_mtime_ns) if st is not None else None
+        if key in self._verified:
+            return
+        if key is None or file_checksum(self.folder / relpath) != self.entries[relpath].checksum:
+            self.refetch(relpath)
+            st = self.fs.stat(relpath)
+            key = (relpath, st.st_ino, st.st_mtime_ns) if st is not None else None
+        if key is not None:
+            self._verified.add(key)
+
+    def refetch(self, relpath: str) -> Path:
+        """Delete the cached copy of ``relpath`` (a bad one) and download it again, checked."""
+        entry = self.entries[relpath]
+        try:
+            with locked(self.fs, f"{META}/locks/{entry.relpath}.lock"):
+                self.fs.unlink(entry.relpath)
+        except OSError as exc:
+            raise disk_error(exc, self.folder, f"refetching {relpath}") from None
+        return self.ensure_file(entry)
 
     def _inuse(self, relpath: str) -> str:
         return f"{META}/inuse/{relpath}.inuse"
