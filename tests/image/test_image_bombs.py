@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("simplejpeg")
 from _image_files import jpeg
+from _reliability import recorded
 from PIL import Image
 
 import chute
@@ -21,6 +22,45 @@ from chute.image import decode_batch, decode_image, encode_image
 from chute.sources.image_folder import ImageFolder
 
 OPS = [chute.RandomResizedCrop(32)]
+_row = recorded(
+    {
+        "test_jpeg_bomb_is_refused_before_decoding": (
+            "image: JPEG bomb",
+            "a 1 KB JPEG whose header says 30000x30000 (and 65500x65500): decode, encode",
+            "FormatError over the pixel limit, before decoding (was 2.7 GB / MemoryError)",
+        ),
+        "test_png_bomb_is_a_format_error": (
+            "image: PNG bomb",
+            "a PNG header over 2x PIL's MAX_IMAGE_PIXELS: decode, encode",
+            "FormatError (was PIL's DecompressionBombError)",
+        ),
+        "test_the_limit_follows_pils_setting": (
+            "image: pixel limit setting",
+            "PIL.Image.MAX_IMAGE_PIXELS lowered, then None",
+            "the limit follows it",
+        ),
+        "test_folder_with_a_bomb_skips_it": (
+            "image: bomb in an image folder",
+            "from_image_folder with a JPEG and a PNG bomb, on_error skip and raise",
+            "skipped with the reason / SourceError naming the file (aborted before)",
+        ),
+        "test_loaded_header_that_disagrees_with_stored_size": (
+            "image: header vs stored size",
+            "a stored JPEG's header changed to 30000x30000; ds[i], decode_batch, Loader",
+            "FormatError naming the sample, before any buffer is sized",
+        ),
+        "test_loaded_stored_size_over_the_limit": (
+            "image: stored size over the limit",
+            "header and stored size both 30000x30000; ds[i], Loader",
+            "FormatError naming the sample, before any buffer is sized",
+        ),
+        "test_symlink_loops_in_a_folder_end": (
+            "image: symlink loops",
+            "an image folder with two symlink loops and a class that is a link",
+            "each real folder walked once; the scan ends (ran forever before)",
+        ),
+    }
+)
 
 
 def with_size(data: bytes, h: int, w: int) -> bytes:

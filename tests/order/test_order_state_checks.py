@@ -6,9 +6,40 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _reliability import recorded
 
 from chute import Order
 from chute.errors import ArgumentValueError, ChuteError
+
+_row = recorded(
+    {
+        "test_bad_layout_is_refused_before_use": (
+            "order state: layout",
+            "a crafted part-aware layout",
+            "ArgumentValueError before use; the order unchanged (was 3 GB / bare errors)",
+        ),
+        "test_layout_of_another_world_size_still_resumes": (
+            "order state: layout",
+            "a real layout of 3 ranks",
+            "resumes",
+        ),
+        "test_layout_on_an_order_that_is_not_part_aware": (
+            "order state: layout",
+            "a layout given to a plain order",
+            "ArgumentValueError",
+        ),
+        "test_wrong_types_are_chute_errors": (
+            "order state: types",
+            "a saved value of the wrong type",
+            "ArgumentValueError naming the key (was a broadcast ValueError / silent)",
+        ),
+        "test_huge_and_negative_positions": (
+            "order state: positions",
+            "consumed out of range",
+            "a chute error naming 'consumed'",
+        ),
+    }
+)
 
 
 def parts_order() -> Order:

@@ -11,8 +11,24 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+from _reliability import recorded
 
 import chute
+
+_row = recorded(
+    {
+        "test_many_parts_read_under_a_low_descriptor_limit": (
+            "descriptors: many parts",
+            "600 parts read one by one under ulimit -n 256",
+            "every sample read; < 64 fds open (a FormatError 'corrupt' before)",
+        ),
+        "test_out_of_descriptors_names_the_limit": (
+            "descriptors: none left",
+            "every descriptor taken, then ds[i]",
+            "DescriptorLimitError naming the limit, never 'corrupt'",
+        ),
+    }
+)
 
 CHILD = textwrap.dedent(
     """

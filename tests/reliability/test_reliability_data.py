@@ -87,8 +87,9 @@ def test_invalid_utf8_in_a_string_field(tmp_path: Path, record_property) -> None
 
 @pytest.mark.parametrize(
     ("height", "width", "match"),
-    [(0, 50, "stored size is 0x50"), (-4, 50, "stored size is -4x50"), (41, 50, "header says 40x50"),
-     (40.0, 50, "are ints"), (30000, 30000, "header says"), (True, 50, "are ints")],
+    [(0, 50, "stored size is 0x50"), (-4, 50, "stored size is -4x50"),
+     (41, 50, "header says 40x50"), (40.0, 50, "are ints"), (30000, 30000, "header says"),
+     (True, 50, "are ints")],
 )  # fmt: skip
 def test_encoded_images_whose_sizes_lie_are_refused(
     tmp_path: Path, height: object, width: object, match: str, record_property

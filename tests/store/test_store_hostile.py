@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("obstore")
 pytest.importorskip("moto")
 
+from _reliability import recorded
 from _s3server import BUCKET, S3Server, s3, s3_server, small_dataset
 
 import chute
@@ -39,6 +40,107 @@ def url(s3: S3Server, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     url = f"s3://{BUCKET}/{name}/ds.chute"
     upload(small_dataset(tmp_path / "local.chute"), url)
     return url
+
+
+_row = recorded(
+    {
+        "test_part_folder_symlink_gets_no_download": (
+            "cache: symlinked part folder",
+            "part-00001 in the cache is a link to another user's folder; pin, ds[i]",
+            "CacheError naming it; the other folder untouched",
+        ),
+        "test_symlinks_in_bookkeeping_are_refused": (
+            "cache: symlinked bookkeeping",
+            "a link (to another folder or file) in place of a bookkeeping path",
+            "CacheError naming it; its target untouched",
+        ),
+        "test_symlinks_at_temporary_names_are_never_opened": (
+            "cache: links at temporary names",
+            "links planted at identity.json.tmp-PID and chute.json.tmp-PID, then a rebuild",
+            "new O_EXCL random names used; the targets untouched",
+        ),
+        "test_symlink_file_in_the_cache_is_not_read": (
+            "cache: symlinked data file",
+            "a cached x.npy replaced by a link to a copy of the right size",
+            "CacheError: not a regular file; never read",
+        ),
+        "test_cache_folder_is_private": (
+            "cache: permissions",
+            "a new cache folder and part folder",
+            "created 0700",
+        ),
+        "test_cache_folder_of_another_user_is_refused": (
+            "cache: another user's folder",
+            "the cache folder chowned to uid 4321",
+            "CacheError naming the owner",
+        ),
+        "test_cache_folder_itself_a_symlink_is_refused": (
+            "cache: the folder a symlink",
+            "the cache folder is a link to another folder",
+            "CacheError; the target untouched",
+        ),
+        "test_bookkeeping_of_the_wrong_type": (
+            "cache: bookkeeping of the wrong type",
+            "identity.json a JSON list, a folder, 2 MB",
+            "CacheError naming identity.json (was AttributeError / IsADirectoryError)",
+        ),
+        "test_manifest_with_a_huge_content_length_is_refused_unread": (
+            "server: huge Content-Length",
+            "chute.json answered with Content-Length 2^62 (aborted the interpreter before)",
+            "FormatError before any byte is read",
+        ),
+        "test_manifest_that_never_ends_is_cut_at_the_cap": (
+            "server: endless manifest",
+            "chute.json followed by zeros that never end (Content-Length 1 TiB)",
+            "FormatError at the 64 MiB cap; no memory held",
+        ),
+        "test_part_that_never_ends_is_cut_at_its_size": (
+            "server: endless part",
+            "a part file followed by zeros that never end, plain and zstd",
+            "refused on its size, twice, then ChecksumError; nothing left in the cache",
+        ),
+        "test_part_with_junk_appended_is_refused_before_its_body": (
+            "server: junk appended",
+            "a part file with 8 MiB appended (was downloaded whole, twice)",
+            "refused on Content-Length before the body, then ChecksumError",
+        ),
+        "test_zstd_bomb_is_cut_at_the_file_size": (
+            "server: zstd bomb",
+            "a crafted manifest and a 32 KB zstd frame inflating to 1 GiB, cache_limit 1 MB",
+            "cut at the file's size: ChecksumError saying so, never the limit blamed",
+        ),
+        "test_stalled_server_is_a_remote_error_naming_the_object": (
+            "server: stall",
+            "a part sent a byte every 20 ms, or never, timeout 1 s, 1 retry",
+            "RemoteError naming the object after 2 attempts",
+        ),
+        "test_bad_timeouts_are_refused": (
+            "server: timeout option",
+            "storage_options timeout of a bad value",
+            "ArgumentError",
+        ),
+        "test_server_that_stops_answering_mid_epoch_fails_the_loader": (
+            "server: stops answering mid-epoch",
+            "Loader (2 threads) over 3 parts; the server never answers for part 2",
+            "RemoteError naming the object; parts 0 and 1 delivered; no hang",
+        ),
+        "test_redirect_to_another_host_gets_no_session_token": (
+            "server: redirect to another host",
+            "chute.json answered 302 to another host, AWS_SESSION_TOKEN set",
+            "the session token goes along (obstore follows redirects; no option): known",
+        ),
+        "test_changed_cached_file_is_refetched_with_verify_cache": (
+            "cache: a byte changed in place",
+            "a cached part file changed after download; default, then verify_cache=True",
+            "default reads it (documented); verify_cache refetches it once, read correct",
+        ),
+        "test_verify_url_refetches_a_changed_cached_file": (
+            "cache: chute verify URL",
+            "a cached part file changed after download",
+            "verify downloads it again; the next read is correct",
+        ),
+    }
+)
 
 
 def cache_for(url: str, tmp_path: Path) -> RemoteCache:
