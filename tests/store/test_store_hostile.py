@@ -30,7 +30,7 @@ from chute.errors import (
 from chute.manifest import MAX_MANIFEST_BYTES
 from chute.reader.remote import RemoteDataset
 from chute.store import RemoteCache, Store
-from chute.transfer import upload
+from chute.transfer import download, upload
 
 
 @pytest.fixture
@@ -68,6 +68,11 @@ _row = recorded(
             "cache: permissions",
             "a new cache folder and part folder",
             "created 0700",
+        ),
+        "test_downloaded_dataset_keeps_the_umasks_modes": (
+            "download: permissions",
+            "chute download under umask 022",
+            "folders 0755, files 0644 (the cache's own are 0700 / 0600)",
         ),
         "test_cache_folder_of_another_user_is_refused": (
             "cache: another user's folder",
@@ -248,6 +253,18 @@ def test_cache_folder_is_private(url: str, tmp_path: Path) -> None:
     cache.pin_part(0).release()
     assert cache.folder.stat().st_mode & 0o777 == 0o700
     assert (cache.folder / "part-00000").stat().st_mode & 0o077 == 0
+
+
+def test_downloaded_dataset_keeps_the_umasks_modes(url: str, tmp_path: Path) -> None:
+    """``chute download`` stages through the cache's code but makes a dataset to share: its
+    folders and files get the umask's modes, not the cache's private ones."""
+    old = os.umask(0o022)
+    try:
+        out = download(url, tmp_path / "copy.chute")
+    finally:
+        os.umask(old)
+    assert (out / "part-00000").stat().st_mode & 0o777 == 0o755
+    assert (out / "part-00000" / "x.npy").stat().st_mode & 0o777 == 0o644
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")

@@ -99,7 +99,7 @@ class RemoteCache:
         self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.folder = Path(folder) if folder is not None else self.root / folder_name(store.url.url)
         self.folder = self.folder.absolute()
-        self.fs = CacheFolder(self.folder)
+        self.fs = CacheFolder(self.folder, private=folder is None)
         self.verify = bool(verify)
         self._verified: set[tuple[str, int, int]] = set()  # (relpath, inode, mtime), here
         self.limit = None if cache_limit is None else parse_size(cache_limit, "cache_limit")

@@ -28,15 +28,18 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class CacheFolder:
-    """The cache folder at ``path`` (created, ``0700``, with its parents, on first use)."""
+    """The cache folder at ``path`` (created, with its parents, on first use). ``private``:
+    folders ``0700`` and files ``0600`` (a cache); else the umask's (``chute download``'s
+    staging folder, which becomes a dataset others may read)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, private: bool = True):
         self.path = path
+        self.dir_mode, self.file_mode = (0o700, 0o600) if private else (0o777, 0o666)
 
     def _root(self) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
-            os.mkdir(self.path, 0o700)
+            os.mkdir(self.path, self.dir_mode)
         try:
             fd = os.open(self.path, _DIR)
         except OSError as exc:
@@ -63,13 +66,13 @@ class CacheFolder:
     @contextlib.contextmanager
     def opendir(self, reldir: str, create: bool = True) -> Iterator[int]:
         """A descriptor of sub-folder ``reldir`` ('' for the folder), each component opened
-        without following links (created ``0700`` when ``create``)."""
+        without following links (created when ``create``)."""
         fd = self._root()
         try:
             for name in filter(None, reldir.split("/")):
                 if create:
                     with contextlib.suppress(FileExistsError):
-                        os.mkdir(name, 0o700, dir_fd=fd)
+                        os.mkdir(name, self.dir_mode, dir_fd=fd)
                 try:
                     sub = os.open(name, _DIR, dir_fd=fd)
                 except OSError as exc:
@@ -80,12 +83,13 @@ class CacheFolder:
         finally:
             os.close(fd)
 
-    def open(self, rel: str, flags: int, mode: int = 0o600) -> int:
+    def open(self, rel: str, flags: int) -> int:
         """``os.open`` of file ``rel`` (its folder created), never through a link."""
         reldir, _, name = rel.rpartition("/")
         with self.opendir(reldir) as dfd:
             try:
-                return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dfd)
+                flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+                return os.open(name, flags, self.file_mode, dir_fd=dfd)
             except OSError as exc:
                 raise self._refused(self.path / rel, exc) from None
 
