@@ -295,7 +295,7 @@ class Store:
     async def _within(self, step: Any, relpath: str, what: str) -> Any:
         try:
             return await asyncio.wait_for(step, self.timeout)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # not the builtin TimeoutError on 3.10
             raise StalledError(
                 f"{relpath}: no {what} within {self.timeout:g} s (a stalled or too slow "
                 "connection; storage_options={'timeout': seconds} sets the bound)"
@@ -303,14 +303,15 @@ class Store:
 
     @staticmethod
     def _run(coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` to its end in an event loop of its own (on a helper thread when this
-        thread already runs one, as a notebook's does)."""
+        """Run ``coro`` to its end in an event loop of its own, leaving the thread's event
+        loop setting alone (on a helper thread when this thread already runs a loop, as a
+        notebook's does)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(coro)
+            return _in_new_loop(coro)
         with ThreadPoolExecutor(1, "chute-get") as pool:
-            return pool.submit(asyncio.run, coro).result()
+            return pool.submit(_in_new_loop, coro).result()
 
     def put_file(self, path: str | os.PathLike, relpath: str) -> None:
         """Upload the local file ``path`` as ``relpath`` (multipart above the chunk size)."""
@@ -464,6 +465,14 @@ def _classify(exc: BaseException) -> str:
 def _short(exc: BaseException) -> str:
     """The first line of an obstore error (they carry a long debug dump)."""
     return str(exc).strip().split("\n", 1)[0][:400]
+
+
+def _in_new_loop(coro: Coroutine[Any, Any, T]) -> T:
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
 
 
 def _seconds(value: Any) -> float:
