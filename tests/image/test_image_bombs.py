@@ -46,7 +46,8 @@ _row = recorded(
         ),
         "test_loaded_header_that_disagrees_with_stored_size": (
             "image: header vs stored size",
-            "a stored JPEG's header changed to 30000x30000; ds[i], decode_batch, Loader",
+            "a stored JPEG's header changed to 30000x30000; ds[i], decode_batch, Loader "
+            "(threads, and the device decode path on the CPU)",
             "FormatError naming the sample, before any buffer is sized",
         ),
         "test_loaded_stored_size_over_the_limit": (
@@ -158,6 +159,10 @@ def test_loaded_header_that_disagrees_with_stored_size(tmp_path: Path) -> None:
             decode_batch(batch, batch.heights, batch.widths, OPS, np.arange(4), 0, 0, out)
         with pytest.raises(FormatError, match=r"sample 0 .*do not match the JPEG"):
             list(chute.Loader(ds, 4, decode={"image": OPS}))
+        on_device = [chute.RandomResizedCrop(32, device="cpu")]  # the device path checks too
+        batch = next(iter(chute.Loader(ds, 4, shuffle=False, decode={"image": on_device})))
+        with pytest.raises(FormatError, match=r"sample 0 .*30000x30000"):
+            batch["image"].decode()
 
 
 def test_loaded_stored_size_over_the_limit(tmp_path: Path) -> None:

@@ -110,12 +110,19 @@ def check_encoded(e: EncodedImage) -> None:
         raise FormatError(f"an EncodedImage holds bytes, not {type(e.data).__name__}")
     if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (h, w)):
         raise FormatError(f"an EncodedImage's height and width are ints, got {h!r} and {w!r}")
-    if is_jpeg(e.data):
-        hw = jpeg_size(e.data)
+    check_size(e.data, (int(h), int(w)))
+
+
+def check_size(data: Any, size: tuple[int, int]) -> None:
+    """Refuse encoded bytes whose header (JPEG, or any format PIL reads) disagrees with
+    ``size`` (a stored ``(height, width)``), or is over :func:`max_pixels`: a
+    :class:`chute.FormatError`, with nothing decoded."""
+    if is_jpeg(data):
+        hw = jpeg_size(data)
     else:
-        im = _open_header(e.data)
+        im = _open_header(data)
         hw = (im.size[1], im.size[0])
-    _check_header(hw, (int(h), int(w)))
+    _check_header(hw, size)
 
 
 def decode_image(data: Any, size: tuple[int, int] | None = None) -> np.ndarray:
