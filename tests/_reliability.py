@@ -145,3 +145,20 @@ def rss_bytes() -> int:
 
 def shm_entries() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def recorded(rows: dict[str, tuple[str, str, str]]) -> Any:
+    """An autouse fixture recording each test's row from ``rows``: test function name ->
+    (fault, input class, outcome), its parameters added to the input class; for modules
+    outside tests/reliability whose rows docs/reliability.md shows."""
+    import pytest
+
+    @pytest.fixture(autouse=True)
+    def _row(request: pytest.FixtureRequest, record_property: Callable[[str, Any], None]) -> None:
+        fault, inputs, outcome = rows[request.node.originalname]
+        callspec = getattr(request.node, "callspec", None)
+        if callspec is not None:
+            inputs += " [" + ", ".join(f"{k}={v!r}" for k, v in callspec.params.items()) + "]"
+        record(record_property, fault, inputs, 1, outcome)
+
+    return _row

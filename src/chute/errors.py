@@ -90,6 +90,12 @@ class CacheError(ChuteError, OSError):
     the parts in flight, or a folder that holds another dataset."""
 
 
+class DescriptorLimitError(ChuteError, OSError):
+    """The process has no file descriptor left (``EMFILE``, or the system none: ``ENFILE``)
+    to open a dataset file; the message names the limit (``ulimit -n``) and how to raise it.
+    The dataset itself is fine."""
+
+
 class WorkerError(ChuteError, RuntimeError):
     """A loader worker failed; the message carries the worker's traceback."""
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import glob
 import json
 import os
+import secrets
 import stat
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,10 @@ import xxhash
 
 from . import format as fmt
 from .errors import (
+    ChuteError,
     DatasetChangedError,
     DatasetNotFoundError,
+    DescriptorLimitError,
     FormatError,
     SchemaError,
     UnsafePathError,
@@ -59,8 +63,21 @@ def stat_file(file: Path, root: str) -> os.stat_result:
     return st
 
 
-def unreadable(file: Path, exc: OSError) -> FormatError:
-    """The error for a dataset file that exists but cannot be read (``stat`` or ``open``)."""
+def unreadable(file: Path, exc: OSError) -> ChuteError:
+    """The error for a dataset file that exists but cannot be read (``stat`` or ``open``):
+    a :class:`DescriptorLimitError` when the process is out of descriptors, else a
+    :class:`FormatError`."""
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        err = DescriptorLimitError(
+            f"{file} cannot be opened: {exc.strerror} (this process may hold {soft} open "
+            f"files, hard limit {hard}); the dataset is fine. Close files the job keeps open, "
+            "or raise the limit (ulimit -n, or resource.setrlimit(RLIMIT_NOFILE))"
+        )
+        err.errno = exc.errno
+        return err
     why = exc.strerror or type(exc).__name__
     return FormatError(
         f"{file} cannot be read ({why}, errno {exc.errno}): a dataset holds plain readable "
@@ -198,9 +215,11 @@ def write_manifest(folder: Path, manifest: fmt.Manifest) -> None:
     except (TypeError, ValueError) as exc:
         raise SchemaError(f"metadata must be JSON-serialisable: {exc}") from None
     check_metadata(manifest.metadata, SchemaError)
-    tmp = folder / (fmt.MANIFEST + f".tmp-{os.getpid()}")
+    # a new name (O_EXCL, random, no link followed): a name planted in advance is never opened
+    tmp = folder / (fmt.MANIFEST + f".tmp-{os.getpid()}-{secrets.token_hex(6)}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        with open(tmp, "w") as f:
+        with open(os.open(tmp, flags, 0o644), "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

@@ -29,7 +29,9 @@ import chute
 pytestmark = pytest.mark.slow  # a fresh interpreter under a memory cap
 
 MARGIN = 3 * GiB // 2  # headroom for threads' stacks and arenas, torch, numpy
-FAST_S = 15.0  # "quickly": generous for 2 shared cores; unbounded code takes minutes or fails
+# No wall-clock bound: the address-space cap is what tells O(batch) from O(dataset) (a
+# materialised permutation or a read of the whole file fails it), and capped_cases' timeout
+# only guards against a hang.
 
 
 def _cases(tmp: Path) -> list[tuple[str, str, int, str]]:
@@ -110,13 +112,11 @@ def _get(outcomes: dict, case: str) -> dict[str, Any]:
 
 def _assert_ok(res: dict, what: str) -> None:
     assert "ok" in res, f"{what}: {res}"
-    assert res["s"] < FAST_S, f"{what} took {res['s']:.1f} s: not O(batch)"
 
 
 def _assert_chute_error(res: dict, what: str) -> None:
     assert "error" in res and res["chute"], f"{what}: expected a ChuteError, got {res}"
     assert "MemoryError" not in res["error"], f"{what}: {res}"
-    assert res["s"] < FAST_S, f"{what}: the error came after {res['s']:.1f} s"
 
 
 @pytest.mark.parametrize("shuffle", [True, False])
@@ -154,6 +154,5 @@ def test_huge_manifest_is_bounded(outcomes) -> None:
     res = _get(outcomes, "manifest-100MB")
     if "ok" in res:
         assert int(res["ok"]) < 8 << 20, f"the dataset pickles to {int(res['ok'])} bytes"
-        assert res["s"] < FAST_S, res
     else:
         _assert_chute_error(res, "chute.open of a 100 MB manifest")

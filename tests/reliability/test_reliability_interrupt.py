@@ -3,8 +3,10 @@
 The child runs a loop over a chute Loader (worker threads) or chute.dataloader (worker
 processes), is interrupted several times (to its pid alone, and to its whole process group as
 a terminal's Ctrl-C does), and after each KeyboardInterrupt reports what is left: threads,
-child processes, open file descriptors. The parent times each interrupt and checks that
-/dev/shm holds no new segment once the child has exited.
+child processes, open file descriptors. The child also says when each epoch starts: a SIGINT
+after which two more epochs start was swallowed (pressed again, and counted), so nothing here
+depends on how fast a loaded machine runs (waits are generous, only against hangs). The
+parent checks that /dev/shm holds no new segment once the child has exited.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import chute
 
 pytestmark = pytest.mark.slow  # the fault harness: real processes, signals, fuzzing
 
-PROMPT_S = 4.0  # from SIGINT to the loop having unwound and cleaned up
+HANG_S = 120.0  # no line from the child for this long: it hangs
 TORCH_FD_RACE = 2  # fds a rare Ctrl-C may leave open inside torch's DataLoader (see below)
 
 CHILD = textwrap.dedent(
@@ -77,10 +79,14 @@ CHILD = textwrap.dedent(
         workers = None
         try:
             while True:
+                first = True
                 for _ in make():  # (a kept batch would rightly keep its shared memory)
                     if workers is None:
                         workers = [c.pid for c in psutil.Process().children()]
                         print(json.dumps({"ready": k, "workers": workers}), flush=True)
+                    elif first:
+                        print(json.dumps({"epoch": k}), flush=True)
+                    first = False
         except KeyboardInterrupt:
             pass
         deadline = time.monotonic() + 3  # queue feeder threads and workers end asynchronously
@@ -99,14 +105,24 @@ def ds_path(tmp_path_factory) -> Path:
     return chute.write(path, {"x": x, "t": [np.arange(i % 7) for i in range(240)]})
 
 
-def _line(proc: subprocess.Popen, timeout: float) -> dict | None:
-    """The child's next JSON line, or None if none comes within ``timeout`` seconds."""
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    if not ready:
-        return None
+def _line(proc: subprocess.Popen) -> dict:
+    """The child's next JSON line (failing if none comes within ``HANG_S``: a hang)."""
+    ready, _, _ = select.select([proc.stdout], [], [], HANG_S)
+    assert ready, f"no line from the child in {HANG_S:.0f} s: it hangs"
     line = proc.stdout.readline()  # type: ignore[union-attr]
     assert line, "the child died"
     return json.loads(line)
+
+
+def _report(proc: subprocess.Popen) -> dict | None:
+    """The child's report after a SIGINT; None when two epochs start first (it was lost)."""
+    epochs = 0
+    while epochs < 2:
+        line = _line(proc)
+        if "round" in line:
+            return line
+        epochs += "epoch" in line
+    return None
 
 
 @pytest.mark.parametrize("mode", ["loader", "dataloader"])
@@ -122,11 +138,13 @@ def test_sigint_during_iteration(ds_path: Path, tmp_path: Path, mode: str, recor
             start_new_session=True,  # its own process group, as a job in a terminal
         )
     all_workers: set[int] = set()
-    times, lost, slow, extra_fds = [], 0, 0, 0
+    times, lost, extra_fds = [], 0, 0
     try:
         for k in range(rounds):
-            ready = _line(proc, 60)
-            assert ready is not None and ready["ready"] == k, (tmp_path / "stderr").read_text()
+            ready = _line(proc)
+            while "epoch" in ready:  # epochs of the round before its report
+                ready = _line(proc)
+            assert ready.get("ready") == k, (tmp_path / "stderr").read_text()
             all_workers.update(ready["workers"])
             time.sleep(0.1 + 0.05 * k)  # mid-epoch
             t0 = time.monotonic()
@@ -135,9 +153,7 @@ def test_sigint_during_iteration(ds_path: Path, tmp_path: Path, mode: str, recor
                     os.killpg(proc.pid, signal.SIGINT)
                 else:
                     os.kill(proc.pid, signal.SIGINT)
-                report = _line(proc, PROMPT_S)
-                if report is None and (report := _line(proc, PROMPT_S)) is not None:
-                    slow += 1  # stopped, but only after PROMPT_S
+                report = _report(proc)
                 if report is not None:
                     break
                 lost += 1
@@ -176,11 +192,11 @@ def test_sigint_during_iteration(ds_path: Path, tmp_path: Path, mode: str, recor
         f"(a new iterator per epoch); {rounds} interrupts mid-epoch (to the pid, and to the "
         "process group like Ctrl-C)",
         rounds,
-        f"stopped within {max(times):.2f} s of the SIGINT that took; Ctrl-C lost {lost}x, "
-        f"slower than {PROMPT_S:.0f} s {slow}x; threads and processes back to baseline, "
+        f"stopped within the epoch of the SIGINT that took ({max(times):.2f} s at most); "
+        f"Ctrl-C lost {lost}x; threads and processes back to baseline, "
         f"fds +{extra_fds} after the last; no /dev/shm segment left",
     )
     # With worker processes, a Ctrl-C landing while CPython runs a finalizer (torch's iterator
     # of the previous epoch shutting its workers down) is swallowed by CPython ("Exception
     # ignored in __del__"): ~1 in 70 here. Pressing again stops the loop; nothing leaks.
-    assert lost <= (1 if mode == "dataloader" else 0) and slow == 0, (lost, slow)
+    assert lost <= (1 if mode == "dataloader" else 0), lost

@@ -24,7 +24,10 @@ BUCKET = "chute-test"
 class S3Server:
     """moto's S3 on 127.0.0.1:free port. ``requests[(method, key)]`` counts requests;
     ``fail[key] = n``: the next ``n`` requests for key get a 503; ``slow[key] = seconds``:
-    each 64 KiB of a GET body of key waits that long."""
+    each 64 KiB of a GET body of key waits that long; ``answer[key] = fn``: a GET of key is
+    answered by ``fn(headers, body)`` -> (headers, body chunks), given moto's answer (a hostile
+    server: any status as header ``:status``, any length, any pace); ``sent[key]`` counts the
+    body bytes it sent."""
 
     def __init__(self, port: int = 0) -> None:
         from moto.moto_server.werkzeug_app import (
@@ -39,6 +42,8 @@ class S3Server:
         self.log: list[tuple[str, str]] = []
         self.fail: dict[str, int] = {}
         self.slow: dict[str, float] = {}
+        self.answer: dict[str, Any] = {}
+        self.sent: collections.Counter[str] = collections.Counter()
         self._server = make_server(
             "127.0.0.1", port, self, threaded=True, request_handler=MotoRequestHandler
         )
@@ -57,11 +62,27 @@ class S3Server:
             self.fail[key] -= 1
             start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
             return [b"SlowDown"]
+        if method == "GET" and key in self.answer:
+            return self._hostile(key, environ, start_response)
         body = self.app(environ, start_response)
         delay = self.slow.get(key)
         if method == "GET" and delay:
             return _slowly(body, delay)
         return body
+
+    def _hostile(self, key: str, environ: dict[str, Any], start_response: Any) -> Any:
+        got: dict[str, Any] = {}
+
+        def keep(status: str, headers: list[tuple[str, str]], *exc: Any) -> None:
+            got["headers"] = dict(headers)
+
+        body = b"".join(self.app(environ, keep))
+        headers, chunks = self.answer[key](got["headers"], body)
+        status = headers.pop(":status", "200 OK")  # e.g. "302 Found" with a Location
+        start_response(status, list(headers.items()))
+        for chunk in chunks:
+            self.sent[key] += len(chunk)
+            yield chunk
 
     def gets(self, key: str) -> int:
         return self.requests[("GET", key)]

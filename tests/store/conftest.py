@@ -24,6 +24,7 @@ def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Serve
     yield s3_server
     s3_server.fail.clear()
     s3_server.slow.clear()
+    s3_server.answer.clear()
 
 
 @pytest.fixture

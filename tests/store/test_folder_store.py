@@ -36,20 +36,27 @@ def check_object_store(store: ObjectStore, tmp_path: Path) -> None:
     (tmp_path / "local.bin").write_bytes(payload)
     store.put_file(tmp_path / "local.bin", "c.bin")
     sink = io.BytesIO(b"stale bytes, truncated first")
-    assert store.get_to_file("c.bin", sink) == (len(payload), xxhash.xxh3_64_hexdigest(payload))
+    got = store.get_to_file("c.bin", sink, size=len(payload))
+    assert got == (len(payload), xxhash.xxh3_64_hexdigest(payload))
     assert sink.getvalue() == payload
+    with pytest.raises(CorruptObjectError, match="c.bin"):  # not the manifest's size
+        store.get_to_file("c.bin", io.BytesIO(), size=len(payload) - 1)
+    with pytest.raises(CorruptObjectError, match="a/b.bin"):  # over the limit
+        store.get_bytes("a/b.bin", limit=4)
     zstandard = pytest.importorskip("zstandard")
     packed = zstandard.ZstdCompressor().compress(payload)
     store.put_chunks("d.bin.zst", lambda: [packed[:1000], packed[1000:]])
     sink = io.BytesIO()
-    assert store.get_to_file("d.bin.zst", sink, zstd=True) == (
+    assert store.get_to_file("d.bin.zst", sink, size=len(packed), zstd=True) == (
         len(packed),
         xxhash.xxh3_64_hexdigest(packed),
     )
     assert sink.getvalue() == payload
     store.put_bytes("bad.zst", b"not zstd at all")
     with pytest.raises(CorruptObjectError):
-        store.get_to_file("bad.zst", io.BytesIO(), zstd=True)
+        store.get_to_file("bad.zst", io.BytesIO(), size=15, zstd=True)
+    with pytest.raises(CorruptObjectError, match="decompresses to over"):  # a bomb is cut
+        store.get_to_file("d.bin.zst", io.BytesIO(), size=len(packed), zstd=True, out=1000)
     assert sorted(store.list()) == ["a/b.bin", "bad.zst", "c.bin", "d.bin.zst"]
     assert sorted(store.list("a/")) == ["a/b.bin"]
     store.delete("bad.zst")

@@ -44,10 +44,12 @@ class String(VarKind):
         return prepare_var(values, self, name, start, string_row(name))
 
     def sampler(self) -> Sampler:
-        from ..reader.gather import part_values
+        from ..reader.gather import part_values, strings
 
         def sample(col: Mapping[str, np.ndarray], j: int, at: FieldPart) -> str:
-            return part_values(col, j, j + 1, at)[1].tobytes().decode("utf-8", errors="replace")
+            values = part_values(col, j, j + 1, at)[1]
+            where = f"{at.dataset}: field {at.name!r}, sample {at.start + j}"
+            return strings(values, np.array([0, len(values)]), where)[0]
 
         return sample
 
@@ -55,7 +57,8 @@ class String(VarKind):
         from ..reader.gather import part_values, strings
 
         offsets, values = part_values(col, a, b, at)
-        return strings(values, offsets - offsets[0])
+        where = f"{at.dataset}: field {at.name!r}, samples {at.start + a}..{at.start + b - 1}"
+        return strings(values, offsets - offsets[0], where)
 
     def gather(
         self, name: str, pieces: Sequence[Piece], b: int, out: Mapping[str, Any] | None, pad: Any
@@ -63,7 +66,9 @@ class String(VarKind):
         from ..reader.gather import gather_var, strings
 
         rb = gather_var(pieces, self, b)
-        return {name: strings(rb.values.numpy(), rb.offsets.numpy())}
+        dataset = getattr(pieces[0].files, "dataset", None) if pieces else None
+        where = f"{dataset}: field {name!r}" if dataset is not None else f"field {name!r}"
+        return {name: strings(rb.values.numpy(), rb.offsets.numpy(), where)}
 
     def merge_batches(
         self, name: str, b: int, parts: Sequence[tuple[np.ndarray, Any]], out: Any, pad: Any

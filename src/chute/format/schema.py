@@ -106,6 +106,7 @@ def parse_manifest(obj: Any) -> Manifest:
         parts.append(_parse_part(i, p, expected, seen))
     if ROOT_PART in seen and parts[0].name != ROOT_PART:
         raise FormatError("the root part '.' may only be the first part")
+    _check_distinct_files(parts)
     metadata = obj.get("metadata", {})
     if not isinstance(metadata, dict):
         raise FormatError("manifest 'metadata' must be an object")
@@ -116,6 +117,21 @@ def parse_manifest(obj: Any) -> Manifest:
             f"{manifest.num_samples}"
         )
     return manifest
+
+
+def _check_distinct_files(parts: list[PartInfo]) -> None:
+    """No two (part, file) entries may be one file, also on a case-insensitive filesystem
+    (fields ``X`` and ``x``): one file would serve as two."""
+    seen: dict[str, str] = {}
+    for part in parts:
+        for fn in part.files:
+            rel = fn if part.name == ROOT_PART else f"{part.name}/{fn}"
+            other = seen.setdefault(rel.lower(), rel)
+            if other != rel:
+                raise FormatError(
+                    f"the files {other!r} and {rel!r} are one file on a case-insensitive "
+                    "filesystem: a manifest lists each file once"
+                )
 
 
 def _name_error(name: Any) -> type[FormatError]:

@@ -107,10 +107,18 @@ def check_shape(shape: Any, *, allow_none: bool) -> tuple:
 
 
 def check_field_name(name: Any) -> str:
-    if not isinstance(name, str) or not FIELD_NAME.fullmatch(name):
+    """``name`` if it may name a field: its files are ``NAME.npy`` & co. in each part's
+    folder, so no path tricks, and no first segment that names a part folder
+    (``part-00001/x`` of the root part would be part 1's ``x``)."""
+    if (
+        not isinstance(name, str)
+        or not FIELD_NAME.fullmatch(name)
+        or PART_NAME.fullmatch(name.split("/", 1)[0].lower())
+    ):
         raise SchemaError(
             f"field name {name!r} is not allowed: use ASCII letters, digits, '_' and '-' "
-            "(nested names as 'group/name'); no '.', '..', or leading '/'"
+            "(nested names as 'group/name'); no '.', '..', or leading '/', and no first "
+            "segment like a part folder ('part-NNNNN')"
         )
     return name
 

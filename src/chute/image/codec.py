@@ -16,6 +16,12 @@ Orientation: the EXIF orientation tag is applied (``ImageOps.exif_transpose``) b
 anything else, so the stored image is upright and its stored height/width are those of the
 upright image; the tag itself is not kept (the stored JPEG has no EXIF).
 
+Decompression bombs: no image larger than :func:`max_pixels` (twice PIL's
+``Image.MAX_IMAGE_PIXELS``, where PIL itself refuses one: 179 Mpx by default; raise that
+setting to accept bigger images) is decoded, and the size is read from the header first, so a
+small file whose header claims a huge image is a :class:`chute.FormatError` before any pixel
+is allocated.
+
 JPEG decoding uses simplejpeg (libjpeg-turbo; releases the GIL, 1.7x Pillow's decode on
 photos: ``benchmarks/image_decoders.py``); both are in ``pip install 'chute[image]'``.
 """
@@ -36,8 +42,9 @@ __all__ = ["EncodedImage", "decode_image", "encode_image", "is_jpeg", "jpeg_size
 class EncodedImage(NamedTuple):
     """What :func:`encode_image` returns and a :class:`chute.fields.Image` field stores per sample:
     the JPEG bytes and the upright image's height and width. A :class:`chute.Writer` stores
-    one as it is (it was checked when it was made), so encoding can happen elsewhere, e.g. in
-    a pool of threads (:func:`chute.from_image_folder` does)."""
+    one as it is, after :func:`check_encoded` (its header agrees with its height and width),
+    so encoding can happen elsewhere, e.g. in a pool of threads
+    (:func:`chute.from_image_folder` does)."""
 
     data: bytes
     height: int
@@ -72,28 +79,85 @@ def jpeg_size(data: Any) -> tuple[int, int]:
     return int(h), int(w)
 
 
-def decode_image(data: Any) -> np.ndarray:
+def max_pixels() -> int | None:
+    """The most pixels (height * width) of an image chute decodes: twice PIL's
+    ``Image.MAX_IMAGE_PIXELS`` (where PIL raises ``DecompressionBombError``), read at each
+    call; None when that setting is None (no limit)."""
+    limit = _pil().MAX_IMAGE_PIXELS
+    return None if limit is None else 2 * int(limit)
+
+
+def check_pixels(height: int, width: int) -> None:
+    """Refuse an image over :func:`max_pixels` (or of a size that is not positive) with a
+    :class:`chute.FormatError`, before anything is allocated for it."""
+    limit = max_pixels()
+    if height < 1 or width < 1:
+        raise FormatError(f"an image of {height}x{width} pixels: its size must be positive")
+    if limit is not None and height * width > limit:
+        raise FormatError(
+            f"an image of {height}x{width} ({height * width:,} pixels) is over the limit of "
+            f"{limit:,} pixels (a decompression bomb?); raise PIL.Image.MAX_IMAGE_PIXELS "
+            "(half the limit) to accept it"
+        )
+
+
+def check_encoded(e: EncodedImage) -> None:
+    """Refuse an :class:`EncodedImage` whose height and width are not positive ints that its
+    bytes' header agrees with (read without decoding, ~2 us), or over :func:`max_pixels`:
+    loaders plan crops and size buffers from the stored sizes."""
+    h, w = e.height, e.width
+    if not isinstance(e.data, (bytes, bytearray)):
+        raise FormatError(f"an EncodedImage holds bytes, not {type(e.data).__name__}")
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (h, w)):
+        raise FormatError(f"an EncodedImage's height and width are ints, got {h!r} and {w!r}")
+    check_size(e.data, (int(h), int(w)))
+
+
+def check_size(data: Any, size: tuple[int, int]) -> None:
+    """Refuse encoded bytes whose header (JPEG, or any format PIL reads) disagrees with
+    ``size`` (a stored ``(height, width)``), or is over :func:`max_pixels`: a
+    :class:`chute.FormatError`, with nothing decoded."""
+    if is_jpeg(data):
+        hw = jpeg_size(data)
+    else:
+        im = _open_header(data)
+        hw = (im.size[1], im.size[0])
+    _check_header(hw, size)
+
+
+def decode_image(data: Any, size: tuple[int, int] | None = None) -> np.ndarray:
     """Decode an encoded image to uint8 ``(3, H, W)`` RGB, equal to PIL's
     ``np.asarray(Image.open(...).convert("RGB"))`` moved channels first. JPEGs go through
-    simplejpeg (GIL released), other formats through PIL. A corrupt or truncated image raises
-    :class:`chute.FormatError`."""
+    simplejpeg (GIL released), other formats through PIL. A corrupt or truncated image, one
+    over :func:`max_pixels`, or one whose header disagrees with ``size`` (its stored
+    ``(height, width)``, when given) raises :class:`chute.FormatError` before decoding."""
     if is_jpeg(data):
+        _check_header(jpeg_size(data), size)
         try:
             hw3 = _simplejpeg().decode_jpeg(data, "RGB")
         except ValueError as exc:
             raise FormatError(f"corrupt or truncated JPEG: {exc}") from None
     else:
-        hw3 = np.asarray(_open(data).convert("RGB"))
+        hw3 = np.asarray(_open(data, size).convert("RGB"))
     return np.ascontiguousarray(hw3.transpose(2, 0, 1))
 
 
-def _open(data: Any) -> Any:
-    """A fully loaded PIL image from encoded bytes (errors -> FormatError)."""
-    Image = _pil()
+def _check_header(hw: tuple[int, int], size: tuple[int, int] | None) -> None:
+    if size is not None and tuple(size) != hw:
+        raise FormatError(
+            f"its header says {hw[0]}x{hw[1]} but its stored size is {size[0]}x{size[1]}"
+        )
+    check_pixels(*hw)
+
+
+def _open(data: Any, size: tuple[int, int] | None = None) -> Any:
+    """A fully loaded PIL image from encoded bytes, its header checked first (errors ->
+    FormatError)."""
+    im = _open_header(data)
+    _check_header((im.size[1], im.size[0]), size)
     try:
-        im = Image.open(io.BytesIO(data))
         im.load()
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+    except (OSError, ValueError, SyntaxError) as exc:
         raise FormatError(f"not a decodable image: {exc}") from None
     return im
 
@@ -133,12 +197,13 @@ def encode_image(x: Any, max_side: int | None = None, quality: int = 90) -> Enco
 def _keep_as_is(data: bytes, max_side: int | None) -> tuple[int, int] | None:
     """``(h, w)`` when the JPEG ``data`` can be stored unchanged, else None. It must decode
     fully (a truncated file is caught here, decoded at 1/8 scale to be quick: the entropy
-    decoding still reads every byte), be YCbCr or gray, fit ``max_side`` and carry no EXIF
-    rotation."""
+    decoding still reads every byte; ``min_factor`` would not scale), be YCbCr or gray,
+    within :func:`max_pixels`, fit ``max_side`` and carry no EXIF rotation."""
     sj = _simplejpeg()
     try:
         h, w, colorspace, _ = sj.decode_jpeg_header(data)
-        sj.decode_jpeg(data, "RGB", min_factor=8)
+        check_pixels(h, w)
+        sj.decode_jpeg(data, "RGB", min_height=1, min_width=1)
     except ValueError as exc:
         raise FormatError(f"corrupt or truncated JPEG: {exc}") from None
     if colorspace not in _KEEP_COLORSPACES or (max_side is not None and max(h, w) > max_side):
@@ -154,17 +219,21 @@ def _orientation(data: bytes) -> int | None:
     return im.getexif().get(0x0112)
 
 
-def _open_header(data: bytes) -> Any:
+def _open_header(data: Any) -> Any:
+    """A PIL image of encoded bytes with only its header read (errors, and PIL's own
+    ``DecompressionBombError``, -> FormatError)."""
+    Image = _pil()
     try:
-        return _pil().open(io.BytesIO(data))
-    except (OSError, ValueError, SyntaxError) as exc:
+        return Image.open(io.BytesIO(data))
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise FormatError(f"not a decodable image: {exc}") from None
 
 
 def _open_for_encode(data: bytes, max_side: int | None) -> Any:
-    """Open and load encoded bytes; a JPEG larger than needed is decoded DCT-scaled
-    (``draft``), never below ``max_side`` on either side."""
+    """Open and load encoded bytes (the header checked first); a JPEG larger than needed is
+    decoded DCT-scaled (``draft``), never below ``max_side`` on either side."""
     im = _open_header(data)
+    check_pixels(im.size[1], im.size[0])
     if max_side is not None and im.format == "JPEG":
         im.draft(im.mode, (max_side, max_side))
     try:

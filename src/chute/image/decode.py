@@ -37,7 +37,7 @@ import torch
 from .. import _compat
 from ..buffers import thread_scratch
 from ..errors import ArgumentError, FormatError, require
-from .codec import decode_image, is_jpeg
+from .codec import check_pixels, decode_image, is_jpeg
 from .ops import Plan, plan
 
 __all__ = [
@@ -158,6 +158,7 @@ def decode_planned(
         return out
     h = np.asarray(heights, dtype=np.int64).reshape(-1)
     w = np.asarray(widths, dtype=np.int64).reshape(-1)
+    _check_headers(bufs, h, w, indices, sj.decode_jpeg_header)  # before sizing any buffer
     dh, dw, boxes, exact = scaled_boxes(p, h, w)
     by_torch = exact & _TORCH_RESIZE
     # Boxes in decoded pixels, as python floats for PIL (one tolist, not one per number);
@@ -256,6 +257,24 @@ def _header_size(sj: Any, buf: Any, ih: int, iw: int) -> tuple[int, int] | None:
     except ValueError:
         return None
     return int(height), int(width)
+
+
+def _check_headers(
+    bufs: Sequence[Any], h: np.ndarray, w: np.ndarray, indices: Any, header: Any
+) -> None:
+    """Each stored size within the pixel limit, and each JPEG's header (~2 us) agreeing
+    with it: the scratch buffers are sized from the stored sizes, so neither a crafted size
+    nor a crafted header makes them huge (other formats are checked by PIL's path)."""
+    for i, buf in enumerate(bufs):
+        try:
+            check_pixels(int(h[i]), int(w[i]))
+            hw = tuple(header(buf)[:2]) if is_jpeg(buf) else None
+        except FormatError as exc:
+            raise FormatError(_where(indices, i) + str(exc)) from None
+        except ValueError as exc:  # simplejpeg: an unreadable header
+            raise FormatError(_where(indices, i) + f"corrupt or truncated JPEG: {exc}") from None
+        if hw is not None and hw != (h[i], w[i]):
+            raise FormatError(_where(indices, i) + _mismatch(h[i], w[i]))
 
 
 def _mismatch(h: int, w: int) -> str:

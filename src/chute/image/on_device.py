@@ -27,7 +27,7 @@ import torch
 
 from ..device import register_batch_hook
 from ..errors import ArgumentValueError, FormatError, MissingDependencyError
-from .codec import decode_image
+from .codec import check_size, decode_image
 
 __all__ = ["DeviceImages", "check_device", "decode_images"]
 
@@ -82,6 +82,11 @@ class DeviceImages:
         dev = torch.device(self.device if device is None else device)
         o = self.offsets.tolist()
         datas = [self.values[o[i] : o[i + 1]] for i in range(len(self))]
+        for i, d in enumerate(datas):  # headers against stored sizes, before any allocation
+            try:
+                check_size(d.numpy(), (int(self.sizes[i][0]), int(self.sizes[i][1])))
+            except FormatError as exc:
+                raise FormatError(f"{self.where}: sample {int(self.indices[i])} {exc}") from None
         if dev.type == "cuda":
             io = _torchvision_io()
             try:

@@ -63,6 +63,7 @@ _INSTEAD = "iterate over Order.plan() / Order.batches(), which compute one batch
 STATE_VERSION = 2  # of state_dict(); a state without "version" (chute 0.1) loads as version 1
 # Version 2: the part-aware order became a sliding window (chute/order/parts.py). A version 1
 # state loads unless it is of a part-aware order (it has "layout"): that order is gone.
+MAX_WORLD = 1 << 20  # ranks a saved part-aware layout may name
 _STATE_KEYS = (
     "epoch",
     "consumed",
@@ -332,7 +333,7 @@ class Order:
                 f"with the keys {', '.join(_STATE_KEYS)}"
             )
         version = state.get("version", 1)
-        if version not in (1, STATE_VERSION):
+        if not _same_int(version, 1) and not _same_int(version, STATE_VERSION):
             raise ArgumentValueError(
                 f"the saved order state has version {version!r}; this chute reads versions 1 "
                 f"and {STATE_VERSION}: resume with the chute that saved it"
@@ -346,7 +347,7 @@ class Order:
             )
         mine = {**self.state_dict(), "parts": None if self.parts is None else len(self.parts)}
         for key in _STATE_KEYS[3:9]:  # what the order depends on
-            if key in state and state[key] != mine[key]:
+            if key in state and not _same(state[key], mine[key]):
                 raise ArgumentValueError(
                     f"the saved order has {key}={state[key]!r} but this one has "
                     f"{key}={mine[key]!r}; resume with the same dataset and {key}"
@@ -357,11 +358,35 @@ class Order:
             raise ArgumentValueError(
                 f"state['consumed'] is {consumed} but the dataset has {self.n}"
             )
+        layout = self._checked_layout(state.get("layout"))
         self._epoch, self._consumed = epoch, consumed
         self._chosen = True
-        layout = state.get("layout")
-        self._layout = None if layout is None else (epoch, int(layout[0]), int(layout[1]))
+        self._layout = None if layout is None else (epoch, *layout)
         self._cache = None
+
+    def _checked_layout(self, layout: Any) -> tuple[int, int] | None:
+        """A saved ``layout`` ([world size, batch size] of a part-aware epoch) checked before
+        anything is sized from it: two ints, the world size at most ``MAX_WORLD`` and the
+        samples (the part-aware order's tables are O(world size))."""
+        if layout is None:
+            return None
+        if self.parts is None:
+            raise ArgumentValueError(
+                "the saved order state has a 'layout', which only a part-aware order "
+                "(shuffle='parts') saves: resume with the same shuffle"
+            )
+        ok = isinstance(layout, (list, tuple)) and len(layout) == 2
+        if not ok or not all(_same_int(v, v) and v >= 1 for v in layout):
+            raise ArgumentValueError(
+                f"state['layout'] must be [world size, batch size], two ints >= 1, got {layout!r}"
+            )
+        world, batch = int(layout[0]), int(layout[1])
+        if world > max(1, min(self.n, MAX_WORLD)):
+            raise ArgumentValueError(
+                f"state['layout'] says a world size of {world}, more than the {self.n} samples "
+                f"(or {MAX_WORLD} ranks): not a state this dataset's order saved"
+            )
+        return world, batch
 
     def __repr__(self) -> str:
         return (
@@ -370,6 +395,22 @@ class Order:
             f"drop_last={self.drop_last}, block_size={self.block_size}, epoch={self._epoch}, "
             f"consumed={self._consumed})"
         )
+
+
+def _same_int(saved: Any, mine: int) -> bool:
+    """``saved`` is an int (not a bool) equal to ``mine``."""
+    ok = isinstance(saved, (int, np.integer)) and not isinstance(saved, (bool, np.bool_))
+    return ok and int(saved) == mine
+
+
+def _same(saved: Any, mine: Any) -> bool:
+    """A saved state's value equals this order's (an int, a bool or None), whatever its
+    type: never a comparison that raises or broadcasts."""
+    if mine is None:
+        return saved is None
+    if isinstance(mine, bool):
+        return isinstance(saved, (bool, np.bool_)) and bool(saved) == mine
+    return _same_int(saved, mine)
 
 
 def _identity(positions: np.ndarray) -> np.ndarray:

@@ -11,17 +11,25 @@ memory-mapped on first use, after checking that it is still the file ``open()`` 
 replaced since ``open()`` (``overwrite=True``) is thus a :class:`DatasetChangedError`, never a
 mix of the old and the new data.
 
-Maps are read-only (``ACCESS_READ``): reads share the OS page cache across processes, and
-nothing in the process can change what later reads see (a write into a map raises).
+Maps are read-only (``PROT_READ``): reads share the OS page cache across processes, and
+nothing in the process can change what later reads see (a write into a map raises). A map
+holds no file descriptor (Python's ``mmap`` keeps a duplicate open per map: a dataset of
+600 parts would need 600+ descriptors under a default ``ulimit -n`` of 1024): the file is
+opened, mapped, closed. Out of descriptors, opening one is a
+:class:`~chute.errors.DescriptorLimitError` naming the limit, never a corrupt-dataset error.
 """
 
 from __future__ import annotations
 
 import builtins
+import ctypes
+import functools
 import math
 import mmap
 import os
+import sys
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,7 +236,7 @@ class Files:
                     arr = np.empty(got_shape, got)
                     f.readinto(arr.reshape(-1).view(np.uint8).data)
                 else:
-                    buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    buf = map_readonly(f.fileno(), st.st_size)
                     arr = np.frombuffer(buf, got, nbytes // got.itemsize, offset)
                     arr = arr.reshape(got_shape)
         except FileNotFoundError:  # gone since open(): the dataset was replaced or removed
@@ -280,3 +288,36 @@ class Files:
                     f"offsets (0..{int(offsets[-1])}) and inner shape {inner}"
                 )
         return col
+
+
+def map_readonly(fd: int, size: int) -> memoryview:
+    """A read-only, shared map of the ``size`` (> 0) bytes of open file ``fd`` that does not
+    keep ``fd`` (nor a duplicate) open: the caller closes it; the map lives until nothing
+    refers to the returned view. Python 3.13's ``mmap(trackfd=False)``, else libc's mmap."""
+    if sys.version_info >= (3, 13):
+        kw = {"trackfd": False}  # keyword of 3.13+
+        return memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_READ, **kw))
+    libc = _libc()
+    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr is None or addr == ctypes.c_void_p(-1).value:  # MAP_FAILED
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    buf = (ctypes.c_char * size).from_address(addr)
+    weakref.finalize(buf, libc.munmap, addr, size)
+    return memoryview(buf).cast("B").toreadonly()
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int64,  # off_t: 64 bits on the 64-bit POSIX systems chute runs on
+    ]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc

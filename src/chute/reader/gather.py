@@ -379,7 +379,22 @@ def check_gather_args(
                 )
 
 
-def strings(values: np.ndarray, offsets: np.ndarray) -> list[str]:
-    """The UTF-8 strings ``values[offsets[i]:offsets[i+1]]`` of a String field's batch."""
+def strings(values: np.ndarray, offsets: np.ndarray, where: str) -> list[str]:
+    """The UTF-8 strings ``values[offsets[i]:offsets[i+1]]`` of a String field's batch.
+    Bytes that are not valid UTF-8 (chute writes only valid UTF-8: the file is corrupt or
+    crafted) are a :class:`FormatError` naming ``where`` (dataset and field) and the sample
+    in the batch, never replaced silently."""
     raw = values.tobytes()
-    return [raw[i:j].decode("utf-8", "replace") for i, j in itertools.pairwise(offsets.tolist())]
+    bounds = list(itertools.pairwise(offsets.tolist()))
+    try:
+        return [raw[i:j].decode("utf-8") for i, j in bounds]
+    except UnicodeDecodeError:
+        for k, (i, j) in enumerate(bounds):
+            try:
+                raw[i:j].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise FormatError(
+                    f"{where}, sample {k} of the batch: not valid UTF-8 ({exc.reason} at byte "
+                    f"{exc.start}); chute writes UTF-8 only, so the file is corrupt or crafted"
+                ) from None
+        raise

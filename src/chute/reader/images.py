@@ -111,13 +111,14 @@ def decode_sample(
     from ..image.codec import decode_image
 
     where = f"{dataset}: field {name!r}, sample {index}"
-    try:
-        chw = decode_image(data)
+    stored = (int(size[0]), int(size[1]))
+    try:  # the header is checked against the stored size (and the pixel limit) first
+        chw = decode_image(data, stored)
     except FormatError as exc:
         raise FormatError(f"{where}: {exc}") from None
-    if chw.shape[1:] != tuple(size.tolist()):
+    if chw.shape[1:] != stored:
         raise FormatError(
             f"{where}: the image decodes to {chw.shape[1:]} but its stored size is "
-            f"{tuple(size.tolist())}; the dataset is corrupt"
+            f"{stored}; the dataset is corrupt"
         )
     return torch.from_numpy(chw)

@@ -18,6 +18,7 @@ def open(
     cache_dir: str | os.PathLike | None = None,
     cache_limit: int | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    verify_cache: bool = False,
 ) -> Dataset:
     """Open the dataset at ``path`` lazily: reads the manifest and checks each file's size, so
     its time grows with the number of files (~0.1 s for 1,000 parts), never with the samples.
@@ -29,7 +30,9 @@ def open(
     are then downloaded into a node-local cache under ``cache_dir`` (default
     ``$CHUTE_CACHE_DIR`` or ``~/.cache/chute``) when first read, keeping at most
     ``cache_limit`` bytes (``"20GB"``; None: no eviction); ``storage_options`` go to the
-    storage client (credentials come from the provider's environment variables otherwise).
+    storage client (credentials come from the provider's environment variables otherwise);
+    ``verify_cache=True`` checks each cached file's checksum once per process (a bad copy is
+    downloaded again).
     See ``docs/remote.md`` and :mod:`chute.reader.remote`.
     """
     if is_url(path):
@@ -42,6 +45,7 @@ def open(
             cache_dir=cache_dir,
             cache_limit=cache_limit,
             storage_options=storage_options,
+            verify_cache=verify_cache,
         )
     if cache_dir is not None or cache_limit is not None or storage_options is not None:
         raise ArgumentError(

@@ -122,11 +122,12 @@ class RemoteDataset(Dataset):
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        verify_cache: bool = False,
     ):
         # a store: a Store's retries, backoff and timeout, or any ObjectStore (chute.open
         # passes a URL)
         store = url if isinstance(url, ObjectStore) else Store(url, storage_options)
-        cache = RemoteCache(store, cache_dir, cache_limit)
+        cache = RemoteCache(store, cache_dir, cache_limit, verify=verify_cache)
         cache.open()
         self._init(cache, None if fields is None else list(fields), False)
 

@@ -16,7 +16,9 @@ def verify(path: str | os.PathLike, progress: bool = False) -> int:
     """Check sizes, headers and checksums of every file; returns the bytes checked.
 
     Raises :class:`chute.ChecksumError` naming every file whose content changed. ``path``
-    may be a URL: every file is downloaded into the cache (checked), then checked again there.
+    may be a URL: every file is downloaded into the cache (checked), then checked again there;
+    a cached copy that no longer matches is downloaded again (a ChecksumError when the
+    stored object itself does not match).
     """
     ds = open_dataset(path)  # checks the manifest, paths and sizes
     if isinstance(ds, RemoteDataset):  # a URL: download every file (each checked) first
@@ -30,7 +32,11 @@ def verify(path: str | os.PathLike, progress: bool = False) -> int:
                 for name, f in ds.schema.items():
                     for fn in f.files(name).values():
                         file = part.folder / fn
-                        if file_checksum(file) != part.files[fn].checksum:
+                        if file_checksum(file) == part.files[fn].checksum:
+                            pass
+                        elif isinstance(ds, RemoteDataset):  # a bad cached copy: fetched
+                            ds.cache.refetch(os.path.relpath(file, ds.cache.folder))  # again
+                        else:
                             bad.append(str(file))
                         bar.update(part.files[fn].nbytes)
         # Checksums first: a changed offsets file is named as such, not by the values file

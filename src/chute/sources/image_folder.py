@@ -18,6 +18,7 @@ threads (PIL and simplejpeg release the GIL), in file order, with a progress bar
 
 A file that cannot be decoded raises :class:`chute.SourceError` naming it
 (``on_error="raise"``), or is left out and recorded in ``skipped`` (``on_error="skip"``).
+Symlinked folders are followed, each real folder once: a symlink loop ends the walk there.
 """
 
 from __future__ import annotations
@@ -121,7 +122,14 @@ class ImageFolder:
         other files go to ``ignored``."""
         images = []
         tree = []
-        for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+        walked: set[tuple[int, int]] = set()  # (device, inode): each folder once, so
+        for dirpath, dirnames, filenames in os.walk(top, followlinks=True):  # symlink loops end
+            st = os.stat(dirpath)
+            if (st.st_dev, st.st_ino) in walked:
+                dirnames.clear()
+                continue
+            walked.add((st.st_dev, st.st_ino))
+            dirnames.sort()  # a folder reached twice is kept under its first name in order
             hidden = [d for d in dirnames if d.startswith(".")]
             dirnames[:] = [d for d in dirnames if not d.startswith(".")]
             tree.append((dirpath, hidden, filenames))

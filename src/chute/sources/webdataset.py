@@ -141,8 +141,12 @@ class WebDatasetSource(Source):
             return
         with tempfile.TemporaryDirectory(prefix="chute-shard-") as tmp:
             local = Path(tmp) / "shard"
+            name = shard.rpartition("/")[2]
+            info = self._store.head(name)  # its size bounds the download
+            if info is None:
+                raise DatasetNotFoundError(f"{shard}: no such object in the bucket")
             with open(local, "wb+") as f:
-                self._store.get_to_file(shard.rpartition("/")[2], f)
+                self._store.get_to_file(name, f, size=int(info["size"]))
             yield local
 
     def _members(self, shard: Path | str) -> Iterator[tuple[str, str, bytes]]:

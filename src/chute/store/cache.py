@@ -16,13 +16,23 @@ hidden ``.chute-cache/`` sub-folder holds the bookkeeping:
   the file (its mtime is the file's last use, for LRU). The evictor deletes a file only
   while it holds the exclusive lock, taken without waiting: a pinned file is never evicted.
 
-A download goes to a temporary name beside its destination (``.NAME.tmp-PID-RANDOM``), is
+Every path in the folder is opened relative to it, never through a symlink (see
+:mod:`chute.store.folder`): a link planted in the cache is an error, never a write elsewhere.
+A download goes to a new temporary name beside its destination (``.NAME.tmp-PID-RANDOM``,
+``O_EXCL``), is
 checked against the manifest's size and xxh3 (refetched once on a mismatch, then a
 :class:`ChecksumError`; never used), then put in place with ``os.replace``: a file at its
 final name is always complete and checked. Temporary files of a killed process are removed by
 the next downloader of the same file (it holds the file's lock, so they are stale). Files are
 not fsync'ed: the cache can always be fetched again, and ext4/xfs flush a file replaced by a
 rename before the rename itself.
+
+Trust: a file in the cache was checked (size and xxh3) when it was downloaded; each pin checks
+again that it is a regular file (no link) of the manifest's size, but not its bytes: a byte
+changed in place afterwards (by another user of a shared disk, a faulty disk) is read as is.
+``verify=True`` (``chute.open(url, verify_cache=True)``) also checks each file's checksum once
+per process (the first pin of that file there; about a second per GB), and a mismatching
+cached file is downloaded again; ``chute verify URL`` does the same for every file.
 
 ``cache_limit``: before a download, least-recently-used files that nobody pins are evicted
 until the cache plus the new file fit. If pinned files alone exceed the limit the download
@@ -36,7 +46,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import secrets
 import shutil
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,15 +62,19 @@ from ..errors import (
     ChecksumError,
     DatasetChangedError,
     DatasetNotFoundError,
+    FormatError,
 )
-from ..manifest import write_manifest
+from ..manifest import MAX_MANIFEST_BYTES, file_checksum, write_manifest
+from .cache_folder import CacheFolder
 from .client import CorruptObjectError
 from .locks import Pin, lock_fd, locked, release_all, unlock_fd
 from .manifest import Entry, parse_remote_manifest
 from .object_store import ObjectStore
-from .paths import PayloadHash, default_cache_dir, disk_error, folder_name, mismatch, present
+from .paths import PayloadHash, default_cache_dir, disk_error, folder_name, mismatch
 
 META = ".chute-cache"
+IDENTITY = f"{META}/identity.json"
+MAX_RECORD = 1 << 20  # identity.json holds a URL and a hash
 
 
 class RemoteCache:
@@ -81,11 +94,15 @@ class RemoteCache:
         cache_limit: int | str | None = None,
         *,
         folder: str | os.PathLike | None = None,
+        verify: bool = False,
     ):
         self.store = store
         self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.folder = Path(folder) if folder is not None else self.root / folder_name(store.url.url)
         self.folder = self.folder.absolute()
+        self.fs = CacheFolder(self.folder, private=folder is None)
+        self.verify = bool(verify)
+        self._verified: set[tuple[str, int, int]] = set()  # (relpath, inode, mtime), here
         self.limit = None if cache_limit is None else parse_size(cache_limit, "cache_limit")
         self.manifest: fmt.Manifest | None = None
         self.entries: dict[str, Entry] = {}
@@ -99,7 +116,7 @@ class RemoteCache:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_version_fd"], state["_pid"] = None, -1
+        state["_version_fd"], state["_pid"], state["_verified"] = None, -1, set()
         return state
 
     # -------------------------------------------------------------------- open
@@ -110,6 +127,11 @@ class RemoteCache:
         url = self.store.url
         try:
             raw = self.store.get_bytes(fmt.MANIFEST)
+        except CorruptObjectError as exc:
+            raise FormatError(
+                f"{url.join(fmt.MANIFEST)} is not a chute manifest: {exc} (at most "
+                f"{MAX_MANIFEST_BYTES:,} bytes); it was not read"
+            ) from None
         except DatasetNotFoundError as exc:
             raise DatasetNotFoundError(
                 f"{url} is not a chute dataset: {exc} (an unfinished upload has no "
@@ -118,8 +140,7 @@ class RemoteCache:
         manifest, entries = parse_remote_manifest(raw, url.join(fmt.MANIFEST))
         identity = {"url": url.url, "manifest_xxh3": xxhash.xxh3_64_hexdigest(raw)}
         try:
-            self.meta.mkdir(parents=True, exist_ok=True)
-            with locked(self.meta / "folder.lock"):
+            with locked(self.fs, f"{META}/folder.lock"):
                 self._bind(identity, manifest)
                 self._attach(identity)
         except OSError as exc:
@@ -128,14 +149,8 @@ class RemoteCache:
         return manifest
 
     def _bind(self, identity: dict[str, str], manifest: fmt.Manifest) -> None:
-        file = self.meta / "identity.json"
-        try:
-            old = json.loads(file.read_text())
-        except FileNotFoundError:
-            old = None
-        except ValueError:
-            old = {}
-        if old is None and any(p.name != META for p in self.folder.iterdir()):
+        old = self._read_identity()
+        if old is None and any(name != META for name in self.fs.listdir("")):
             raise CacheError(
                 f"{self.folder} holds files but no chute cache record: it is not a cache "
                 f"folder; refusing to use it for {identity['url']} (pass another cache_dir)"
@@ -148,18 +163,32 @@ class RemoteCache:
         if old != identity:
             if old is not None:
                 self._rebuild(old)
-            tmp = file.with_name(f"identity.json.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(identity))
-            os.replace(tmp, file)
+            self.fs.write(IDENTITY, json.dumps(identity).encode())
         if not (self.folder / fmt.MANIFEST).is_file() or old != identity:
             write_manifest(
                 self.folder, fmt.Manifest(manifest.fields, manifest.parts, manifest.metadata)
             )
 
+    def _read_identity(self) -> dict[str, Any] | None:
+        """The folder's ``identity.json`` (None when absent)."""
+        raw = self.fs.read(IDENTITY, MAX_RECORD)
+        if raw is None:
+            return None
+        try:
+            old = json.loads(raw)
+        except ValueError:
+            old = None
+        if not isinstance(old, dict):
+            raise CacheError(
+                f"{self.folder / IDENTITY} is not a cache record (a JSON object): the cache "
+                "folder is damaged; delete it, or pass another cache_dir"
+            )
+        return old
+
     def _rebuild(self, old: dict[str, Any]) -> None:
         """Delete the files of the older version that this folder caches (the remote
         dataset was rewritten); refused while a process still has that version open."""
-        fd = lock_fd(self.meta / "version.lock", fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = lock_fd(self.fs, f"{META}/version.lock", fcntl.LOCK_EX | fcntl.LOCK_NB)
         if fd is None:
             raise CacheError(
                 f"{self.folder} caches an older version of {old.get('url')} (the dataset was "
@@ -188,13 +217,9 @@ class RemoteCache:
         identity = identity or self._identity
         if identity is None:
             raise CacheError(f"{self.folder}: call open() before using the cache")
-        self._version_fd = lock_fd(self.meta / "version.lock", fcntl.LOCK_SH)
+        self._version_fd = lock_fd(self.fs, f"{META}/version.lock", fcntl.LOCK_SH)
         self._pid = os.getpid()
-        try:
-            current = json.loads((self.meta / "identity.json").read_text())
-        except (OSError, ValueError):
-            current = None
-        if current != identity:
+        if self._read_identity() != identity:
             self.close()
             raise DatasetChangedError(
                 f"{self.folder} now caches another version of {identity['url']} (the "
@@ -229,7 +254,7 @@ class RemoteCache:
         fds: list[int] = []
         try:
             for rel in relpaths:
-                fd = lock_fd(self._inuse(rel), fcntl.LOCK_SH)
+                fd = lock_fd(self.fs, self._inuse(rel), fcntl.LOCK_SH)
                 assert fd is not None
                 fds.append(fd)
                 os.utime(fd)  # last use, for LRU
@@ -239,6 +264,9 @@ class RemoteCache:
                 with ThreadPoolExecutor(min(len(absent), 8), "chute-fetch") as pool:
                     fetched = dict(zip(absent, pool.map(self.ensure, absent), strict=True))
             paths = [fetched[rel] if rel in fetched else self.ensure(rel) for rel in relpaths]
+            if self.verify:
+                for rel in relpaths:
+                    self._verify_once(rel)
         except BaseException:
             release_all(fds)
             raise
@@ -246,7 +274,13 @@ class RemoteCache:
 
     def _cached(self, relpath: str) -> bool:
         entry = self.entries.get(relpath)
-        return entry is not None and present(self.folder / entry.relpath, entry.nbytes)
+        return entry is not None and self._present(entry)
+
+    def _present(self, entry: Entry) -> bool:
+        """A regular file at its final name is complete and was checked; the size guards
+        against an outside edit."""
+        st = self.fs.stat(entry.relpath)
+        return st is not None and st.st_size == entry.nbytes
 
     def ensure(self, relpath: str) -> Path:
         """The local path of manifest file ``relpath``, downloaded and checked if absent.
@@ -260,46 +294,77 @@ class RemoteCache:
         """Download ``entry`` once per node into the cache folder, checked (see the module
         docstring); returns its path."""
         dst = self.folder / entry.relpath
-        if present(dst, entry.nbytes):
+        if self._present(entry):
             return dst
         try:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            with locked(self.meta / "locks" / (entry.relpath + ".lock")):
-                if present(dst, entry.nbytes):  # another process fetched it meanwhile
+            with locked(self.fs, f"{META}/locks/{entry.relpath}.lock"):
+                if self._present(entry):  # another process fetched it meanwhile
                     return dst
-                for stale in dst.parent.glob(f".{dst.name}.tmp-*"):  # a dead downloader's
-                    stale.unlink(missing_ok=True)
+                reldir = entry.relpath.rpartition("/")[0]
+                for name in self.fs.listdir(reldir):  # a dead downloader's temporary files
+                    if name.startswith(f".{dst.name}.tmp-"):
+                        self.fs.unlink(f"{reldir}/{name}" if reldir else name)
                 self.evict(entry.nbytes)
-                self._download(entry, dst)
+                self._download(entry)
         except OSError as exc:
             where = self.store.url.join(entry.key)
             raise disk_error(exc, self.folder, f"downloading {where}") from None
         return dst
 
-    def _download(self, entry: Entry, dst: Path) -> None:
+    def _download(self, entry: Entry) -> None:
         why = ""
         for _ in range(2):  # a mismatch is refetched once
-            tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+            fd, tmp = self.fs.create_temp(entry.relpath)
             try:
-                with open(tmp, "wb") as f:
+                with open(fd, "wb", closefd=True) as f:
                     written = PayloadHash(f)
-                    got = self.store.get_to_file(entry.key, written, zstd=entry.stored is not None)
-                why = mismatch(tmp, entry, got, written)
+                    got = self.store.get_to_file(
+                        entry.key,
+                        written,
+                        size=entry.nbytes if entry.stored is None else entry.stored[0],
+                        zstd=entry.stored is not None,
+                        out=entry.nbytes,
+                    )
+                why = mismatch(self.folder / tmp, entry, got, written)
                 if not why:
-                    os.replace(tmp, dst)
+                    self.fs.replace(tmp, entry.relpath)
                     return
             except CorruptObjectError as exc:
                 why = str(exc)
             finally:
-                tmp.unlink(missing_ok=True)
+                self.fs.unlink(tmp)
         raise ChecksumError(
             f"{self.store.url.join(entry.key)}: {why}, in two downloads: the object differs "
             "from the manifest (modified or corrupted after upload); it was not used. Upload "
             "the dataset again"
         )
 
-    def _inuse(self, relpath: str) -> Path:
-        return self.meta / "inuse" / (relpath + ".inuse")
+    def _verify_once(self, relpath: str) -> None:
+        """Check the cached file's checksum, once per file (inode) in this process; a
+        mismatch is downloaded again (:meth:`refetch`)."""
+        st = self.fs.stat(relpath)
+        key = (relpath, st.st_ino, st.st_mtime_ns) if st is not None else None
+        if key in self._verified:
+            return
+        if key is None or file_checksum(self.folder / relpath) != self.entries[relpath].checksum:
+            self.refetch(relpath)
+            st = self.fs.stat(relpath)
+            key = (relpath, st.st_ino, st.st_mtime_ns) if st is not None else None
+        if key is not None:
+            self._verified.add(key)
+
+    def refetch(self, relpath: str) -> Path:
+        """Delete the cached copy of ``relpath`` (a bad one) and download it again, checked."""
+        entry = self.entries[relpath]
+        try:
+            with locked(self.fs, f"{META}/locks/{entry.relpath}.lock"):
+                self.fs.unlink(entry.relpath)
+        except OSError as exc:
+            raise disk_error(exc, self.folder, f"refetching {relpath}") from None
+        return self.ensure_file(entry)
+
+    def _inuse(self, relpath: str) -> str:
+        return f"{META}/inuse/{relpath}.inuse"
 
     # --------------------------------------------------------------- eviction
 
@@ -311,14 +376,11 @@ class RemoteCache:
         """(relpath, bytes, last use) of each manifest file present in the folder."""
         out = []
         for rel in self.entries:
-            try:
-                st = os.stat(self.folder / rel)
-            except FileNotFoundError:
+            st = self.fs.stat(rel)
+            if st is None:
                 continue
-            try:
-                used = os.stat(self._inuse(rel)).st_mtime
-            except FileNotFoundError:
-                used = st.st_mtime
+            pin = self.fs.stat(self._inuse(rel))
+            used = st.st_mtime if pin is None else pin.st_mtime
             out.append((rel, st.st_size, max(used, st.st_mtime)))
         return out
 
@@ -327,18 +389,18 @@ class RemoteCache:
         limit (nothing without a limit); returns the bytes freed."""
         if self.limit is None:
             return 0
-        with locked(self.meta / "evict.lock"):
+        with locked(self.fs, f"{META}/evict.lock"):
             files = self._present_files()
             total = sum(size for _, size, _ in files)
             freed = 0
             for rel, size, _ in sorted(files, key=lambda f: f[2]):
                 if total - freed + need <= self.limit:
                     break
-                fd = lock_fd(self._inuse(rel), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fd = lock_fd(self.fs, self._inuse(rel), fcntl.LOCK_EX | fcntl.LOCK_NB)
                 if fd is None:
                     continue  # pinned by some process
                 try:
-                    (self.folder / rel).unlink(missing_ok=True)
+                    self.fs.unlink(rel)
                     freed += size
                 finally:
                     unlock_fd(fd)

@@ -15,24 +15,34 @@ Every request is retried on 5xx answers, dropped connections and timeouts, at mo
 ``retries`` times with exponential backoff and jitter, then raises :class:`RemoteError`; a
 download that fails midway restarts from its first byte. A missing bucket or key is a
 :class:`DatasetNotFoundError`, refused or missing credentials a :class:`RemoteError` that
-says how to provide them: neither is retried. So a training loop never hangs on storage: a
-stalled connection is cut after ``timeout`` seconds without a byte.
+says how to provide them: neither is retried.
+
+Nothing a server sends is trusted to be bounded. A download must get its answer's headers,
+then each 1 MiB of its body (``STREAM_CHUNK``), within ``timeout`` seconds (default 15, so at
+least ~70 KB/s), else it is cut and retried: a server that stalls or trickles surfaces as a
+:class:`RemoteError` naming the object after at most ``(retries + 1) * timeout`` seconds plus
+the backoff (about 100 s by default). Its size is bounded by what the caller expects: the
+``Content-Length`` is checked before any byte is read, and the stream is cut as soon as it
+(or, decompressed, its output) passes the bound, so neither memory nor disk ever holds more.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import xxhash
 
 from ..errors import ArgumentError, DatasetNotFoundError, RemoteError, require
+from ..manifest import MAX_MANIFEST_BYTES
 from .url import URL, parse_url
 
 T = TypeVar("T")
@@ -56,7 +66,9 @@ class Sink(Protocol):
 
 CHUNK = 8 << 20  # multipart upload chunk size
 STREAM_CHUNK = 1 << 20  # download chunks: written (and hashed) while the next ones arrive;
-# 8 MiB chunks measured 10-15% slower per GET on loopback (a first GET 20-30% slower)
+# 8 MiB chunks measured 10-15% slower per GET on loopback (a first GET 20-30% slower). Each
+# must arrive within the timeout: the minimum rate is STREAM_CHUNK / timeout.
+TIMEOUT = 15.0  # default seconds for a request's headers, and for each chunk of a download
 EXTRA = "remote"
 
 # storage_options keys that configure obstore's HTTP client rather than the store
@@ -77,7 +89,6 @@ _CLIENT_KEYS = frozenset(
         "randomize_addresses",
         "read_timeout",
         "root_certificate",
-        "timeout",
         "user_agent",
     }
 )
@@ -99,8 +110,12 @@ class _LocalError(Exception):
 
 
 class CorruptObjectError(Exception):
-    """A stored object could not be decoded (bad zstd data): the cache treats it as a
-    checksum mismatch (refetched once, then a ChecksumError)."""
+    """A stored object could not be decoded (bad zstd data), or is not the size expected:
+    the cache treats it as a checksum mismatch (refetched once, then a ChecksumError)."""
+
+
+class StalledError(Exception):
+    """A request got no answer, or a download no progress, within the timeout (retried)."""
 
 
 class Store:
@@ -108,7 +123,9 @@ class Store:
 
     ``retries``: attempts after the first for a failed request (5xx, connection, timeout);
     ``backoff``: the first wait in seconds, doubled each retry (with jitter, at most 10 s);
-    ``timeout``: seconds without a byte after which a request is cut (and retried).
+    ``timeout``: seconds within which a download must get its headers and then each 1 MiB
+    of its body, and other requests a byte, else the request is cut (and retried); also
+    taken from ``storage_options={"timeout": seconds}``.
     ``stats`` counts this process's requests and bytes (``get``, ``put``, ``bytes_in``,
     ``bytes_out``, ``retries``).
     """
@@ -120,7 +137,7 @@ class Store:
         *,
         retries: int = 5,
         backoff: float = 0.25,
-        timeout: float = 30.0,
+        timeout: float = TIMEOUT,
     ):
         self.url = parse_url(url)
         if storage_options is not None and not isinstance(storage_options, Mapping):
@@ -128,9 +145,10 @@ class Store:
                 f"storage_options must be a dict, got {type(storage_options).__name__}"
             )
         self.storage_options = dict(storage_options or {})
+        timeout = self.storage_options.pop("timeout", timeout)
         if not isinstance(retries, int) or retries < 0:
             raise ArgumentError(f"retries must be an int >= 0, got {retries!r}")
-        self.retries, self.backoff, self.timeout = retries, float(backoff), float(timeout)
+        self.retries, self.backoff, self.timeout = retries, float(backoff), _seconds(timeout)
         self.stats = {"get": 0, "put": 0, "bytes_in": 0, "bytes_out": 0, "retries": 0}
         self._client: Any = None
         self._pid = -1
@@ -165,8 +183,8 @@ class Store:
         options = dict(self.storage_options)
         client = {k: options.pop(k) for k in list(options) if k in _CLIENT_KEYS}
         client.setdefault("connect_timeout", f"{max(1, int(self.timeout // 3))}s")
-        client.setdefault("read_timeout", f"{int(self.timeout)}s")
-        client.setdefault("timeout", "24h")  # a whole large part; stalls are cut by read_timeout
+        client.setdefault("read_timeout", f"{max(1, int(self.timeout))}s")
+        client["timeout"] = "24h"  # a whole large part; downloads are bounded per chunk instead
         endpoint = str(options.get("endpoint") or _env_endpoint(self.url.scheme) or "")
         if endpoint.startswith("http://") or self.url.scheme == "http":
             client.setdefault("allow_http", True)
@@ -199,40 +217,41 @@ class Store:
 
     # ------------------------------------------------------------------- requests
 
-    def get_bytes(self, relpath: str) -> bytes:
-        """The whole object ``relpath`` (small ones: the manifest)."""
-        obs = require("obstore", EXTRA)
+    def get_bytes(self, relpath: str, limit: int = MAX_MANIFEST_BYTES) -> bytes:
+        """The whole object ``relpath`` (small ones: the manifest), at most ``limit`` bytes:
+        a bigger one is a :class:`CorruptObjectError`, found before or while reading."""
 
         def get() -> bytes:
-            data = bytes(obs.get(self.client(), relpath).bytes())
-            self._count("get", "bytes_in", len(data))
-            return data
+            data = bytearray()
+            self._run(self._stream(relpath, limit, False, data.extend))
+            return bytes(data)
 
         return self.call("read", relpath, get)
 
-    def get_to_file(self, relpath: str, file: Sink, *, zstd: bool = False) -> tuple[int, str]:
-        """Stream object ``relpath`` into the open ``file`` (decompressed when ``zstd``),
-        in chunks, never all in memory. Returns the object's stored size and xxh3_64.
-        A retry truncates ``file`` and starts over; a local write error (disk full) is
-        raised as is, not retried."""
-        obs = require("obstore", EXTRA)
+    def get_to_file(
+        self, relpath: str, file: Sink, *, size: int, zstd: bool = False, out: int | None = None
+    ) -> tuple[int, str]:
+        """Stream object ``relpath`` (``size`` bytes) into the open ``file`` (decompressed
+        when ``zstd``, into at most ``out`` bytes), in chunks, never all in memory. Returns
+        the object's stored size and xxh3_64. An object of another size, or that decompresses
+        to more, is a :class:`CorruptObjectError` as soon as that shows (before its first
+        byte when the server says its size). A retry truncates ``file`` and starts over; a
+        local write error (disk full) is raised as is, not retried."""
 
         def get() -> tuple[int, str]:
             file.seek(0)
             file.truncate()
             h = xxhash.xxh3_64()
-            n = 0
-            sink: Any = file
+            sink: Any = _Capped(file, relpath, size if out is None else out)
             if zstd:
                 zstandard = require("zstandard", EXTRA)
-                sink = zstandard.ZstdDecompressor().stream_writer(file, closefd=False)
-            result = obs.get(self.client(), relpath)
-            self._count("get", "bytes_in", 0)
-            for chunk in result.stream(min_chunk_size=STREAM_CHUNK):
+                sink = zstandard.ZstdDecompressor().stream_writer(sink, closefd=False)
+
+            def write(chunk: bytes) -> None:
                 h.update(chunk)
-                n += len(chunk)
-                self.stats["bytes_in"] += len(chunk)
                 _write(sink, chunk, relpath)
+
+            n = self._run(self._stream(relpath, size, True, write))
             _write(sink, None, relpath)
             return n, h.hexdigest()
 
@@ -240,6 +259,59 @@ class Store:
             return self.call("read", relpath, get)
         except _LocalError as exc:
             raise exc.exc from None
+
+    async def _stream(
+        self, relpath: str, limit: int, exact: bool, write: Callable[[bytes], None]
+    ) -> int:
+        """GET ``relpath`` and ``write`` its body chunk by chunk; the headers and each chunk
+        must come within ``timeout``, the body be at most ``limit`` bytes (exactly, when
+        ``exact``). Returns the body's size."""
+        obs = require("obstore", EXTRA)
+        result = await self._within(obs.get_async(self.client(), relpath), relpath, "answer")
+        self._count("get", "bytes_in", 0)
+        said = result.meta.get("size")
+        if isinstance(said, int) and (said > limit or (exact and said != limit)):
+            raise CorruptObjectError(
+                f"{relpath}: the store says {said} bytes, {_want(limit, exact)}"
+            )
+        chunks = result.stream(min_chunk_size=STREAM_CHUNK).__aiter__()
+        n = 0
+        while True:
+            try:
+                chunk = await self._within(chunks.__anext__(), relpath, "1 MiB of the body")
+            except StopAsyncIteration:
+                break
+            n += len(chunk)
+            self.stats["bytes_in"] += len(chunk)
+            if n > limit:
+                raise CorruptObjectError(
+                    f"{relpath}: over {limit} bytes were sent, {_want(limit, exact)}"
+                )
+            write(chunk)
+        if exact and n != limit:
+            raise CorruptObjectError(f"{relpath}: {n} bytes were sent, {_want(limit, exact)}")
+        return n
+
+    async def _within(self, step: Any, relpath: str, what: str) -> Any:
+        try:
+            return await asyncio.wait_for(step, self.timeout)
+        except asyncio.TimeoutError:  # not the builtin TimeoutError on 3.10
+            raise StalledError(
+                f"{relpath}: no {what} within {self.timeout:g} s (a stalled or too slow "
+                "connection; storage_options={'timeout': seconds} sets the bound)"
+            ) from None
+
+    @staticmethod
+    def _run(coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` to its end in an event loop of its own, leaving the thread's event
+        loop setting alone (on a helper thread when this thread already runs a loop, as a
+        notebook's does)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return _in_new_loop(coro)
+        with ThreadPoolExecutor(1, "chute-get") as pool:
+            return pool.submit(_in_new_loop, coro).result()
 
     def put_file(self, path: str | os.PathLike, relpath: str) -> None:
         """Upload the local file ``path`` as ``relpath`` (multipart above the chunk size)."""
@@ -393,6 +465,51 @@ def _classify(exc: BaseException) -> str:
 def _short(exc: BaseException) -> str:
     """The first line of an obstore error (they carry a long debug dump)."""
     return str(exc).strip().split("\n", 1)[0][:400]
+
+
+def _in_new_loop(coro: Coroutine[Any, Any, T]) -> T:
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def _seconds(value: Any) -> float:
+    """A timeout in seconds: a positive number, or a string such as ``"30s"`` / ``"2m"``."""
+    text = str(value).strip()
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    unit = next((u for u in ("ms", "s", "m", "h") if text.endswith(u)), "")
+    try:
+        seconds = float(text[: len(text) - len(unit)]) * scale.get(unit, 1.0)
+    except ValueError:
+        seconds = -1.0
+    if isinstance(value, bool) or not 0 < seconds < float("inf"):
+        raise ArgumentError(f"timeout must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def _want(limit: int, exact: bool) -> str:
+    return f"the manifest says {limit}" if exact else f"more than the {limit} allowed"
+
+
+class _Capped:
+    """The file a download is written into, refusing to grow past ``limit`` bytes (a zstd
+    frame that inflates beyond the file it should be is cut, not written out)."""
+
+    def __init__(self, file: Sink, relpath: str, limit: int):
+        self.file, self.relpath, self.limit, self.n = file, relpath, limit, 0
+
+    def write(self, data: Any) -> int:
+        self.n += memoryview(data).nbytes
+        if self.n > self.limit:
+            raise CorruptObjectError(
+                f"{self.relpath}: decompresses to over {self.limit} bytes, the manifest's size"
+            )
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
 
 
 def _write(sink: Any, chunk: bytes | None, relpath: str) -> None:

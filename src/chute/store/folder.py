@@ -14,7 +14,16 @@ from typing import Any
 import xxhash
 
 from ..errors import ArgumentError, DatasetNotFoundError, require
-from .client import EXTRA, STREAM_CHUNK, _LocalError, _write
+from ..manifest import MAX_MANIFEST_BYTES
+from .client import (
+    EXTRA,
+    STREAM_CHUNK,
+    CorruptObjectError,
+    _Capped,
+    _LocalError,
+    _want,
+    _write,
+)
 from .url import URL, parse_url
 
 __all__ = ["FolderStore"]
@@ -43,34 +52,44 @@ class FolderStore:
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise DatasetNotFoundError(f"{self.url.join(relpath)}: no such object") from None
 
-    def get_bytes(self, relpath: str) -> bytes:
+    def get_bytes(self, relpath: str, limit: int = MAX_MANIFEST_BYTES) -> bytes:
         with self._open(relpath) as f:
-            data: bytes = f.read()
+            data: bytes = f.read(limit + 1)
+        if len(data) > limit:
+            raise CorruptObjectError(f"{relpath}: over {limit} bytes, {_want(limit, False)}")
         self.stats["get"] += 1
         self.stats["bytes_in"] += len(data)
         return data
 
-    def get_to_file(self, relpath: str, file: Any, *, zstd: bool = False) -> tuple[int, str]:
+    def get_to_file(
+        self, relpath: str, file: Any, *, size: int, zstd: bool = False, out: int | None = None
+    ) -> tuple[int, str]:
         with self._open(relpath) as src:
             file.seek(0)
             file.truncate()
-            sink = file
+            sink: Any = _Capped(file, relpath, size if out is None else out)
             if zstd:
                 sink = (
                     require("zstandard", EXTRA)
                     .ZstdDecompressor()
-                    .stream_writer(file, closefd=False)
+                    .stream_writer(sink, closefd=False)
                 )
             h, n = xxhash.xxh3_64(), 0
             self.stats["get"] += 1
             try:
                 while chunk := src.read(STREAM_CHUNK):
-                    h.update(chunk)
                     n += len(chunk)
+                    if n > size:
+                        raise CorruptObjectError(
+                            f"{relpath}: over {size} bytes, {_want(size, True)}"
+                        )
+                    h.update(chunk)
                     _write(sink, chunk, relpath)
                 _write(sink, None, relpath)
             except _LocalError as exc:
                 raise exc.exc from None
+        if n != size:
+            raise CorruptObjectError(f"{relpath}: {n} bytes, {_want(size, True)}")
         self.stats["bytes_in"] += n
         return n, h.hexdigest()
 

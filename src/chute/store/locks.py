@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .cache_folder import CacheFolder
+
 # descriptors of this process's flocks (pins, version locks): a forked child closes its
 # copies, so that it does not keep its parent's locks alive (see _close_after_fork)
 _fds: set[int] = set()
@@ -34,11 +36,11 @@ def _close_after_fork() -> None:
     os.register_at_fork(after_in_child=close)
 
 
-def lock_fd(path: Path, flags: int) -> int | None:
-    """Open ``path`` (created) and ``flock`` it; None when ``LOCK_NB`` and it is taken."""
+def lock_fd(folder: CacheFolder, rel: str, flags: int) -> int | None:
+    """Open ``rel`` in ``folder`` (created, never through a link) and ``flock`` it; None
+    when ``LOCK_NB`` and it is taken."""
     _close_after_fork()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    fd = folder.open(rel, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, flags)
     except BlockingIOError:
@@ -64,8 +66,8 @@ def unlock_fd(fd: int | None) -> None:
 
 
 @contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    fd = lock_fd(path, fcntl.LOCK_EX)
+def locked(folder: CacheFolder, rel: str) -> Iterator[None]:
+    fd = lock_fd(folder, rel, fcntl.LOCK_EX)
     try:
         yield
     finally:

@@ -24,14 +24,18 @@ class ObjectStore(Protocol):
     url: URL
     stats: dict[str, int]
 
-    def get_bytes(self, relpath: str) -> bytes:
-        """The whole object (small ones: the manifest)."""
+    def get_bytes(self, relpath: str, limit: int = ...) -> bytes:
+        """The whole object (small ones: the manifest), at most ``limit`` bytes (more is a
+        :class:`~chute.store.client.CorruptObjectError`)."""
         ...
 
-    def get_to_file(self, relpath: str, file: Any, *, zstd: bool = False) -> tuple[int, str]:
-        """Stream the object into the open binary ``file`` (decompressed when ``zstd``: bad
-        zstd data is a :class:`~chute.store.client.CorruptObjectError`); returns its stored
-        size and xxh3_64 hex digest."""
+    def get_to_file(
+        self, relpath: str, file: Any, *, size: int, zstd: bool = False, out: int | None = None
+    ) -> tuple[int, str]:
+        """Stream the object (``size`` bytes, as the manifest says) into the open binary
+        ``file`` (decompressed when ``zstd``, into at most ``out`` bytes); returns its stored
+        size and xxh3_64 hex digest. Another size, more than ``out`` decompressed, or bad zstd
+        data is a :class:`~chute.store.client.CorruptObjectError`."""
         ...
 
     def put_file(self, path: str | os.PathLike, relpath: str) -> None:

@@ -1,5 +1,5 @@
 """Where a remote dataset's cache lives, and the checks of what is in it: the default cache
-folder, a URL's sub-folder, whether a file is in place and the one it should be, and the
+folder, a URL's sub-folder, whether a download is the file it should be, and the
 error for a full or unwritable disk under the cache."""
 
 from __future__ import annotations
@@ -32,15 +32,6 @@ def folder_name(url: str) -> str:
     """The cache sub-folder of a URL: its last segment (readable) and a hash (unique)."""
     tail = re.sub(r"[^A-Za-z0-9_.\-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:64]
     return f"{tail or 'dataset'}-{xxhash.xxh3_64_hexdigest(url.encode())[:16]}"
-
-
-def present(path: Path, nbytes: int) -> bool:
-    """A file at its final name is complete and was checked; the size guards against an
-    outside edit."""
-    try:
-        return os.stat(path).st_size == nbytes
-    except FileNotFoundError:
-        return False
 
 
 class PayloadHash:

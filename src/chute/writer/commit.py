@@ -319,7 +319,7 @@ def commit_append(staging: Path, path: Path, old: fmt.Manifest, new: fmt.Manifes
     try:
         with writing(path):
             for stale in path.glob(fmt.MANIFEST + ".tmp-*"):  # a crashed append's manifest
-                pid = stale.name.rpartition("-")[2]
+                pid = stale.name.removeprefix(fmt.MANIFEST + ".tmp-").split("-")[0]  # PID-RANDOM
                 if pid.isdigit() and not _pid_alive(int(pid)):
                     stale.unlink(missing_ok=True)
             for info in new.parts:

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import ArgumentError, FormatError, SchemaError
-from ..image.codec import EncodedImage, encode_image
+from ..image.codec import EncodedImage, check_encoded, encode_image
 from .var_batch import VarBatch
 
 __all__ = ["is_image", "prepare_images"]
@@ -52,9 +52,10 @@ def prepare_images(values: Any, f: fmt.Image, name: str, start: int) -> VarBatch
 
     def one(i: int) -> EncodedImage:
         v = values[i]
-        if isinstance(v, EncodedImage):
-            return v
         try:
+            if isinstance(v, EncodedImage):
+                check_encoded(v)
+                return v
             return encode_image(v, f.max_side, f.quality)
         except (ArgumentError, FormatError) as exc:
             raise SchemaError(f"field {name!r}, sample {start + i}: {exc}") from None

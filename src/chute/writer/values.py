@@ -335,7 +335,7 @@ def infer_schema(sample: Mapping[str, Any]) -> dict[str, fmt.Field]:
         raise SchemaError(
             f"a sample must be a non-empty dict of field -> value, got {type(sample)}"
         )
-    return {fmt.check_field_name(k): infer_field(k, v) for k, v in sample.items()}
+    return check_schema({fmt.check_field_name(k): infer_field(k, v) for k, v in sample.items()})
 
 
 def check_schema(schema: Mapping[str, Any]) -> dict[str, fmt.Field]:
@@ -345,8 +345,14 @@ def check_schema(schema: Mapping[str, Any]) -> dict[str, fmt.Field]:
             "schema must be a non-empty dict of field name -> chute.fields.Tensor/Ragged/..."
         )
     out = {}
+    folded: dict[str, str] = {}
     for name, f in schema.items():
         fmt.check_field_name(name)
+        if folded.setdefault(name.lower(), name) != name:  # one file on macOS / Windows
+            raise SchemaError(
+                f"fields {folded[name.lower()]!r} and {name!r} differ only in case: their files "
+                "would be one on a case-insensitive filesystem; rename one"
+            )
         if not fmt.is_field(f):
             raise SchemaError(f"field {name!r}: {f!r} is not a chute field kind")
         out[name] = f
