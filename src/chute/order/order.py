@@ -4,7 +4,7 @@ The epoch's *global order* is a permutation of ``range(n)`` that depends only on
 epoch and ``block_size``. With ``shuffle=True`` it is a :class:`~chute.order.permute.Permutation`
 (a Feistel network), with ``block_size`` a :class:`~chute.order.blocks.BlockPermutation`, with
 ``parts=`` a :class:`~chute.order.parts.PartPermutation`; none is ever materialised: a rank's
-batches are computed a chunk of ~16k positions at a time (:class:`~chute.order.plan.Plan`),
+batches are computed a chunk of ~32k positions at a time (:class:`~chute.order.plan.Plan`),
 O(chunk) memory, a few us a batch, so an order over billions of samples costs nothing up front.
 (chute 0.1 used ``rng.permutation(n)``: a seed gives another order than 0.1's; the properties
 below are the same.)

@@ -101,7 +101,7 @@ def mix(
 
 
 _KEEP_PERMS = 64  # Permutations a Mix keeps (a few per source and epoch are in use at once)
-_KEEP_LOCATED = 4  # chunks of positions a Mix keeps located (~16k positions each)
+_KEEP_LOCATED = 4  # chunks of positions a Mix keeps located (~32k positions each)
 
 
 class Mix:
@@ -223,8 +223,8 @@ class Mix:
     def prepare(self, positions: np.ndarray, epoch: int) -> None:
         """Locate ``positions`` of ``epoch`` now, in one call, for the :meth:`locate` (and
         :meth:`gather`) of any run of them later. The loaders call it with each chunk of
-        ~16k positions their order computes, of which each batch is a run: a permutation of
-        256 random positions costs ~50 us in numpy calls, of 16k a few ns a position."""
+        ~32k positions their order computes, of which each batch is a run: a permutation of
+        256 random positions costs ~50 us in numpy calls, of 32k a few ns a position."""
         pos = np.array(positions, np.int64)
         src, idx = self._locate(pos, epoch)
         self._located.append((epoch, pos, src, idx))
