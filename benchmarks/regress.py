@@ -24,10 +24,10 @@ is the steady state of a training run):
 * ``ds[i] us``: one 2-field CIFAR-like sample, against a budget of 10 us;
 * ``dataloader / Loader``: ``chute.dataloader(ds, 256, num_workers=2,
   persistent_workers=True)`` (processes) over the thread Loader with 2 threads, CIFAR-like,
-  shuffled;
+  shuffled (``benchmarks/dataloader_procs.py``'s ``measure_dataloader_ratio``);
 * ``per-sample dataloader / DataLoader``: ``chute.dataloader(..., sample_transform=tokenize)``
   over a plain torch ``DataLoader`` of a Python list doing the same per-sample tokenizing,
-  20k short documents, 2 workers each;
+  20k short documents, 2 workers each (``measure_per_sample_ratio`` there);
 * ``images Loader / bare decode``: ``chute.Loader(decode={"image": [RandomResizedCrop(160),
   RandomHorizontalFlip()]})`` over the bare decode + crop + resize loop of
   ``benchmarks/images.py``, 2 threads each, on ``--images`` photos (needs simplejpeg and
@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from _common import RESULTS, table, write_json
+from dataloader_procs import documents, measure_dataloader_ratio, measure_per_sample_ratio
 
 import chute
 
@@ -182,35 +182,6 @@ def token_docs(folder: Path, n: int) -> chute.Dataset:
     return chute.open(folder / "tokens")
 
 
-def documents(n: int) -> list[str]:
-    rng = np.random.default_rng(3)
-    words = [f"w{i}" for i in range(5000)]
-    return [" ".join(rng.choice(words, int(k))) for k in rng.integers(5, 60, n)]
-
-
-def tokenize(sample: dict[str, Any]) -> dict[str, Any]:
-    """The per-sample work: a whitespace tokenizer with a hashed vocabulary."""
-    ids = [hash(w) % 50_000 for w in sample["text"].split()]
-    return {"ids": torch.tensor(ids, dtype=torch.int64)}
-
-
-class TextList(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    """The plain-torch baseline: a Python list of documents, tokenized per sample."""
-
-    def __init__(self, texts: list[str]) -> None:
-        self.texts = texts
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return tokenize({"text": self.texts[i]})
-
-
-def ragged_collate(samples: list[dict[str, Any]]) -> list[Any]:
-    return [s["ids"] for s in samples]
-
-
 # ------------------------------------------------------------------ the rows
 
 
@@ -255,35 +226,20 @@ def getitem_row(ds: chute.Dataset) -> Row:
     return Row("ds[i] us, 2 fields", run, ceiling=10.0)
 
 
-def dataloader_row(ds: chute.Dataset, samples: int) -> Row:
-    procs = chute.dataloader(ds, BS, shuffle=True, seed=0, num_workers=2, persistent_workers=True)
-    threads = chute.Loader(ds, BS, shuffle=True, seed=0, num_workers=2)
-    top, bottom = loader_epochs(procs), loader_epochs(threads)
-    ratios = ratio(top, bottom, samples, len(ds))
-    return Row("dataloader 2 procs / Loader 2 threads", ratios, floor=0.5)
+def dataloader_row(ds: chute.Dataset) -> Row:
+    def run() -> float:
+        return float(measure_dataloader_ratio(ds, BS, workers=2, rounds=1)["ratio"])
+
+    return Row("dataloader 2 procs / Loader 2 threads", run, floor=0.5)
 
 
 def per_sample_row(folder: Path, n: int) -> Row:
-    texts = documents(n)
-    chute.write(folder / "text", {"text": texts}, schema={"text": chute.String()})
-    ds = chute.open(folder / "text")
-    mine = chute.dataloader(
-        ds,
-        BS,
-        shuffle=True,
-        seed=0,
-        num_workers=2,
-        sample_transform=tokenize,
-        collate_fn=ragged_collate,
-    )
-    plain = torch.utils.data.DataLoader(
-        TextList(texts), BS, shuffle=True, num_workers=2, collate_fn=ragged_collate
-    )
-    return Row(
-        "per-sample dataloader / DataLoader",
-        ratio(loader_epochs(mine), lambda e: plain, 2 * n, n),
-        floor=1.2,
-    )
+    docs = documents(n)
+
+    def run() -> float:
+        return float(measure_per_sample_ratio(docs, folder / "text.chute", rounds=1)["ratio"])
+
+    return Row("per-sample dataloader / DataLoader", run, floor=1.2)
 
 
 def images_row(folder: Path, n: int) -> Row | str:
@@ -333,7 +289,7 @@ def main() -> None:
             order_row(10**6),
             order_row(10**9),
             getitem_row(cifar),
-            dataloader_row(cifar, n_small),
+            dataloader_row(cifar),
             per_sample_row(folder, int(scale * 20_000)),
         ]
         images = images_row(folder, max(BS, int(scale * args.images)))
