@@ -1,0 +1,108 @@
+"""Remote datasets in the conditions of a shared cluster node, against a real S3-protocol
+server (moto) on 127.0.0.1: forked workers, a global shuffle over a small cache."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("obstore")
+pytest.importorskip("moto")
+
+import torch
+from _s3server import BUCKET, S3Server, s3, s3_server, small_dataset
+
+import chute
+from chute.errors import ArgumentValueError, RemoteError
+
+__all__ = ["s3", "s3_server"]  # fixtures
+
+
+def url_for(request: pytest.FixtureRequest, name: str = "ds.chute") -> str:
+    return f"s3://{BUCKET}/{request.node.name.replace('[', '_').replace(']', '')}/{name}"
+
+
+@pytest.fixture(autouse=True)
+def cache_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.mark.parametrize("context", ["fork", torch.multiprocessing.get_context("fork")])
+def test_dataloader_refuses_forked_workers_at_once(
+    s3: S3Server, request: pytest.FixtureRequest, context: object
+) -> None:
+    url = url_for(request)
+    small_dataset(url, n=60, part_size=20)
+    ds = chute.open(url)  # fetched the manifest: a forked child's requests would hang
+    with pytest.raises(ArgumentValueError, match=r"cannot be forked.*forkserver.*spawn"):
+        chute.dataloader(ds, 10, num_workers=2, multiprocessing_context=context)
+    with pytest.raises(ArgumentValueError, match="cannot be forked"):  # a Subset of it too
+        sub = torch.utils.data.Subset(ds, range(30))
+        chute.dataloader(sub, 10, num_workers=1, multiprocessing_context="fork")
+
+
+class _Batches(torch.utils.data.Dataset):
+    """Batches of 10 of a dataset, gathered in the worker: a plain torch DataLoader."""
+
+    def __init__(self, ds: chute.Dataset) -> None:
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds) // 10
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return self.ds.gather(np.arange(10 * i, 10 * i + 10))
+
+
+def test_a_forked_worker_ignores_the_parents_prefetch(
+    s3: S3Server, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A worker forked while the parent prefetches (a plain torch DataLoader, fork) does not
+    wait on the parent's prefetch threads: parts already cached are read, a download is the
+    client's clear error about fork(). DataLoader(timeout=) turns a hang into a failure."""
+    url = url_for(request)
+    small_dataset(url, n=60, part_size=20)
+    ds = chute.open(url)
+    ds.fetch()  # every part in the node's cache
+    cold = chute.open(url, cache_dir=tmp_path / "cold")  # nothing cached
+    plan = [np.arange(i, i + 10) for i in range(0, 60, 10)]
+    kw = {"batch_size": None, "num_workers": 1, "multiprocessing_context": "fork", "timeout": 120}
+    try:
+        assert ds.prefetch(plan) is not None
+        got = [b["x"][:, 0].tolist() for b in torch.utils.data.DataLoader(_Batches(ds), **kw)]
+        assert [v for b in got for v in b] == list(range(60))
+        # the parent's feed fetches 2 parts ahead and waits: part 2 is the child's download
+        assert cold.prefetch(plan) is not None
+        with pytest.raises(RemoteError, match="fork"):
+            list(torch.utils.data.DataLoader(_Batches(cold), **kw))
+    finally:
+        ds.close()
+        cold.close()
+
+
+def test_global_shuffle_over_a_small_cache_warns_at_creation(
+    s3: S3Server, request: pytest.FixtureRequest
+) -> None:
+    url = url_for(request)
+    small_dataset(url, n=400, part_size=40)
+    full = chute.open(url)
+    total = sum(e.nbytes for e in full.cache.entries.values())
+    small = chute.open(url, cache_limit=total * 6 // 10)  # 6 of the 10 parts
+    for make in (
+        lambda ds: chute.Loader(ds, 20, shuffle=True, num_workers=1),
+        lambda ds: chute.dataloader(ds, 20, shuffle=True, num_workers=0),
+        lambda ds: chute.Loader(torch.utils.data.Subset(ds, range(200)), 20, shuffle=True),
+    ):
+        with pytest.warns(UserWarning, match="shuffle='parts'"):
+            make(small)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        chute.Loader(small, 20, shuffle="parts", num_workers=1)
+        chute.Loader(small, 20, shuffle=False, num_workers=1)
+        chute.Loader(full, 20, shuffle=True, num_workers=1)  # no limit: nothing evicted
+        big = chute.open(url, cache_limit=total)
+        chute.Loader(big, 20, shuffle=True, num_workers=1)
