@@ -106,3 +106,65 @@ def test_global_shuffle_over_a_small_cache_warns_at_creation(
         chute.Loader(full, 20, shuffle=True, num_workers=1)  # no limit: nothing evicted
         big = chute.open(url, cache_limit=total)
         chute.Loader(big, 20, shuffle=True, num_workers=1)
+
+
+def _local_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_url_writer_uploads_each_part_when_finished(
+    s3: S3Server, request: pytest.FixtureRequest, cache_env: Path
+) -> None:
+    """Each finished part is uploaded and its local copy deleted: the staging folder never
+    holds more than the part being written; the manifest is uploaded last."""
+    url = url_for(request)
+    key = url.split(BUCKET + "/")[1]
+    part = np.ones((100, 256), np.float32)  # 100 KB a part
+    start = len(s3.log)
+    peak = 0
+    with chute.Writer(url, part_size=100) as w:
+        for i in range(6):
+            w.extend({"x": part * i, "y": np.full(100, i)})
+            peak = max(peak, _local_bytes(cache_env / ".staging"))
+            puts = {k for m, k in s3.log[start:] if m == "PUT"}
+            assert f"{key}/part-{i:05d}/x.npy" in puts  # uploaded as soon as finished
+            assert f"{key}/chute.json" not in puts
+    assert peak <= part.nbytes + 10_000  # one part's files (and headers) at most
+    assert not any((cache_env / ".staging").iterdir())  # the staging folder is removed
+    assert [k for m, k in s3.log[start:] if m == "PUT"][-1] == f"{key}/chute.json"
+    ds = chute.open(url)
+    assert len(ds) == 600 and len(ds.parts) == 6
+    assert ds.gather(np.array([0, 599]))["y"].tolist() == [0, 5]
+
+
+def test_write_to_a_url_takes_storage_options_compression_and_a_default_part_size(
+    s3: S3Server,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = url_for(request)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")  # the endpoint comes from storage_options alone
+    opts = {"endpoint": s3.endpoint}
+    monkeypatch.setattr(chute.writer.writer, "URL_PART_BYTES", 40_000)  # 128 MiB by default
+    x = np.zeros((1000, 100), np.float32)  # 400 KB, compressible
+    chute.write(url, {"x": x, "i": np.arange(1000)}, storage_options=opts, compression="zstd")
+    ds = chute.open(url, storage_options=opts)
+    assert 8 <= len(ds.parts) <= 11  # about 40 KB each
+    assert ds.cache.manifest is not None
+    key = url.split(BUCKET + "/")[1]
+    assert s3.gets(f"{key}/part-00000/x.npy.zst") == 0  # stored compressed
+    assert ds.gather(np.arange(1000))["i"].tolist() == list(range(1000))
+    assert s3.gets(f"{key}/part-00000/x.npy.zst") == 1
+    with pytest.raises(ArgumentValueError, match="compression= applies to datasets written"):
+        chute.write(Path(ds.cache.folder).parent / "local.chute", {"x": x}, compression="zstd")
+
+
+def test_a_url_writer_turning_a_field_ragged_rewrites_the_uploaded_parts(
+    s3: S3Server, request: pytest.FixtureRequest
+) -> None:
+    url = url_for(request)
+    with chute.Writer(url, part_size=2, compression="zstd") as w:
+        for n in (3, 3, 3, 3, 5):  # the fifth sample makes "v" ragged: parts 0, 1 re-sent
+            w.append({"v": np.arange(n)})
+    ds = chute.open(url)
+    assert [len(ds[i]["v"]) for i in range(5)] == [3, 3, 3, 3, 5]
