@@ -16,7 +16,9 @@ import torch
 from _s3server import BUCKET, S3Server, s3, s3_server, small_dataset
 
 import chute
-from chute.errors import ArgumentValueError, RemoteError
+from chute.cli import main as cli
+from chute.errors import ArgumentError, ArgumentValueError, DatasetNotFoundError, RemoteError
+from chute.store import Store
 
 __all__ = ["s3", "s3_server"]  # fixtures
 
@@ -168,3 +170,58 @@ def test_a_url_writer_turning_a_field_ragged_rewrites_the_uploaded_parts(
             w.append({"v": np.arange(n)})
     ds = chute.open(url)
     assert [len(ds[i]["v"]) for i in range(5)] == [3, 3, 3, 3, 5]
+
+
+def test_endpoint_spellings_http_inference_and_precedence(
+    s3: S3Server,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    url = url_for(request)
+    small_dataset(url, n=20, part_size=10)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")  # dead: storage_options win
+    for key in ("aws_endpoint", "endpoint", "AWS_ENDPOINT_URL", "endpoint_url"):
+        ds = chute.open(url, storage_options={key: s3.endpoint}, cache_dir=tmp_path / key)
+        assert len(ds) == 20 and ds[19]["label"] is not None
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1")  # obstore lets it win
+    with pytest.raises(ArgumentError, match="AWS_ENDPOINT_URL_S3"):
+        chute.open(url, storage_options={"aws_endpoint": s3.endpoint})
+
+
+def test_an_https_endpoint_on_a_plain_http_server_fails_at_once_naming_tls(
+    s3: S3Server, request: pytest.FixtureRequest
+) -> None:
+    tls = s3.endpoint.replace("http://", "https://")
+    store = Store(url_for(request), {"endpoint": tls}, retries=5)
+    with pytest.raises(RemoteError, match="TLS handshake") as info:
+        store.get_bytes("chute.json")
+    assert store.stats["retries"] == 0  # not retried: it cannot succeed
+    assert "http://" in str(info.value)
+
+
+def test_an_azure_http_endpoint_allows_plain_http(s3: S3Server) -> None:
+    """An ``http://`` Azure endpoint (an emulator's) needs no allow_http: the request is sent
+    (here to the S3 server, which knows no such container) rather than refused by the client
+    builder and retried as unreachable."""
+    opts = {
+        "account_name": "devstoreaccount1",
+        "account_key": "Zm9v",
+        "azure_storage_endpoint": f"{s3.endpoint}/devstoreaccount1",
+    }
+    store = Store("az://nocontainer/x.chute", opts, retries=0)
+    with pytest.raises((RemoteError, DatasetNotFoundError)) as info:
+        store.get_bytes("chute.json")
+    assert "builder error" not in str(info.value) and "unreachable" not in str(info.value)
+    assert s3.requests[("GET", "nocontainer/x.chute/chute.json")] == 1
+
+
+@pytest.mark.slow
+def test_bench_on_a_url_keeps_the_url(
+    s3: S3Server, request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    url = url_for(request)
+    small_dataset(url, n=300, part_size=100)
+    args = ["bench", url, "--max-bytes", "50KB", "--time-limit", "1", "--work-dir", str(tmp_path)]
+    assert cli(args) == 0
+    assert f"of {url};" in capsys.readouterr().out

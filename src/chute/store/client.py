@@ -33,7 +33,7 @@ from typing import Any, Protocol, TypeVar
 import xxhash
 
 from ..errors import ArgumentError, DatasetNotFoundError, RemoteError, require
-from .url import URL, parse_url
+from .url import URL, endpoint_option, parse_url
 
 T = TypeVar("T")
 
@@ -167,7 +167,9 @@ class Store:
         client.setdefault("connect_timeout", f"{max(1, int(self.timeout // 3))}s")
         client.setdefault("read_timeout", f"{int(self.timeout)}s")
         client.setdefault("timeout", "24h")  # a whole large part; stalls are cut by read_timeout
-        endpoint = str(options.get("endpoint") or _env_endpoint(self.url.scheme) or "")
+        explicit = endpoint_option(self.url.scheme, options)
+        _check_endpoint_env(self.url, explicit)
+        endpoint = str(explicit or _env_endpoint(self.url.scheme) or "")
         if endpoint.startswith("http://") or self.url.scheme == "http":
             client.setdefault("allow_http", True)
         retry = {"max_retries": 0}  # retried here, where a stream cut midway is retried too
@@ -350,6 +352,13 @@ class Store:
             )
         if kind == "client":
             return RemoteError(f"{where}: the store refused the request: {_short(exc)}")
+        if kind == "tls":
+            return RemoteError(
+                f"{where}: the TLS handshake with the endpoint failed (an https:// endpoint "
+                "on a server that speaks plain HTTP, or a certificate it does not trust): "
+                "use its http:// URL, or pass root_certificate in storage_options "
+                f"({_short(exc)})"
+            )
         return RemoteError(
             f"{where}: could not {what} it after {tries + 1} attempt(s) (the store is "
             f"unreachable or failing): {_short(exc)}"
@@ -367,14 +376,31 @@ def _check_fork(url: URL) -> None:
         )
 
 
+def _check_endpoint_env(url: URL, explicit: str | None) -> None:
+    """Refuse an endpoint in storage_options that ``AWS_ENDPOINT_URL_S3`` would override:
+    obstore lets that variable win over its configuration, which would send the requests
+    elsewhere without a word."""
+    env = os.environ.get("AWS_ENDPOINT_URL_S3")
+    if url.scheme == "s3" and explicit and env and env.rstrip("/") != explicit.rstrip("/"):
+        raise ArgumentError(
+            f"{url}: storage_options set the endpoint {explicit}, but the environment "
+            f"variable AWS_ENDPOINT_URL_S3={env} would override it (obstore gives it "
+            "precedence): unset AWS_ENDPOINT_URL_S3, or drop the endpoint from storage_options"
+        )
+
+
 def _env_endpoint(scheme: str) -> str | None:
     if scheme != "s3":
         return None
     return next((os.environ[v] for v in _ENDPOINT_VARS if os.environ.get(v)), None)
 
 
+# rustls' errors in obstore's debug dump when the TLS handshake fails: not retried
+_TLS_ERRORS = ("InvalidContentType", "InvalidCertificate", "CorruptMessage", "HandshakeFailure")
+
+
 def _classify(exc: BaseException) -> str:
-    """missing | credentials | denied | client | transient."""
+    """missing | credentials | denied | client | tls | transient."""
     if isinstance(exc, FileNotFoundError):
         return "missing"
     name = type(exc).__name__
@@ -385,6 +411,8 @@ def _classify(exc: BaseException) -> str:
         return "credentials"
     if name in ("InvalidPathError", "NotSupportedError", "UnknownConfigurationKeyError"):
         return "client"
+    if any(t in text for t in _TLS_ERRORS):
+        return "tls"
     if "status code: 4" in text and "status code: 408" not in text and "429" not in text:
         return "client"
     return "transient"  # 5xx, connection refused/reset, timeouts, truncated bodies
