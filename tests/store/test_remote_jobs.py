@@ -225,3 +225,34 @@ def test_bench_on_a_url_keeps_the_url(
     args = ["bench", url, "--max-bytes", "50KB", "--time-limit", "1", "--work-dir", str(tmp_path)]
     assert cli(args) == 0
     assert f"of {url};" in capsys.readouterr().out
+
+
+def test_one_cache_budget_for_every_dataset_in_a_cache_dir(
+    s3: S3Server, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Two jobs' datasets in one cache_dir with the same cache_limit share that one budget:
+    eviction is least recently used across both, never a pinned part."""
+    root = tmp_path / "node-cache"
+    a, b = url_for(request, "a.chute"), url_for(request, "b.chute")
+    small_dataset(a, n=400, part_size=40)
+    small_dataset(b, n=400, part_size=40)
+    part = sum(e.nbytes for e in chute.open(a, cache_dir=tmp_path / "x").cache.entries.values())
+    limit = part * 6 // 10  # 6 of a dataset's 10 parts, for both datasets together
+    ds_a = chute.open(a, cache_dir=root, cache_limit=limit)
+    ds_b = chute.open(b, cache_dir=root, cache_limit=limit)
+    for ds in (ds_a, ds_b):
+        assert len(list(chute.Loader(ds, 20, shuffle="parts", num_workers=1))) == 20
+    a_before = ds_a.cache.usage()
+    pin = ds_a.cache.pin_part(9)  # in use by a reader: never evicted
+    try:
+        ds_a.close()
+        ds_b.close()
+        ds_b.cache.evict()
+        assert ds_a.cache.usage() + ds_b.cache.usage() <= limit  # the root, not each dataset
+        assert ds_a.cache.usage() < a_before  # b's eviction deleted a's files
+        assert all(p.is_file() for p in pin.paths)
+        ds_b.cache.evict(10**12)  # room for more than everything: all but the pinned go
+        assert ds_b.cache.usage() == 0
+        assert ds_a.cache.usage() == sum(p.stat().st_size for p in pin.paths)
+    finally:
+        pin.release()

@@ -25,10 +25,11 @@ not fsync'ed: the cache can always be fetched again, and ext4/xfs flush a file r
 rename before the rename itself.
 
 ``cache_limit``: before a download, least-recently-used files that nobody pins are evicted
-until the cache plus the new file fit. If pinned files alone exceed the limit the download
-proceeds anyway (never a wait, so never a deadlock): the cache exceeds its limit by at most
-the pinned files. :meth:`RemoteCache.check_limit` refuses at open a limit smaller than the
-parts that must be in the cache at once.
+until the cache plus the new file fit; the limit bounds the whole ``cache_dir``, shared by
+all its datasets and processes (:mod:`chute.store.budget`). If pinned files alone exceed the
+limit the download proceeds anyway (never a wait, so never a deadlock): the cache exceeds its
+limit by at most the pinned files. :meth:`RemoteCache.check_limit` refuses at open a limit
+smaller than the parts that must be in the cache at once.
 """
 
 from __future__ import annotations
@@ -55,13 +56,13 @@ from ..errors import (
     DatasetNotFoundError,
 )
 from ..manifest import write_manifest
+from . import budget
+from .budget import META
 from .client import CorruptObjectError
 from .locks import Pin, lock_fd, locked, release_all, unlock_fd
 from .manifest import Entry, parse_remote_manifest
 from .object_store import ObjectStore
 from .paths import PayloadHash, default_cache_dir, disk_error, folder_name, mismatch, present
-
-META = ".chute-cache"
 
 
 class RemoteCache:
@@ -323,26 +324,12 @@ class RemoteCache:
         return out
 
     def evict(self, need: int = 0) -> int:
-        """Delete least-recently-used unpinned files until ``need`` more bytes fit under the
-        limit (nothing without a limit); returns the bytes freed."""
+        """Delete least-recently-used unpinned files, of any dataset in this cache's root
+        (:mod:`chute.store.budget`: one budget per ``cache_dir``), until ``need`` more bytes
+        fit under the limit (nothing without a limit); returns the bytes freed."""
         if self.limit is None:
             return 0
-        with locked(self.meta / "evict.lock"):
-            files = self._present_files()
-            total = sum(size for _, size, _ in files)
-            freed = 0
-            for rel, size, _ in sorted(files, key=lambda f: f[2]):
-                if total - freed + need <= self.limit:
-                    break
-                fd = lock_fd(self._inuse(rel), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                if fd is None:
-                    continue  # pinned by some process
-                try:
-                    (self.folder / rel).unlink(missing_ok=True)
-                    freed += size
-                finally:
-                    unlock_fd(fd)
-        return freed
+        return budget.evict(self.folder.parent, self.limit, need)
 
     def check_limit(self, in_flight: int, fields: Sequence[str] | None = None) -> None:
         """Refuse a ``cache_limit`` that cannot hold the ``in_flight`` largest parts (of
