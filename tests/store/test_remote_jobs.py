@@ -3,6 +3,7 @@ server (moto) on 127.0.0.1: forked workers, a global shuffle over a small cache.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from pathlib import Path
 
@@ -13,14 +14,15 @@ pytest.importorskip("obstore")
 pytest.importorskip("moto")
 
 import torch
-from _s3server import BUCKET, S3Server, s3, s3_server, small_dataset
+from _s3server import BUCKET, S3Server, own_s3, s3, s3_server, small_dataset
 
 import chute
 from chute.cli import main as cli
 from chute.errors import ArgumentError, ArgumentValueError, DatasetNotFoundError, RemoteError
 from chute.store import Store
+from chute.store.client import RETRY_SECONDS
 
-__all__ = ["s3", "s3_server"]  # fixtures
+__all__ = ["own_s3", "s3", "s3_server"]  # fixtures
 
 
 def url_for(request: pytest.FixtureRequest, name: str = "ds.chute") -> str:
@@ -256,3 +258,45 @@ def test_one_cache_budget_for_every_dataset_in_a_cache_dir(
         assert ds_a.cache.usage() == sum(p.stat().st_size for p in pin.paths)
     finally:
         pin.release()
+
+
+def test_default_retries_ride_out_a_server_restart(
+    own_s3: S3Server, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The server is down for 10 s (longer than 5 retries with backoff once waited): the
+    default retry window (chute.store.client.RETRY_SECONDS, 120 s) bridges it."""
+    url = url_for(request)
+    small_dataset(url, n=40, part_size=20)
+    ds = chute.open(url, cache_dir=tmp_path / "c")
+    assert ds.cache.store.retry == RETRY_SECONDS and ds.cache.store.retries is None
+    ds.gather(np.arange(20))  # part 0
+    own_s3.stop()
+    restarted: list[S3Server] = []
+    timer = threading.Timer(10, lambda: restarted.append(S3Server(own_s3.port)))
+    timer.start()
+    try:
+        assert ds.gather(np.arange(20, 40))["label"].shape == (20,)  # part 1, after the outage
+        assert ds.cache.store.stats["retries"] >= 6
+    finally:
+        timer.join()
+        for s in restarted:
+            s.stop()
+
+
+def test_a_dead_endpoint_and_a_stalled_one_fail_within_the_retry_window(
+    s3: S3Server, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    url = url_for(request)
+    small_dataset(url, n=40, part_size=20)
+    key = url.split(BUCKET + "/")[1]
+    dead = Store(url, {"endpoint": "http://127.0.0.1:1"}, retry=1, backoff=0.05)
+    with pytest.raises(RemoteError, match=r"attempt\(s\) in 1 s of retries.*retry=SECONDS"):
+        dead.get_bytes("chute.json")
+    assert dead.stats["retries"] >= 1
+    ds = chute.open(url, cache_dir=tmp_path / "c", retry=1, timeout=1)
+    assert (ds.cache.store.retry, ds.cache.store.timeout) == (1.0, 1.0)
+    s3.slow[f"{key}/part-00000/x.npy"] = 3  # 3 s per 64 KiB: a stall, cut after 1 s
+    with pytest.raises(RemoteError, match=r"part-00000/x\.npy"):
+        ds.gather(np.arange(20))
+    with pytest.raises(ArgumentError, match="apply to URLs"):
+        chute.open(tmp_path / "c", retry=10)

@@ -18,6 +18,8 @@ def open(
     cache_dir: str | os.PathLike | None = None,
     cache_limit: int | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    retry: float | None = None,
+    timeout: float | None = None,
 ) -> Dataset:
     """Open the dataset at ``path`` lazily: O(1) in its size (reads the manifest only).
 
@@ -29,7 +31,9 @@ def open(
     ``$CHUTE_CACHE_DIR`` or ``~/.cache/chute``) when first read, keeping at most
     ``cache_limit`` bytes (``"20GB"``; None: no eviction); ``storage_options`` go to the
     storage client (credentials come from the provider's environment variables otherwise).
-    See ``docs/remote.md`` and :mod:`chute.reader.remote`.
+    ``retry``: seconds during which a failing request is retried (default 120: an outage of
+    a minute is ridden out); ``timeout``: seconds without a byte after which a request is
+    cut and retried (default 30). See ``docs/remote.md`` and :mod:`chute.reader.remote`.
     """
     if is_url(path):
         from .remote import RemoteDataset  # a Dataset subclass: imported when used
@@ -41,10 +45,13 @@ def open(
             cache_dir=cache_dir,
             cache_limit=cache_limit,
             storage_options=storage_options,
+            retry=retry,
+            timeout=timeout,
         )
-    if cache_dir is not None or cache_limit is not None or storage_options is not None:
+    remote_only = (cache_dir, cache_limit, storage_options, retry, timeout)
+    if any(v is not None for v in remote_only):
         raise ArgumentError(
-            f"cache_dir, cache_limit and storage_options apply to URLs (s3://...), not to "
-            f"the local path {path!r}"
+            f"cache_dir, cache_limit, storage_options, retry and timeout apply to URLs "
+            f"(s3://...), not to the local path {path!r}"
         )
     return Dataset(path, fields)

@@ -128,10 +128,17 @@ class RemoteDataset(Dataset):
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        retry: float | None = None,
+        timeout: float | None = None,
     ):
         # a store: a Store's retries, backoff and timeout, or any ObjectStore (chute.open
-        # passes a URL)
-        store = url if isinstance(url, ObjectStore) else Store(url, storage_options)
+        # passes a URL, and retry / timeout when given)
+        if isinstance(url, ObjectStore):
+            store = url
+        else:
+            given = (("retry", retry), ("timeout", timeout))
+            knobs: dict[str, Any] = {k: v for k, v in given if v is not None}
+            store = Store(url, storage_options, **knobs)
         cache = RemoteCache(store, cache_dir, cache_limit)
         cache.open()
         self._init(cache, None if fields is None else list(fields), False)

@@ -55,6 +55,7 @@ class Sink(Protocol):
 
 
 CHUNK = 8 << 20  # multipart upload chunk size
+RETRY_SECONDS = 120.0  # a failing request is retried this long: outages of a minute pass
 STREAM_CHUNK = 1 << 20  # download chunks: written (and hashed) while the next ones arrive;
 # 8 MiB chunks measured 10-15% slower per GET on loopback (a first GET 20-30% slower)
 EXTRA = "remote"
@@ -106,7 +107,10 @@ class CorruptObjectError(Exception):
 class Store:
     """The object store holding the dataset at ``url``.
 
-    ``retries``: attempts after the first for a failed request (5xx, connection, timeout);
+    ``retry``: seconds during which a failed request (5xx, connection, timeout) is retried,
+    counted from its first failure (default 120: an outage of a minute, a server restart, is
+    ridden out; a dead endpoint is an error after about that long, a stalled one after at most
+    ``retry + timeout``); ``retries``: at most that many retries as well (None: no count);
     ``backoff``: the first wait in seconds, doubled each retry (with jitter, at most 10 s);
     ``timeout``: seconds without a byte after which a request is cut (and retried).
     ``stats`` counts this process's requests and bytes (``get``, ``put``, ``bytes_in``,
@@ -118,7 +122,8 @@ class Store:
         url: str | URL,
         storage_options: Mapping[str, Any] | None = None,
         *,
-        retries: int = 5,
+        retry: float = RETRY_SECONDS,
+        retries: int | None = None,
         backoff: float = 0.25,
         timeout: float = 30.0,
     ):
@@ -128,9 +133,14 @@ class Store:
                 f"storage_options must be a dict, got {type(storage_options).__name__}"
             )
         self.storage_options = dict(storage_options or {})
-        if not isinstance(retries, int) or retries < 0:
-            raise ArgumentError(f"retries must be an int >= 0, got {retries!r}")
-        self.retries, self.backoff, self.timeout = retries, float(backoff), float(timeout)
+        retry = self.storage_options.pop("retry", retry)  # e.g. from chute.write(url, ...)
+        if retries is not None and (not isinstance(retries, int) or retries < 0):
+            raise ArgumentError(f"retries must be an int >= 0 or None, got {retries!r}")
+        for name, value in (("retry", retry), ("timeout", timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ArgumentError(f"{name} must be a number of seconds >= 0, got {value!r}")
+        self.retry, self.retries = float(retry), retries
+        self.backoff, self.timeout = float(backoff), float(timeout)
         self.stats = {"get": 0, "put": 0, "bytes_in": 0, "bytes_out": 0, "retries": 0}
         self._client: Any = None
         self._pid = -1
@@ -315,15 +325,22 @@ class Store:
     def call(self, what: str, relpath: str, fn: Callable[[], T]) -> T:
         """``fn()``, retried with backoff on transient failures; errors name the object."""
         attempt = 0
+        first_failure: float | None = None
         while True:
             try:
                 return fn()
-            except (_LocalError, ArgumentError, CorruptObjectError):
+            except (_LocalError, ArgumentError, RemoteError, CorruptObjectError):
                 raise
             except Exception as exc:
                 kind = _classify(exc)
-                if kind == "transient" and attempt < self.retries:
-                    delay = min(10.0, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
+                now = time.monotonic()
+                first_failure = now if first_failure is None else first_failure
+                delay = min(10.0, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
+                if (
+                    kind == "transient"
+                    and (self.retries is None or attempt < self.retries)
+                    and now + delay - first_failure <= self.retry
+                ):
                     attempt += 1
                     self.stats["retries"] += 1
                     time.sleep(delay)
@@ -360,8 +377,9 @@ class Store:
                 f"({_short(exc)})"
             )
         return RemoteError(
-            f"{where}: could not {what} it after {tries + 1} attempt(s) (the store is "
-            f"unreachable or failing): {_short(exc)}"
+            f"{where}: could not {what} it after {tries + 1} attempt(s) in {self.retry:g} s "
+            "of retries (the store is unreachable or failing; chute.open(url, retry=SECONDS) "
+            f"rides out a longer outage): {_short(exc)}"
         )
 
 
