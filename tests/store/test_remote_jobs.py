@@ -3,6 +3,9 @@ server (moto) on 127.0.0.1: forked workers, a global shuffle over a small cache.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -300,3 +303,34 @@ def test_a_dead_endpoint_and_a_stalled_one_fail_within_the_retry_window(
         ds.gather(np.arange(20))
     with pytest.raises(ArgumentError, match="apply to URLs"):
         chute.open(tmp_path / "c", retry=10)
+
+
+_FULL_DISK_CHILD = """
+import resource, signal, sys
+import numpy as np
+import chute
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file over the limit: EFBIG, as a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+try:
+    chute.write(sys.argv[1], {"x": np.zeros((1000, 1000), np.uint8)}, part_size=500)
+except chute.WriteError as exc:
+    print(exc)
+"""
+
+
+def test_no_room_while_staging_names_the_staging_folder_and_chute_cache_dir(
+    s3: S3Server, request: pytest.FixtureRequest, cache_env: Path
+) -> None:
+    url = url_for(request)
+    child = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK_CHILD, url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ,
+    )
+    out = child.stdout
+    assert f"local staging of {url}" in out, child.stderr[-2000:]
+    assert "CHUTE_CACHE_DIR" in out and str(cache_env / ".staging") in out
+    with pytest.raises(DatasetNotFoundError):
+        chute.open(url)

@@ -200,13 +200,23 @@ class Writer:
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
         """Around the writes to the files: an ``OSError`` becomes a :class:`~chute.WriteError`
-        naming ``path``, and aborts the writer (its fields' files are out of step now)."""
+        naming ``path`` (for a URL: the staging folder, and ``CHUTE_CACHE_DIR`` that places
+        it), and aborts the writer (its fields' files are out of step now)."""
         try:
             with writing(self.path):
                 yield
-        except WriteError:
+        except WriteError as exc:
+            remote = self._remote
             self.abort()
-            raise
+            if remote is None:
+                raise
+            raise type(exc)(
+                exc.errno,
+                f"{exc.strerror} (this is the local staging of {remote.url}, in "
+                f"{self.path.parent.parent}: set CHUTE_CACHE_DIR to a disk with room for about "
+                "2 parts, or pass a smaller part_size)",
+                exc.filename,
+            ) from None
 
     def _open_part(self) -> PartFiles:
         if self._staging is None:
