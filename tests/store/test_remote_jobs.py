@@ -4,6 +4,7 @@ server (moto) on 127.0.0.1: forked workers, a global shuffle over a small cache.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -334,3 +335,20 @@ def test_no_room_while_staging_names_the_staging_folder_and_chute_cache_dir(
     assert "CHUTE_CACHE_DIR" in out and str(cache_env / ".staging") in out
     with pytest.raises(DatasetNotFoundError):
         chute.open(url)
+
+
+def test_a_failing_object_is_tried_as_often_as_the_error_says(
+    s3: S3Server, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The prefetcher and the Loader's threads all need the failing file: one retry window
+    is spent on it, not one each in turn."""
+    url = url_for(request)
+    small_dataset(url, n=300, part_size=30)
+    key = url.split(BUCKET + "/")[1] + "/part-00003/x.npy"
+    s3.fail[key] = 10**6
+    ds = chute.open(url, cache_dir=tmp_path / "c", retry=1)
+    with pytest.raises(RemoteError, match=r"after (\d+) attempt") as info:
+        for _ in chute.Loader(ds, 10, shuffle=False, num_workers=2):
+            pass
+    said = int(re.search(r"after (\d+) attempt", str(info.value)).group(1))  # type: ignore[union-attr]
+    assert s3.gets(key) == said

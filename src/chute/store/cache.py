@@ -39,6 +39,7 @@ import json
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -54,6 +55,7 @@ from ..errors import (
     ChecksumError,
     DatasetChangedError,
     DatasetNotFoundError,
+    RemoteError,
 )
 from ..manifest import write_manifest
 from . import budget
@@ -91,6 +93,10 @@ class RemoteCache:
         self.manifest: fmt.Manifest | None = None
         self.entries: dict[str, Entry] = {}
         self._identity: dict[str, str] | None = None
+        # relpath -> (when, error) of this process's last failed download of it: not tried
+        # again for the store's retry window (the prefetcher and each reader thread would
+        # otherwise spend one each, in turn)
+        self._failed: dict[str, tuple[float, RemoteError]] = {}
         self._version_fd: int | None = None
         self._pid = -1
 
@@ -100,7 +106,7 @@ class RemoteCache:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_version_fd"], state["_pid"] = None, -1
+        state["_version_fd"], state["_pid"], state["_failed"] = None, -1, {}
         return state
 
     # -------------------------------------------------------------------- open
@@ -268,10 +274,20 @@ class RemoteCache:
             with locked(self.meta / "locks" / (entry.relpath + ".lock")):
                 if present(dst, entry.nbytes):  # another process fetched it meanwhile
                     return dst
+                failed = self._failed.get(entry.relpath)
+                quiet = getattr(self.store, "retry", 0.0)  # a Store's retry window
+                if failed is not None and time.monotonic() - failed[0] < quiet:
+                    raise failed[1]  # its retries were just spent: the same error, at once
                 for stale in dst.parent.glob(f".{dst.name}.tmp-*"):  # a dead downloader's
                     stale.unlink(missing_ok=True)
                 self.evict(entry.nbytes)
-                self._download(entry, dst)
+                try:
+                    self._download(entry, dst)
+                except RemoteError as exc:
+                    self._failed[entry.relpath] = (time.monotonic(), exc)
+                    raise
+        except RemoteError:
+            raise
         except OSError as exc:
             where = self.store.url.join(entry.key)
             raise disk_error(exc, self.folder, f"downloading {where}") from None
