@@ -112,7 +112,8 @@ def streaming_row(args: argparse.Namespace, images: np.ndarray, labels: np.ndarr
     os.environ["S3_ENDPOINT_URL"] = os.environ["AWS_ENDPOINT_URL"]  # streaming's endpoint knob
     columns = {"image": "ndarray:uint8:3,32,32", "label": "int64"}
     limit = args.part_samples * (images[0].nbytes + 64)  # ~ the same shard size as chute's parts
-    with MDSWriter(out=args.url, columns=columns, size_limit=limit) as w:
+    local = str(Path(args.cache_dir) / "mds-written")  # its staging, in the measured folder
+    with MDSWriter(out=(local, args.url), columns=columns, size_limit=limit) as w:
         for img, lab in zip(images, labels, strict=True):
             w.write({"image": img, "label": int(lab)})
     mark("read")

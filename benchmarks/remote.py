@@ -10,8 +10,10 @@ their own venvs (they need other numpy versions than chute), found at ``.venv-st
 ``.venv-litdata`` in the repository root (or ``--streaming-python`` / ``--litdata-python``);
 a library that is missing or fails is printed as skipped, with the reason. The server runs in
 this process, so every row pays the same for it, and counts the bytes of its GET answers:
-that is "downloaded". This process also samples each row's cache folder (peak disk) and its
-process tree's PSS (peak memory).
+that is "downloaded". This process also samples each row's cache folder (peak disk; while
+writing, chute's staging and Streaming's local shards are there too: "write: peak disk", the
+local disk a remote write needs, against a part's size) and its process tree's PSS (peak
+memory).
 
 moto is a Python server and the machine may be shared: compare the ratios of one run, not
 the rates. ``python benchmarks/remote.py [--samples 102400] [--part-samples 20480]``
@@ -52,7 +54,8 @@ COLUMNS = [
     ("cold_samples_per_s", "cold samples/s", ",.0f"),
     ("warm_samples_per_s", "warm samples/s", ",.0f"),
     ("downloaded_mb", "downloaded MB", ".1f"),
-    ("peak_disk_mb", "peak disk MB", ".1f"),
+    ("write_peak_disk_mb", "write: peak disk MB", ".1f"),
+    ("peak_disk_mb", "read: peak disk MB", ".1f"),
     ("peak_pss_mb", "peak PSS MB", ".0f"),
     ("note", "note", ""),
 ]
@@ -123,13 +126,17 @@ def run_row(
     cmd = [python, str(ROW_SCRIPT), lib, url, str(cache), str(tmp / "data")]
     cmd += ["--batch-size", str(args.batch_size), "--workers", str(args.workers)]
     cmd += ["--part-samples", str(args.part_samples), "--warm-epochs", str(args.warm_epochs)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp)
+    env = {**os.environ, "CHUTE_CACHE_DIR": str(cache)}  # chute's write staging: measured
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp, env=env
+    )
     err: list[str] = []
     drain = threading.Thread(target=lambda: err.extend(proc.stderr or ()), daemon=True)
     drain.start()
     mon = RowMonitor(proc.pid, cache)
     mon.start()
     marks: dict[str, int] = {}
+    write_peak = 0
     result: dict[str, Any] | None = None
     deadline = time.monotonic() + args.row_timeout
     timer = threading.Timer(args.row_timeout, proc.kill)
@@ -140,6 +147,8 @@ def run_row(
                 result = json.loads(line[len("@result ") :])
             elif line.startswith("@"):
                 marks[line.strip()[1:]] = server.get_bytes
+                if line.strip() == "@read":  # the write is over: its peak, then the read's
+                    write_peak, mon.peak_disk = mon.peak_disk, 0
         proc.wait()
     finally:
         timer.cancel()
@@ -169,6 +178,8 @@ def run_row(
         "downloaded_cold_mb": (marks.get("cold", 0) - marks.get("read", 0)) / mb,
         "downloaded_warm_mb": (marks.get("warm", 0) - marks.get("cold", 0)) / mb,
         "peak_disk_mb": mon.peak_disk / mb,
+        # local disk while writing to the bucket (staging); LitData's writer is not measured
+        "write_peak_disk_mb": write_peak / mb if lib in ("chute", "streaming") else None,
         "peak_pss_mb": mon.peak / mb,
         "one_get_s": result.get("one_get_s"),
     }
@@ -181,7 +192,9 @@ def contender_python(flag: str | None, venv: str) -> tuple[str | None, str]:
     return None, f"no {python}: make that venv (see docs/remote.md)"
 
 
-def ratios(rows: dict[str, dict[str, Any]], get_s: float, dataset_mb: float) -> dict[str, Any]:
+def ratios(
+    rows: dict[str, dict[str, Any]], get_s: float, dataset_mb: float, part_mb: float
+) -> dict[str, Any]:
     chute, local = rows["chute"], rows.get("chute local folder", {})
     others = [
         r["cold_samples_per_s"]
@@ -195,6 +208,7 @@ def ratios(rows: dict[str, dict[str, Any]], get_s: float, dataset_mb: float) -> 
         )
         out["first_batch_vs_one_get"] = chute["first_batch_s"] / get_s
         out["downloaded_vs_dataset"] = chute["downloaded_mb"] / dataset_mb
+        out["write_disk_vs_part"] = chute["write_peak_disk_mb"] / part_mb
         if "warm_samples_per_s" in local:
             out["warm_vs_local"] = chute["warm_samples_per_s"] / local["warm_samples_per_s"]
     return out
@@ -205,6 +219,7 @@ TARGETS = {
     "warm_vs_local": ("warm epoch chute / chute local folder", ">= 0.8"),
     "first_batch_vs_one_get": ("first batch / one GET of a part", "<= 2"),
     "downloaded_vs_dataset": ("bytes downloaded / dataset bytes (1 node)", "<= 1.1"),
+    "write_disk_vs_part": ("local disk while writing to s3:// / one part", "<= 3"),
 }
 
 
@@ -284,7 +299,8 @@ def main() -> None:
     notes = {"LitData": "obstore client given allow_http for http://127.0.0.1"}
     for name, r in rows.items():
         r.setdefault("note", f"skipped: {r['skipped']}" if "skipped" in r else notes.get(name, ""))
-    out = ratios(rows, get_s, dataset_mb)
+    part_mb = dataset_mb * min(1.0, args.part_samples / args.samples)
+    out = ratios(rows, get_s, dataset_mb, part_mb)
     print(
         f"{args.samples:,} samples uint8[3,32,32] + int64 label = {dataset_mb:.1f} MB, "
         f"parts of {args.part_samples} samples, batch {args.batch_size}, "

@@ -281,8 +281,9 @@ def test_a_failed_upload_leaves_no_openable_dataset(
     url = url_for(request)
     key = url.split(BUCKET + "/")[1]
     s3.fail[f"{key}/part-00001/x.npy"] = 100
-    with pytest.raises(RemoteError):
-        small_dataset(url, n=100, part_size=50)
+    x = np.zeros((100, 64), np.float32)
+    with pytest.raises(RemoteError):  # retried for 1 s, not the default 2 minutes
+        chute.write(url, {"x": x}, part_size=50, storage_options={"retry": 1})
     with pytest.raises(DatasetNotFoundError, match="manifest is uploaded last"):
         chute.open(url)
     assert not list((cache_env / ".staging").iterdir())

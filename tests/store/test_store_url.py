@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+import chute
 from chute import ArgumentError, ArgumentValueError
 from chute._args import parse_size
 from chute.store import Prefetcher, is_url, parse_url
@@ -56,8 +59,18 @@ def test_bad_urls_name_the_url(url: str, match: str) -> None:
 
 
 def test_is_url_is_false_for_paths() -> None:
-    for p in ("data/x.chute", "/abs/x", "C:/x", "x://y", b"s3://b/x", None, 3):
+    for p in ("data/x.chute", "/abs/x", "C:/x", b"s3://b/x", None, 3):
         assert not is_url(p)
+
+
+def test_an_unknown_scheme_is_a_url_refused_not_a_local_path(tmp_path: Path) -> None:
+    assert is_url("s4://b/x") and is_url("x://y")
+    for call in (
+        lambda: chute.open("s4://b/x"),
+        lambda: chute.write("s4://b/x", {"x": np.arange(3)}),
+    ):
+        with pytest.raises(ArgumentError, match="scheme 's4' is not supported"):
+            call()
 
 
 def test_parse_size() -> None:

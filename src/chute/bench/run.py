@@ -19,6 +19,7 @@ from .._torch import as_numpy
 from ..errors import DatasetNotFoundError, SchemaError
 from ..order import Order
 from ..reader.opening import open as open_dataset
+from ..store.url import is_url
 from ..writer.writer import Writer
 from .contenders import CONTENDERS, Contender, Setup
 from .machine import machine
@@ -47,6 +48,8 @@ def _chunks(
 
 
 def _open_source(source: str | os.PathLike, work: Path, log: Callable[[str], None]) -> Any:
+    if is_url(source):  # a dataset in object storage: read through its cache, URL intact
+        return open_dataset(source)
     path = Path(source)
     if (path / fmt.MANIFEST).is_file():
         return open_dataset(path)

@@ -85,7 +85,7 @@ from ..errors import (
 )
 from ..order import Order
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
-from ..reader.remote import needs_spawn
+from ..reader.remote import needs_spawn, refuse_fork
 from ..reader.subset import loadable
 from .batch_dataset import BatchDataset, OrderBatchSampler, as_is
 from .decode import with_decode
@@ -302,6 +302,7 @@ def dataloader(
     dataloader_kwargs.setdefault("pin_memory", torch.cuda.is_available())
     if workers and needs_spawn(ds):  # obstore does not survive fork(): see chute/reader/remote.py
         dataloader_kwargs.setdefault("multiprocessing_context", "forkserver")
+        refuse_fork(ds, dataloader_kwargs["multiprocessing_context"])
     dataset = BatchDataset(
         ds, sample_transform, batch_transform, dataloader_kwargs.pop("collate_fn", None), pad
     )

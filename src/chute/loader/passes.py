@@ -30,6 +30,7 @@ from ..order import Order
 from ..order.by_tokens import BatchByTokens
 from ..order.parts import order_options
 from ..reader.gatherable import Gatherable, PerEpoch
+from ..reader.remote import warn_thrash
 
 
 def unknown_keywords(who: str, unknown: Iterable[str], valid: Iterable[str]) -> ArgumentError:
@@ -119,6 +120,7 @@ def make_order(
     (:func:`chute._args.dist_defaults`), ``shuffle="parts"`` the part-aware order
     (``chute/order/parts.py``)."""
     rank, world_size = dist_defaults(rank, world_size)
+    warn_thrash(ds, shuffle)  # a global shuffle over a remote dataset's small cache
     order = Order(
         len(ds),
         batch_size,

@@ -19,6 +19,8 @@ def open(
     cache_limit: int | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     verify_cache: bool = False,
+    retry: float | None = None,
+    timeout: float | None = None,
 ) -> Dataset:
     """Open the dataset at ``path`` lazily: reads the manifest and checks each file's size, so
     its time grows with the number of files (~0.1 s for 1,000 parts), never with the samples.
@@ -32,8 +34,10 @@ def open(
     ``cache_limit`` bytes (``"20GB"``; None: no eviction); ``storage_options`` go to the
     storage client (credentials come from the provider's environment variables otherwise);
     ``verify_cache=True`` checks each cached file's checksum once per process (a bad copy is
-    downloaded again).
-    See ``docs/remote.md`` and :mod:`chute.reader.remote`.
+    downloaded again). ``retry``: seconds during which a failing request is retried (default
+    120: an outage of a minute is ridden out); ``timeout``: seconds within which the answer
+    and each 1 MiB of a body must come (see ``docs/remote.md``). See also
+    :mod:`chute.reader.remote`.
     """
     if is_url(path):
         from .remote import RemoteDataset  # a Dataset subclass: imported when used
@@ -46,10 +50,13 @@ def open(
             cache_limit=cache_limit,
             storage_options=storage_options,
             verify_cache=verify_cache,
+            retry=retry,
+            timeout=timeout,
         )
-    if cache_dir is not None or cache_limit is not None or storage_options is not None:
+    remote_only = (cache_dir, cache_limit, storage_options, retry, timeout)
+    if any(v is not None for v in remote_only):
         raise ArgumentError(
-            f"cache_dir, cache_limit and storage_options apply to URLs (s3://...), not to "
-            f"the local path {path!r}"
+            f"cache_dir, cache_limit, storage_options, retry and timeout apply to URLs "
+            f"(s3://...), not to the local path {path!r}"
         )
     return Dataset(path, fields)

@@ -20,13 +20,18 @@ maps are kept, as for a local dataset.
 Processes: the dataset pickles as its cache (URL, storage options, cache folder and limit,
 the manifest it opened): a worker process makes its own storage client on first use and
 fetches nothing at unpickling. The client (obstore) does not survive ``fork()`` once used:
-:func:`chute.dataloader` starts the workers of a remote dataset with ``forkserver``.
+:func:`chute.dataloader` starts the workers of a remote dataset with ``forkserver`` and
+refuses ``"fork"`` at once (:func:`refuse_fork`). A process forked anyway (a plain torch
+DataLoader) ignores the prefetch feed it inherited (its threads stay in the parent, it would
+wait on them forever): it reads parts already in the node's cache, and a download there
+raises the client's :class:`~chute.errors.RemoteError` about ``fork()``.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,7 @@ import torch
 
 from .. import format as fmt
 from .._arrays import distinct
+from ..errors import ArgumentValueError
 from ..store.cache import RemoteCache
 from ..store.client import Store
 from ..store.object_store import ObjectStore
@@ -123,10 +129,17 @@ class RemoteDataset(Dataset):
         cache_limit: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         verify_cache: bool = False,
+        retry: float | None = None,
+        timeout: float | None = None,
     ):
         # a store: a Store's retries, backoff and timeout, or any ObjectStore (chute.open
-        # passes a URL)
-        store = url if isinstance(url, ObjectStore) else Store(url, storage_options)
+        # passes a URL, and retry / timeout when given)
+        if isinstance(url, ObjectStore):
+            store = url
+        else:
+            given = (("retry", retry), ("timeout", timeout))
+            knobs: dict[str, Any] = {k: v for k, v in given if v is not None}
+            store = Store(url, storage_options, **knobs)
         cache = RemoteCache(store, cache_dir, cache_limit, verify=verify_cache)
         cache.open()
         self._init(cache, None if fields is None else list(fields), False)
@@ -137,6 +150,7 @@ class RemoteDataset(Dataset):
         self.url = cache.store.url.url
         self._fields_arg = fields
         self._feed: PartFeed | None = None
+        self._feed_pid = os.getpid()  # the process whose threads run the feed
         files = RemoteFiles(cache, in_memory, None if cache.limit is None else KEEP)
         snap = check(cache.folder, cache.manifest, fields, in_memory, None, files)
         cache.check_limit(PREFETCH_AHEAD + KEEP, list(snap.schema))
@@ -155,14 +169,22 @@ class RemoteDataset(Dataset):
         ahead of the reads, in order: the loaders call this when a pass starts, and close
         the returned feed when it ends. One feed at a time (a new one closes the last). None
         when this process has every part mapped and no ``cache_limit`` (a warm epoch)."""
-        old, self._feed = self._feed, None
+        old = self._own_feed()
+        self._feed = None
         if old is not None:
             old.close()
         if self.cache.limit is None and len(self._columns) == len(self._parts) * len(self.schema):
             return None  # every part is mapped, and kept mapped: nothing left to fetch
         feed = PartFeed(batches, self.parts_of, self._remote_files.pin, ahead=PREFETCH_AHEAD)
-        self._feed = feed
+        self._feed, self._feed_pid = feed, os.getpid()
         return feed
+
+    def _own_feed(self) -> PartFeed | None:
+        """This process's feed; a feed inherited through ``fork()`` is dropped unused (its
+        threads run in the parent: waiting on it, or closing it, would never return)."""
+        if self._feed is not None and self._feed_pid != os.getpid():
+            self._feed = None
+        return self._feed
 
     def fetch(self) -> None:
         """Download every file of the selected fields into the cache now (checked)."""
@@ -175,7 +197,7 @@ class RemoteDataset(Dataset):
         out: Mapping[str, torch.Tensor] | None = None,
         pad: float | int | None = None,
     ) -> Batch:
-        feed = self._feed
+        feed = self._own_feed()
         if (
             feed is not None
             and not feed.closed
@@ -193,8 +215,9 @@ class RemoteDataset(Dataset):
     def close(self) -> None:
         """Drop the maps and this process's pins (the cached files stay for later reads)."""
         super().close()
-        if self._feed is not None:
-            self._feed.close()
+        feed = self._own_feed()
+        if feed is not None:
+            feed.close()
             self._feed = None
         self._remote_files.held.release_all()
 
@@ -213,6 +236,50 @@ class RemoteDataset(Dataset):
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}: {v}" for k, v in self.schema.items())
         return f"chute.Dataset({self.url!r}, {len(self)} samples, {{{fields}}})"
+
+
+def warn_thrash(ds: Any, shuffle: bool | str) -> None:
+    """Warn when a global shuffle (``shuffle=True``) reads a remote ``ds`` (or the dataset
+    under a Subset) whose ``cache_limit`` cannot hold its selected fields: every batch
+    touches nearly every part, so the cache evicts and downloads parts again and again (the
+    dataset many times over per epoch). ``shuffle="parts"`` reads each part once per epoch."""
+    remote = getattr(ds, "dataset", ds)
+    if not shuffle or shuffle == "parts" or not isinstance(remote, RemoteDataset):
+        return
+    limit = remote.cache.limit
+    if limit is None:
+        return
+    fields = list(remote.schema)
+    total = sum(
+        remote.cache.entries[rel].nbytes
+        for i in range(len(remote.parts))
+        for rel in remote.cache.part_files(i, fields)
+    )
+    if total > limit:
+        warnings.warn(
+            f"{remote.url}: shuffle=True over a cache_limit of {limit} bytes, smaller than "
+            f"the dataset's {total} bytes: a global shuffle reads nearly every part in every "
+            "batch, so the cache downloads the dataset again and again (many times per "
+            "epoch). Use shuffle='parts' (each part read once per epoch), or raise "
+            "cache_limit above the dataset's size",
+            stacklevel=4,
+        )
+
+
+def refuse_fork(ds: Any, context: Any) -> None:
+    """Raise at once when worker processes of a remote ``ds`` would be forked
+    (``multiprocessing_context`` ``"fork"`` or a fork context): the parent has used the
+    storage client (opening fetched the manifest), and a forked child's requests hang."""
+    if context is None or not needs_spawn(ds):
+        return
+    method = context if isinstance(context, str) else context.get_start_method()
+    if method == "fork":
+        raise ArgumentValueError(
+            f"{getattr(ds, 'dataset', ds).url}: the workers of a dataset in object storage "
+            "cannot be forked (its storage client, obstore, does not survive fork(): their "
+            "downloads would hang). Leave multiprocessing_context unset (forkserver) or pass "
+            "'spawn'; a script then needs the `if __name__ == \"__main__\":` guard"
+        )
 
 
 def needs_spawn(ds: Any) -> bool:

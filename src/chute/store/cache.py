@@ -34,11 +34,12 @@ changed in place afterwards (by another user of a shared disk, a faulty disk) is
 per process (the first pin of that file there; about a second per GB), and a mismatching
 cached file is downloaded again; ``chute verify URL`` does the same for every file.
 
-``cache_limit``: before a download, least-recently-used files that nobody pins are evicted
-until the cache plus the new file fit. If pinned files alone exceed the limit the download
-proceeds anyway (never a wait, so never a deadlock): the cache exceeds its limit by at most
-the pinned files. :meth:`RemoteCache.check_limit` refuses at open a limit smaller than the
-parts that must be in the cache at once.
+``cache_limit``: before a download, least-recently-used files of this dataset's folder that
+nobody pins are evicted until the folder plus the new file fit (the limit is per dataset
+folder, shared by every process reading that dataset). If pinned files alone exceed the
+limit the download proceeds anyway (never a wait, so never a deadlock): the cache exceeds its
+limit by at most the pinned files. :meth:`RemoteCache.check_limit` refuses at open a limit
+smaller than the parts that must be in the cache at once.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import fcntl
 import json
 import os
 import shutil
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -63,6 +65,7 @@ from ..errors import (
     DatasetChangedError,
     DatasetNotFoundError,
     FormatError,
+    RemoteError,
 )
 from ..manifest import MAX_MANIFEST_BYTES, file_checksum, write_manifest
 from .cache_folder import CacheFolder
@@ -107,6 +110,10 @@ class RemoteCache:
         self.manifest: fmt.Manifest | None = None
         self.entries: dict[str, Entry] = {}
         self._identity: dict[str, str] | None = None
+        # relpath -> (when, error) of this process's last failed download of it: not tried
+        # again for the store's retry window (the prefetcher and each reader thread would
+        # otherwise spend one each, in turn)
+        self._failed: dict[str, tuple[float, RemoteError]] = {}
         self._version_fd: int | None = None
         self._pid = -1
 
@@ -116,7 +123,8 @@ class RemoteCache:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_version_fd"], state["_pid"], state["_verified"] = None, -1, set()
+        state["_version_fd"], state["_pid"] = None, -1
+        state["_verified"], state["_failed"] = set(), {}
         return state
 
     # -------------------------------------------------------------------- open
@@ -300,12 +308,22 @@ class RemoteCache:
             with locked(self.fs, f"{META}/locks/{entry.relpath}.lock"):
                 if self._present(entry):  # another process fetched it meanwhile
                     return dst
+                failed = self._failed.get(entry.relpath)
+                quiet = getattr(self.store, "retry", 0.0)  # a Store's retry window
+                if failed is not None and time.monotonic() - failed[0] < quiet:
+                    raise failed[1]  # its retries were just spent: the same error, at once
                 reldir = entry.relpath.rpartition("/")[0]
                 for name in self.fs.listdir(reldir):  # a dead downloader's temporary files
                     if name.startswith(f".{dst.name}.tmp-"):
                         self.fs.unlink(f"{reldir}/{name}" if reldir else name)
                 self.evict(entry.nbytes)
-                self._download(entry)
+                try:
+                    self._download(entry)
+                except RemoteError as exc:
+                    self._failed[entry.relpath] = (time.monotonic(), exc)
+                    raise
+        except RemoteError:
+            raise
         except OSError as exc:
             where = self.store.url.join(entry.key)
             raise disk_error(exc, self.folder, f"downloading {where}") from None
@@ -385,8 +403,8 @@ class RemoteCache:
         return out
 
     def evict(self, need: int = 0) -> int:
-        """Delete least-recently-used unpinned files until ``need`` more bytes fit under the
-        limit (nothing without a limit); returns the bytes freed."""
+        """Delete least-recently-used unpinned files of this dataset's folder until ``need``
+        more bytes fit under the limit (nothing without a limit); returns the bytes freed."""
         if self.limit is None:
             return 0
         with locked(self.fs, f"{META}/evict.lock"):

@@ -43,7 +43,7 @@ import xxhash
 
 from ..errors import ArgumentError, DatasetNotFoundError, RemoteError, require
 from ..manifest import MAX_MANIFEST_BYTES
-from .url import URL, parse_url
+from .url import URL, endpoint_option, parse_url
 
 T = TypeVar("T")
 
@@ -65,6 +65,7 @@ class Sink(Protocol):
 
 
 CHUNK = 8 << 20  # multipart upload chunk size
+RETRY_SECONDS = 120.0  # a failing request is retried this long: outages of a minute pass
 STREAM_CHUNK = 1 << 20  # download chunks: written (and hashed) while the next ones arrive;
 # 8 MiB chunks measured 10-15% slower per GET on loopback (a first GET 20-30% slower). Each
 # must arrive within the timeout: the minimum rate is STREAM_CHUNK / timeout.
@@ -121,7 +122,10 @@ class StalledError(Exception):
 class Store:
     """The object store holding the dataset at ``url``.
 
-    ``retries``: attempts after the first for a failed request (5xx, connection, timeout);
+    ``retry``: seconds during which a failed request (5xx, connection, timeout) is retried,
+    counted from its first failure (default 120: an outage of a minute, a server restart, is
+    ridden out; a dead endpoint is an error after about that long, a stalled one after at most
+    ``retry + timeout``); ``retries``: at most that many retries as well (None: no count);
     ``backoff``: the first wait in seconds, doubled each retry (with jitter, at most 10 s);
     ``timeout``: seconds within which a download must get its headers and then each 1 MiB
     of its body, and other requests a byte, else the request is cut (and retried); also
@@ -135,7 +139,8 @@ class Store:
         url: str | URL,
         storage_options: Mapping[str, Any] | None = None,
         *,
-        retries: int = 5,
+        retry: float = RETRY_SECONDS,
+        retries: int | None = None,
         backoff: float = 0.25,
         timeout: float = TIMEOUT,
     ):
@@ -146,9 +151,13 @@ class Store:
             )
         self.storage_options = dict(storage_options or {})
         timeout = self.storage_options.pop("timeout", timeout)
-        if not isinstance(retries, int) or retries < 0:
-            raise ArgumentError(f"retries must be an int >= 0, got {retries!r}")
-        self.retries, self.backoff, self.timeout = retries, float(backoff), _seconds(timeout)
+        retry = self.storage_options.pop("retry", retry)  # e.g. from chute.write(url, ...)
+        if retries is not None and (not isinstance(retries, int) or retries < 0):
+            raise ArgumentError(f"retries must be an int >= 0 or None, got {retries!r}")
+        if isinstance(retry, bool) or not isinstance(retry, (int, float)) or retry < 0:
+            raise ArgumentError(f"retry must be a number of seconds >= 0, got {retry!r}")
+        self.retry, self.retries = float(retry), retries
+        self.backoff, self.timeout = float(backoff), _seconds(timeout)
         self.stats = {"get": 0, "put": 0, "bytes_in": 0, "bytes_out": 0, "retries": 0}
         self._client: Any = None
         self._pid = -1
@@ -185,7 +194,9 @@ class Store:
         client.setdefault("connect_timeout", f"{max(1, int(self.timeout // 3))}s")
         client.setdefault("read_timeout", f"{max(1, int(self.timeout))}s")
         client["timeout"] = "24h"  # a whole large part; downloads are bounded per chunk instead
-        endpoint = str(options.get("endpoint") or _env_endpoint(self.url.scheme) or "")
+        explicit = endpoint_option(self.url.scheme, options)
+        _check_endpoint_env(self.url, explicit)
+        endpoint = str(explicit or _env_endpoint(self.url.scheme) or "")
         if endpoint.startswith("http://") or self.url.scheme == "http":
             client.setdefault("allow_http", True)
         retry = {"max_retries": 0}  # retried here, where a stream cut midway is retried too
@@ -385,15 +396,22 @@ class Store:
     def call(self, what: str, relpath: str, fn: Callable[[], T]) -> T:
         """``fn()``, retried with backoff on transient failures; errors name the object."""
         attempt = 0
+        first_failure: float | None = None
         while True:
             try:
                 return fn()
-            except (_LocalError, ArgumentError, CorruptObjectError):
+            except (_LocalError, ArgumentError, RemoteError, CorruptObjectError):
                 raise
             except Exception as exc:
                 kind = _classify(exc)
-                if kind == "transient" and attempt < self.retries:
-                    delay = min(10.0, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
+                now = time.monotonic()
+                first_failure = now if first_failure is None else first_failure
+                delay = min(10.0, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
+                if (
+                    kind == "transient"
+                    and (self.retries is None or attempt < self.retries)
+                    and now + delay - first_failure <= self.retry
+                ):
                     attempt += 1
                     self.stats["retries"] += 1
                     time.sleep(delay)
@@ -422,9 +440,17 @@ class Store:
             )
         if kind == "client":
             return RemoteError(f"{where}: the store refused the request: {_short(exc)}")
+        if kind == "tls":
+            return RemoteError(
+                f"{where}: the TLS handshake with the endpoint failed (an https:// endpoint "
+                "on a server that speaks plain HTTP, or a certificate it does not trust): "
+                "use its http:// URL, or pass root_certificate in storage_options "
+                f"({_short(exc)})"
+            )
         return RemoteError(
-            f"{where}: could not {what} it after {tries + 1} attempt(s) (the store is "
-            f"unreachable or failing): {_short(exc)}"
+            f"{where}: could not {what} it after {tries + 1} attempt(s) in {self.retry:g} s "
+            "of retries (the store is unreachable or failing; chute.open(url, retry=SECONDS) "
+            f"rides out a longer outage): {_short(exc)}"
         )
 
 
@@ -439,14 +465,31 @@ def _check_fork(url: URL) -> None:
         )
 
 
+def _check_endpoint_env(url: URL, explicit: str | None) -> None:
+    """Refuse an endpoint in storage_options that ``AWS_ENDPOINT_URL_S3`` would override:
+    obstore lets that variable win over its configuration, which would send the requests
+    elsewhere without a word."""
+    env = os.environ.get("AWS_ENDPOINT_URL_S3")
+    if url.scheme == "s3" and explicit and env and env.rstrip("/") != explicit.rstrip("/"):
+        raise ArgumentError(
+            f"{url}: storage_options set the endpoint {explicit}, but the environment "
+            f"variable AWS_ENDPOINT_URL_S3={env} would override it (obstore gives it "
+            "precedence): unset AWS_ENDPOINT_URL_S3, or drop the endpoint from storage_options"
+        )
+
+
 def _env_endpoint(scheme: str) -> str | None:
     if scheme != "s3":
         return None
     return next((os.environ[v] for v in _ENDPOINT_VARS if os.environ.get(v)), None)
 
 
+# rustls' errors in obstore's debug dump when the TLS handshake fails: not retried
+_TLS_ERRORS = ("InvalidContentType", "InvalidCertificate", "CorruptMessage", "HandshakeFailure")
+
+
 def _classify(exc: BaseException) -> str:
-    """missing | credentials | denied | client | transient."""
+    """missing | credentials | denied | client | tls | transient."""
     if isinstance(exc, FileNotFoundError):
         return "missing"
     name = type(exc).__name__
@@ -457,6 +500,8 @@ def _classify(exc: BaseException) -> str:
         return "credentials"
     if name in ("InvalidPathError", "NotSupportedError", "UnknownConfigurationKeyError"):
         return "client"
+    if any(t in text for t in _TLS_ERRORS):
+        return "tls"
     if "status code: 4" in text and "status code: 408" not in text and "429" not in text:
         return "client"
     return "transient"  # 5xx, connection refused/reset, timeouts, truncated bodies

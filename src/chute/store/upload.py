@@ -1,9 +1,10 @@
 """Upload a finished local dataset to a URL, parts first and the manifest last
 (:func:`upload`; see :mod:`chute.transfer` for the format), and :class:`Staged`: a local
-staging folder for a writer whose destination is a URL, uploaded when it commits.
+staging folder for a writer whose destination is a URL, uploaded part by part.
 
 A low layer (manifest, store): the writer and the converters stage through it, so
-``chute.write("s3://...")`` writes locally, then uploads.
+``chute.write("s3://...")`` writes each part locally and uploads it as soon as it is
+finished, deleting the local copy; the manifest goes last.
 """
 
 from __future__ import annotations
@@ -54,44 +55,83 @@ def upload(
 ) -> ObjectStore:
     """Upload the local dataset ``src`` to ``url``: parts in parallel (``workers``), then the
     manifest. ``compression``: None or ``"zstd"`` (at ``level``). Returns the store."""
-    if compression not in (None, "zstd"):
-        raise ArgumentError(f"compression must be None or 'zstd', got {compression!r}")
+    check_compression(compression)
     store = writable(url if isinstance(url, ObjectStore) else Store(url, storage_options))
     src = Path(src)
     manifest = read_manifest(src)  # a finished, valid local dataset
+    before = _uncommit(store, overwrite)
+    files = [_relpath(info, fn) for info in manifest.parts for fn in info.files]
+    stored = _send(store, src, files, compression, level, workers)
+    _commit(store, manifest, stored, compression, before)
+    return store
+
+
+def check_compression(compression: str | None) -> None:
+    if compression not in (None, "zstd"):
+        raise ArgumentError(f"compression must be None or 'zstd', got {compression!r}")
+
+
+def _relpath(info: fmt.PartInfo, fn: str) -> str:
+    return fn if info.name == fmt.ROOT_PART else f"{info.name}/{fn}"
+
+
+def _uncommit(store: ObjectStore, overwrite: bool) -> set[str]:
+    """Refuse an existing dataset at the store's URL, or (``overwrite``) delete its manifest
+    first, so that no reader opens a mix of versions; returns the keys there before."""
     if store.head(fmt.MANIFEST) is not None:
         if not overwrite:
             raise DatasetExistsError(
                 f"{store.url} already holds a chute dataset; pass overwrite=True to replace it"
             )
-        store.delete(fmt.MANIFEST)  # uncommit first: no reader opens a mix of versions
-    before = set(store.list()) if overwrite else set()
-    obj = manifest.to_json()
-    files = [
-        (rel, obj["parts"][i]["files"][fn])
-        for i, info in enumerate(manifest.parts)
-        for fn in info.files
-        for rel in [fn if info.name == fmt.ROOT_PART else f"{info.name}/{fn}"]
-    ]
+        store.delete(fmt.MANIFEST)
+    return set(store.list()) if overwrite else set()
 
-    def send(item: tuple[str, dict[str, Any]]) -> None:
-        rel, record = item
+
+def _send(
+    store: ObjectStore,
+    src: Path,
+    files: list[str],
+    compression: str | None,
+    level: int,
+    workers: int,
+) -> dict[str, dict[str, Any]]:
+    """Upload each file ``REL`` of ``files`` (under folder ``src``) in parallel; returns the
+    stored size and checksum of each compressed one."""
+
+    def send(rel: str) -> tuple[str, dict[str, Any] | None]:
         if compression is None:
             store.put_file(src / rel, rel)
-        else:
-            record["stored"] = _put_zstd(store, src / rel, rel + ZSTD_SUFFIX, level)
+            return rel, None
+        return rel, _put_zstd(store, src / rel, rel + ZSTD_SUFFIX, level)
 
     with ThreadPoolExecutor(max(1, workers), "chute-upload") as pool:
-        for _ in pool.map(send, files):  # raises the first failure
-            pass
+        sent = list(pool.map(send, files))  # raises the first failure
+    return {rel: record for rel, record in sent if record is not None}
+
+
+def _commit(
+    store: ObjectStore,
+    manifest: fmt.Manifest,
+    stored: Mapping[str, dict[str, Any]],
+    compression: str | None,
+    before: set[str],
+) -> None:
+    """Upload the manifest of the files already sent (the commit), then delete the files of
+    the version it replaced."""
+    obj = manifest.to_json()
+    keep = set()
+    for i, info in enumerate(manifest.parts):
+        for fn in info.files:
+            rel = _relpath(info, fn)
+            if compression is not None:
+                obj["parts"][i]["files"][fn]["stored"] = stored[rel]
+            keep.add(rel + (ZSTD_SUFFIX if compression else ""))
     if compression is not None:
         obj["compression"] = compression
     store.put_bytes(fmt.MANIFEST, json.dumps(obj, indent=1).encode())  # the commit
-    keep = {rel + (ZSTD_SUFFIX if compression else "") for rel, _ in files}
     for key in sorted(before - keep):
         if key.endswith(_DATA_SUFFIXES):  # the replaced version's files
             store.delete(key)
-    return store
 
 
 def _put_zstd(store: ObjectStore, path: Path, key: str, level: int) -> dict[str, Any]:
@@ -115,11 +155,16 @@ def _put_zstd(store: ObjectStore, path: Path, key: str, level: int) -> dict[str,
 
 
 class Staged:
-    """A writer's destination URL: the dataset is written to :attr:`local` (a new folder
-    under ``staging_dir``, default ``CACHE_DIR/.staging``), then :meth:`upload` sends it
-    (parts, then the manifest: a failed upload leaves no openable dataset) and removes the
-    local copy; :meth:`discard` removes it without uploading. An existing dataset at the URL
-    is refused now, before anything is written, unless ``overwrite``."""
+    """A writer's destination URL, uploaded part by part.
+
+    The writer writes each part into :attr:`local` (a new folder under ``staging_dir``,
+    default ``CACHE_DIR/.staging``); :meth:`send_part` uploads a finished part and deletes
+    its local files, so a writer's local disk peaks at about one part beside the one being
+    written; :meth:`finish` uploads the manifest last (a failed or killed write leaves no
+    openable dataset) and removes the staging folder. :meth:`upload` instead sends a whole
+    finished local dataset at :attr:`local`; :meth:`discard` removes the staging folder
+    without committing. An existing dataset at the URL is refused now, before anything is
+    written, unless ``overwrite`` (its manifest is deleted before the first upload)."""
 
     def __init__(
         self,
@@ -130,6 +175,7 @@ class Staged:
         compression: str | None = None,
         staging_dir: str | os.PathLike | None = None,
     ):
+        check_compression(compression)
         self.store = writable(Store(url, storage_options))
         self.url = self.store.url.url
         self.overwrite = overwrite
@@ -142,11 +188,45 @@ class Staged:
         self._root = (root / f"{folder_name(self.url)}-{secrets.token_hex(4)}").absolute()
         self._root.mkdir(parents=True)
         self.local = self._root / (self.url.rsplit("/", 1)[-1] or "dataset")
+        self._before: set[str] | None = None  # keys at the URL before the first upload
+        self._stored: dict[str, dict[str, Any]] = {}  # compressed files: stored size, xxh3
 
     def upload(self) -> str:
         """Upload the committed local dataset, then remove it; returns the URL."""
         try:
             upload(self.local, self.store, compression=self.compression, overwrite=self.overwrite)
+        finally:
+            self.discard()
+        return self.url
+
+    def send_part(self, staging: Path, info: fmt.PartInfo) -> None:
+        """Upload the files of the finished part ``info`` in ``staging``, then delete them."""
+        if self._before is None:
+            self._before = _uncommit(self.store, self.overwrite)
+        files = [_relpath(info, fn) for fn in info.files]
+        self._stored.update(_send(self.store, staging, files, self.compression, 3, 8))
+        for rel in files:
+            (staging / rel).unlink()
+
+    def restore_part(self, staging: Path, info: fmt.PartInfo) -> None:
+        """Download the files of part ``info`` (sent before) back into ``staging``: a writer
+        that turns a field ragged rewrites the parts written so far."""
+        for fn, entry in info.files.items():
+            rel = _relpath(info, fn)
+            key = rel + (ZSTD_SUFFIX if self.compression else "")
+            size = self._stored[rel]["bytes"] if self.compression else entry.nbytes
+            with open(staging / rel, "wb") as f:
+                self.store.get_to_file(
+                    key, f, size=size, zstd=self.compression is not None, out=entry.nbytes
+                )
+
+    def finish(self, manifest: fmt.Manifest) -> str:
+        """Upload ``manifest`` (of the parts sent), the commit; remove the staging folder."""
+        try:
+            before = (
+                self._before if self._before is not None else _uncommit(self.store, self.overwrite)
+            )
+            _commit(self.store, manifest, self._stored, self.compression, before)
         finally:
             self.discard()
         return self.url

@@ -9,7 +9,9 @@ derived from a URL and a manifest name, and must never point elsewhere.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .._args import URL_SCHEME
@@ -59,12 +61,29 @@ class URL:
 
 
 def is_url(path: object) -> bool:
-    """Whether ``path`` is a string that names a URL of a scheme chute reads (not a local
-    path). ``"s3://b/x"`` is; ``"data/x.chute"`` and ``"C:/x"`` are not."""
-    if not isinstance(path, str):
-        return False
-    m = URL_SCHEME.match(path)
-    return m is not None and m.group(1).lower() in SCHEMES
+    """Whether ``path`` is a string that names a URL (``scheme://`` at its start), not a
+    local path: ``"s3://b/x"`` and ``"s4://b/x"`` are (:func:`parse_url` refuses the
+    latter's scheme, rather than a local folder ``s4:`` being made); ``"data/x.chute"`` and
+    ``"C:/x"`` are not."""
+    return isinstance(path, str) and URL_SCHEME.match(path) is not None
+
+
+# storage_options keys that set the endpoint, per scheme (obstore's spellings; any case)
+ENDPOINT_KEYS = {
+    "s3": ("aws_endpoint_url_s3", "aws_endpoint", "aws_endpoint_url", "endpoint_url", "endpoint"),
+    "gs": ("google_base_url", "gcs_base_url", "base_url"),
+    "az": ("azure_storage_endpoint", "azure_endpoint", "endpoint"),
+}
+
+
+def endpoint_option(scheme: str, options: Mapping[str, Any]) -> str | None:
+    """The endpoint that ``options`` (storage_options) set for a store of ``scheme``, under
+    any of obstore's spellings; None when they set none."""
+    given = {str(k).lower(): v for k, v in options.items()}
+    for key in ENDPOINT_KEYS.get(scheme, ()):
+        if given.get(key):
+            return str(given[key])
+    return None
 
 
 def parse_url(path: str | URL) -> URL:

@@ -210,6 +210,10 @@ class PartFiles:
             raise
         return fmt.PartInfo(self.name, self.num_samples, files)
 
+    def nbytes(self) -> int:
+        """Bytes written into the part's files so far."""
+        return sum(af.file.tell() for col in self.fields.values() for af in col.files.values())
+
     def abort(self) -> None:
         """Close every file without writing (never raises); the caller removes the folder."""
         for col in self.fields.values():

@@ -43,6 +43,9 @@ from .values import (
     sample_count,
 )
 
+URL_PART_BYTES = 128 << 20  # a part's size when a URL is written without part_size: uploaded
+# (and its local copy deleted) when finished, so a writer's local disk holds about 2 parts
+
 Schema = Mapping[str, fmt.Field]
 
 
@@ -99,6 +102,12 @@ class Writer:
     kept. An appending writer holds the dataset's lock (:class:`chute.writer.commit.DatasetLock`,
     dropped if the process dies) from its creation to its commit or abort: a second one, in
     any process, waits in its constructor, then adds to what the first committed.
+
+    A URL ``path`` (``s3://...``, ``storage_options`` for its client): each part is uploaded
+    as soon as it is finished and its local copy (under ``CACHE_DIR/.staging``) deleted, the
+    manifest last; without ``part_size`` a part holds about ``URL_PART_BYTES`` (128 MiB,
+    measured on the first samples written). ``compression="zstd"`` stores the files
+    compressed in the bucket.
     """
 
     def __init__(
@@ -111,18 +120,29 @@ class Writer:
         part_size: int | None = None,
         append: bool = False,
         storage_options: Mapping[str, Any] | None = None,
+        compression: str | None = None,
     ):
         if part_size is not None and (type(part_size) is not int or part_size < 1):  # not bool
             raise ArgumentValueError(f"part_size must be a positive int, got {part_size!r}")
-        # A URL (s3://...): written to a local staging folder, uploaded on commit.
+        # A URL (s3://...): each part written to a local staging folder, uploaded when done.
         self._remote: Staged | None = None
+        if compression is not None and not is_url(path):
+            raise ArgumentValueError(
+                f"compression= applies to datasets written to a URL, not to {path}: a local "
+                "dataset stays uncompressed (it is memory-mapped)"
+            )
         if is_url(path):
             if append:
                 raise ArgumentValueError(
                     f"append=True to a URL ({path}) is not supported: write the dataset "
                     "locally, append there, then upload it (chute upload LOCAL URL)"
                 )
-            self._remote = Staged(str(path), overwrite=overwrite, storage_options=storage_options)
+            self._remote = Staged(
+                str(path),
+                overwrite=overwrite,
+                storage_options=storage_options,
+                compression=compression,
+            )
             path = self._remote.local
         # Absolute: the staging folder and the final rename must not follow a later chdir.
         self.path = check_path(path).absolute()
@@ -164,6 +184,7 @@ class Writer:
         self._undecided: set[str] = set()  # inferred fields whose samples were all empty
         self._overwrite = overwrite
         self._part_size = part_size
+        self._sizing = False  # the part size of a URL is being measured
         self._staging: Path | None = new_staging_dir(self.path, overwrite, append=append)
         self._parts: list[fmt.PartInfo] = []
         self._part: PartFiles | None = None
@@ -179,20 +200,30 @@ class Writer:
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
         """Around the writes to the files: an ``OSError`` becomes a :class:`~chute.WriteError`
-        naming ``path``, and aborts the writer (its fields' files are out of step now)."""
+        naming ``path`` (for a URL: the staging folder, and ``CHUTE_CACHE_DIR`` that places
+        it), and aborts the writer (its fields' files are out of step now)."""
         try:
             with writing(self.path):
                 yield
-        except WriteError:
+        except WriteError as exc:
+            remote = self._remote
             self.abort()
-            raise
+            if remote is None:
+                raise
+            raise type(exc)(
+                exc.errno,
+                f"{exc.strerror} (this is the local staging of {remote.url}, in "
+                f"{self.path.parent.parent}: set CHUTE_CACHE_DIR to a disk with room for about "
+                "2 parts, or pass a smaller part_size)",
+                exc.filename,
+            ) from None
 
     def _open_part(self) -> PartFiles:
         if self._staging is None:
             raise ArgumentValueError(f"writer for {self.path} is closed")
         if self._part is None:
             assert self._schema is not None
-            if self._part_size is None and self._base is None:
+            if self._part_size is None and self._base is None and self._remote is None:
                 self._part = PartFiles(self._staging, fmt.ROOT_PART, self._schema)
             else:
                 name = f"part-{self._first_part + len(self._parts):05d}"
@@ -224,6 +255,10 @@ class Writer:
     def _write(self, batch: Mapping[str, Any]) -> None:
         assert self._schema is not None
         n = sample_count(batch, self._schema, start=self._count)
+        if self._part_size is None and self._remote is not None and n:
+            # parts of ~URL_PART_BYTES: estimated from this batch, measured once written
+            self._part_size = max(1, URL_PART_BYTES // max(1, row_bytes(batch, n)))
+            self._sizing = True
         done = 0
         while done < n:
             with self._writing():
@@ -252,19 +287,36 @@ class Writer:
             part.num_samples += take
             self._count += take
             done += take
+            if self._sizing:  # a URL without part_size: measured on the first samples
+                per_sample = max(1, part.nbytes() // part.num_samples)
+                self._part_size = max(part.num_samples, URL_PART_BYTES // per_sample)
+                self._sizing = False
             if self._part_size is not None and part.num_samples == self._part_size:
-                with self._writing():
-                    self._parts.append(part.close())
-                self._part = None
+                self._close_part(part)
+
+    def _close_part(self, part: PartFiles) -> None:
+        """Finish ``part``; for a URL upload it now and delete its local files."""
+        assert self._staging is not None
+        with self._writing():
+            info = part.close()
+        self._parts.append(info)
+        self._part = None
+        if self._remote is not None:
+            self._remote.send_part(self._staging, info)
 
     def _promote(self, name: str, new: fmt.Field) -> None:
         assert self._schema is not None and self._staging is not None
         old = self._schema[name]
         for i, info in enumerate(self._parts):
+            if self._remote is not None:  # uploaded: download it back, rewrite, send again
+                (self._staging / info.name).mkdir(exist_ok=True)
+                self._remote.restore_part(self._staging, info)
             col = promote(self._staging / info.name, name, old, new, None, info.num_samples)
             stale = set(old.files(name).values())
             files = {k: v for k, v in info.files.items() if k not in stale}
             self._parts[i] = fmt.PartInfo(info.name, info.num_samples, {**files, **col.close()})
+            if self._remote is not None:
+                self._remote.send_part(self._staging, self._parts[i])
         if self._part is not None:
             part = self._part
             part.fields[name] = promote(
@@ -283,10 +335,15 @@ class Writer:
                 "pass schema= to write an empty dataset"
             )
         try:
-            with writing(self.path):
-                if self._part is not None or not self._parts:
-                    self._parts.append(self._open_part().close())
-                    self._part = None
+            if self._part is not None or not self._parts:
+                with self._writing():
+                    part = self._open_part()
+                self._close_part(part)
+            if self._remote is not None:  # the parts are uploaded: the manifest commits
+                remote, self._remote = self._remote, None
+                manifest = fmt.Manifest(self._schema, tuple(self._parts), self.metadata)
+                self._staging = None
+                return remote.finish(manifest)
             staging, self._staging = self._staging, None
             if self._base is not None:
                 new = fmt.Manifest(self._schema, tuple(self._parts), self.metadata)
@@ -299,9 +356,6 @@ class Writer:
             raise
         finally:
             self._release()
-        if self._remote is not None:  # parts, then the manifest; the local copy is removed
-            remote, self._remote = self._remote, None
-            return remote.upload()
         return done
 
     def abort(self) -> None:
@@ -342,6 +396,22 @@ class Writer:
             self.abort()
 
 
+def row_bytes(batch: Mapping[str, Any], n: int) -> int:
+    """About how many bytes a sample of ``batch`` (``n`` samples) takes: array fields by
+    their size, list fields by their first 64 items."""
+    total = 0
+    for v in batch.values():
+        if isinstance(v, (list, tuple)):
+            head = v[:64]
+            sizes = [
+                getattr(e, "nbytes", len(e) if isinstance(e, (str, bytes)) else 8) for e in head
+            ]
+            total += sum(sizes) // max(len(head), 1) + 8
+        else:
+            total += getattr(v, "nbytes", 64 * max(n, 1)) // max(n, 1)
+    return total
+
+
 def write(
     path: str | os.PathLike,
     arrays: Mapping[str, Any],
@@ -351,6 +421,8 @@ def write(
     metadata: Mapping[str, Any] | None = None,
     part_size: int | None = None,
     chunk_bytes: int = 64 << 20,
+    storage_options: Mapping[str, Any] | None = None,
+    compression: str | None = None,
 ) -> Path | str:
     """Write a dict of equal-length arrays / tensors / lists as a dataset at ``path``.
 
@@ -358,21 +430,26 @@ def write(
 
     Arrays are copied in chunks of about ``chunk_bytes``, so memory-mapped inputs larger than
     RAM work too. Nested dicts give ``group/name`` fields. With ``part_size`` the data is split
-    into ``part-NNNNN`` folders of at most that many samples, as with :class:`Writer`.
+    into ``part-NNNNN`` folders of at most that many samples, as with :class:`Writer`
+    (which also says how a URL ``path`` is written: ``storage_options``, ``compression``).
     """
     path = str(path) if is_url(path) else check_path(path)  # a URL: see Writer
     arrays = flatten(arrays)
     if not isinstance(arrays, Mapping) or not arrays:
         raise SchemaError("write() takes a non-empty dict of field name -> array")
     n = sample_count(arrays, arrays)
-    row_bytes = sum(
-        64 if isinstance(v, (list, tuple)) else getattr(v, "nbytes", 64) // max(n, 1)
-        for v in arrays.values()
-    )
-    step = max(1, chunk_bytes // max(row_bytes, 1))
+    step = max(1, chunk_bytes // max(row_bytes(arrays, n), 1))
     if schema is None and n == 0:
         schema = {k: infer_field(k, v[:0], batch=True) for k, v in arrays.items()}  # bf16 too
-    with Writer(path, schema, overwrite=overwrite, metadata=metadata, part_size=part_size) as w:
+    with Writer(
+        path,
+        schema,
+        overwrite=overwrite,
+        metadata=metadata,
+        part_size=part_size,
+        storage_options=storage_options,
+        compression=compression,
+    ) as w:
         for start in range(0, n, step):
             w.extend({k: v[start : start + step] for k, v in arrays.items()})
     return path
