@@ -35,7 +35,7 @@ from .errors import (
     WorkerError,
     WriteError,
 )
-from .fields import Bytes, Ragged, String
+from .fields import Bytes, Mask, Ragged, String
 from .image.normalize import normalize
 from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .loader.dataloader import dataloader
@@ -73,6 +73,7 @@ __all__ = [
     "FormatError",
     "Loader",
     "LoaderStats",
+    "Mask",
     "MissingDependencyError",
     "Mix",
     "NotWritableError",
