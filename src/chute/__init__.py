@@ -36,6 +36,8 @@ from .errors import (
     WriteError,
 )
 from .fields import Bytes, Mask, Ragged, String
+from .image.boxes import transform_boxes, transform_points
+from .image.follow import Follow, Geometry
 from .image.normalize import normalize
 from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .loader.dataloader import dataloader
@@ -70,7 +72,9 @@ __all__ = [
     "DatasetExistsError",
     "DatasetNotFoundError",
     "EncodedImages",
+    "Follow",
     "FormatError",
+    "Geometry",
     "Loader",
     "LoaderStats",
     "Mask",
@@ -109,6 +113,8 @@ __all__ = [
     "normalize",
     "pack",
     "to_device",
+    "transform_boxes",
+    "transform_points",
     "verify",
     "windows",
     "write",

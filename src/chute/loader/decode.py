@@ -8,6 +8,13 @@ pool of fresh buffers, or its ring with ``reuse_after=k``) hold it like any fixe
 ``gather(idx, out=)`` decodes straight into ``out[name]`` (no per-batch allocation with
 ``reuse_after``; a pooled buffer by default). The rest of the batch is the dataset's own gather.
 
+Tied fields. ``decode={"image": ops, "mask": chute.Follow("image"), "geo":
+chute.Geometry("image")}``: each sample's crop and flip are planned once, for ``"image"``, and
+applied to the fields that follow it (a :class:`chute.fields.Mask` by nearest neighbour into a
+``Tensor((H, W), mask dtype)``, another image bilinearly), while ``"geo"`` (a name the dataset
+does not have) carries the plan itself, float64 ``(B, 7)`` (see :mod:`chute.image.follow`),
+for :func:`chute.transform_boxes`. The op order of the leader is the only one there is.
+
 Where it runs. In :class:`~chute.Loader` the gather, and so the decode, runs in the worker
 threads: simplejpeg's decode, the resize (torch's or PIL's) and numpy's copy release the GIL
 (see :mod:`chute.image.decode`); a pass's first and last batches are split across threads
@@ -36,8 +43,9 @@ import numpy as np
 import torch
 
 from .. import format as fmt
-from .._torch import as_numpy
+from .._torch import as_numpy, empty_buffers
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
+from ..image.follow import GEOMETRY_COLUMNS, Follow, Geometry, geometry, resize_nearest
 from ..image.on_device import DeviceImages, check_device, decode_images
 from ..image.ops import Plan, check_ops, plan
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
@@ -67,15 +75,12 @@ class Decoded:
         self.ops: dict[str, tuple[Any, ...]] = {}
         self.sizes: dict[str, tuple[int, int]] = {}
         self.on_device: dict[str, str] = {}  # fields decoded by to_device (image/on_device.py)
+        self.tied: dict[str, Follow | Geometry] = {}  # fields that take a leader's plan
         for name, field_ops in ops.items():
-            f = ds.schema.get(name)
-            if f is None or f.kind != "image":
-                what = "no such field" if f is None else f"a {f.kind} field"
-                images = [k for k, v in ds.schema.items() if v.kind == "image"]
-                raise SchemaError(
-                    f"decode={{{name!r}: ...}}: {what}; decode= takes the dataset's "
-                    f"chute.fields.Image fields ({images})"
-                )
+            if isinstance(field_ops, (Follow, Geometry)):
+                self.tied[name] = field_ops
+                continue
+            self._check_image(name, "ops")
             checked = check_ops(field_ops)
             self.ops[name] = checked
             geo = next(op for op in checked if hasattr(op, "out_size"))
@@ -90,6 +95,38 @@ class Decoded:
             k: fmt.Tensor((3, *self.sizes[k]), "uint8") if self._here(k) else f
             for k, f in ds.schema.items()
         }
+        for name, tie in self.tied.items():
+            self._schema[name] = self._tie_field(name, tie)
+
+    def _check_image(self, name: str, what: str, kinds: tuple[str, ...] = ("image",)) -> None:
+        f = self.dataset.schema.get(name)
+        if f is None or f.kind not in kinds:
+            found = "no such field" if f is None else f"a {f.kind} field"
+            images = [k for k, v in self.dataset.schema.items() if v.kind in kinds]
+            raise SchemaError(
+                f"decode={{{name!r}: {what}}}: {found}; it takes the dataset's "
+                f"{' or '.join(kinds)} fields ({images})"
+            )
+
+    def _tie_field(self, name: str, tie: Follow | Geometry) -> fmt.Field:
+        """The batch field of ``decode={name: tie}``, checked against its leader."""
+        what = f"{type(tie).__name__}({tie.field!r})"
+        if tie.field not in self.ops or tie.field in self.on_device:
+            raise ArgumentError(
+                f"decode={{{name!r}: {what}}}: {tie.field!r} must have its own decode ops in "
+                f"decode=, decoded in the loader (not device=); got {sorted(self.ops)}"
+            )
+        h, w = self.sizes[tie.field]
+        if isinstance(tie, Geometry):
+            if name in self.dataset.schema:
+                raise SchemaError(
+                    f"decode={{{name!r}: {what}}}: the dataset has a field {name!r}; name the "
+                    "geometry field differently"
+                )
+            return fmt.Tensor((len(GEOMETRY_COLUMNS),), "float64")
+        self._check_image(name, what, ("image", "mask"))
+        f = self.dataset.schema[name]
+        return fmt.Tensor((h, w), f.dtype) if f.kind == "mask" else fmt.Tensor((3, h, w), "uint8")
 
     def _here(self, name: str) -> bool:
         """Whether field ``name`` is decoded by this view (not later, on a device)."""
@@ -109,6 +146,8 @@ class Decoded:
                 out[name] = torch.empty(
                     (batch_size, 3, h, w), dtype=torch.uint8, pin_memory=pin_memory
                 )
+        tied = {k: self._schema[k] for k in self.tied}
+        out.update(empty_buffers(tied, batch_size, pin_memory=pin_memory))
         return {k: out[k] for k in self._schema if k in out}
 
     def __getitem__(self, i: int) -> dict[str, Any]:
@@ -116,7 +155,11 @@ class Decoded:
         sample = self.dataset[i]
         (j,) = np.asarray([i], np.int64) % max(1, len(self))
         got, _ = decode_images(self.gather(np.array([j])))
-        return {k: got[k][0] if k in self.ops else v for k, v in sample.items()}
+        mine = {**self.ops, **self.tied}
+        return {
+            **{k: got[k][0] if k in mine else v for k, v in sample.items()},
+            **{k: got[k][0] for k, t in self.tied.items() if isinstance(t, Geometry)},
+        }
 
     def gather(
         self,
@@ -127,26 +170,78 @@ class Decoded:
         """The dataset's gather, each decoded field decoded into ``out[name]`` when given
         (else a new tensor), with the crops of :attr:`epoch` (see :meth:`at_epoch`)."""
         epoch = self.epoch
-        inner = None if out is None else {k: v for k, v in out.items() if k not in self.ops}
+        mine = {**self.ops, **self.tied}
+        inner = None if out is None else {k: v for k, v in out.items() if k not in mine}
         batch = self.dataset.gather(indices, out=inner, pad=pad)
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         idx = np.where(idx < 0, idx + len(self), idx)
+        plans: dict[str, tuple[np.ndarray, Plan]] = {}  # planned once, for every tied field
         for name in self.ops:
+            plans[name] = self._plan(name, batch[name], idx, epoch)
             if name in self.on_device:
-                batch[name] = self._planned(name, batch[name], idx, epoch)
+                batch[name] = self._planned(name, batch[name], idx, plans[name])
                 continue
             dst = None if out is None else out.get(name)
-            batch[name] = self._decode(name, batch[name], idx, epoch, dst)
+            batch[name] = self._decode(name, batch[name], idx, plans[name], dst)
+        for name, tie in self.tied.items():
+            dst = None if out is None else out.get(name)
+            batch[name] = self._follow(name, tie, batch.get(name), idx, plans[tie.field], dst)
         return batch
+
+    def _follow(
+        self,
+        name: str,
+        tie: Follow | Geometry,
+        enc: Any,
+        idx: np.ndarray,
+        planned: tuple[np.ndarray, Plan],
+        dst: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Field ``name`` cropped, resized and flipped as its leader's ``planned``."""
+        b = len(idx)
+        dst = self._out(name, b, dst)
+        sizes, p = planned
+        arr = as_numpy(dst)
+        if isinstance(tie, Geometry):
+            geometry(p, arr)
+            return dst
+        own = (enc.shapes if self.dataset.schema[name].kind == "mask" else enc.sizes).numpy()
+        bad = np.flatnonzero((own != sizes).any(axis=1))
+        if len(bad):
+            i = int(bad[0])
+            raise FormatError(
+                f"{self._where(name)}: sample {int(idx[i])} is {tuple(own[i].tolist())} (height, "
+                f"width) but its {tie.field!r} is {tuple(sizes[i].tolist())}; a field that "
+                "follows another must have its size"
+            )
+        if self.dataset.schema[name].kind == "image":
+            self._decode(name, enc, idx, planned, dst)
+            return dst
+        values = enc.values.numpy()
+        offsets = enc.offsets.numpy().tolist()
+        boxes, flips = p.boxes.tolist(), p.flips.tolist()
+        for i in range(b):
+            src = values[offsets[i] : offsets[i + 1]].reshape(own[i])
+            resize_nearest(src, boxes[i], flips[i], arr[i])
+        return dst
+
+    def _out(self, name: str, b: int, dst: torch.Tensor | None) -> torch.Tensor:
+        """Where field ``name`` of a batch of ``b`` is written: ``dst`` (the loader's buffer,
+        cut to ``b``), else a new tensor of its shape in :attr:`schema`."""
+        if dst is None:
+            return empty_buffers({name: self._schema[name]}, b)[name]
+        return dst if len(dst) == b else dst[:b]
 
     def _plan(self, name: str, enc: Any, idx: np.ndarray, epoch: int) -> tuple[np.ndarray, Plan]:
         """The stored (height, width) of each image of ``enc``, and field ``name``'s plan."""
         sizes = enc.sizes.numpy()
         return sizes, plan(self.ops[name], sizes[:, 0], sizes[:, 1], idx, self.seed, epoch)
 
-    def _planned(self, name: str, enc: Any, idx: np.ndarray, epoch: int) -> DeviceImages:
+    def _planned(
+        self, name: str, enc: Any, idx: np.ndarray, planned: tuple[np.ndarray, Plan]
+    ) -> DeviceImages:
         """Field ``name`` planned, not decoded: :func:`chute.to_device` decodes it."""
-        sizes, p = self._plan(name, enc, idx, epoch)
+        sizes, p = planned
         where = self._where(name)
         device = self.on_device[name]
         return DeviceImages(
@@ -154,16 +249,18 @@ class Decoded:
         )
 
     def _decode(
-        self, name: str, enc: Any, idx: np.ndarray, epoch: int, dst: torch.Tensor | None
+        self,
+        name: str,
+        enc: Any,
+        idx: np.ndarray,
+        planned: tuple[np.ndarray, Plan],
+        dst: torch.Tensor | None,
     ) -> torch.Tensor:
         from ..image.decode import decode_planned
 
         b = len(idx)
-        if dst is None:
-            dst = torch.empty((b, 3, *self.sizes[name]), dtype=torch.uint8)
-        elif len(dst) != b:
-            dst = dst[:b]
-        sizes, p = self._plan(name, enc, idx, epoch)
+        sizes, p = planned
+        dst = self._out(name, b, dst)
         h, w, arr = sizes[:, 0], sizes[:, 1], as_numpy(dst)
         try:
             if self.threads > 1:  # see with_split
