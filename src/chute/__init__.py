@@ -36,6 +36,15 @@ from .errors import (
     WriteError,
 )
 from .fields import Bytes, Mask, Ragged, String
+from .image.augment import (
+    BatchTransform,
+    ColorJitter,
+    CutMix,
+    GaussianBlur,
+    Grayscale,
+    MixUp,
+    RandomErasing,
+)
 from .image.boxes import transform_boxes, transform_points
 from .image.follow import Follow, Geometry
 from .image.normalize import normalize
@@ -62,11 +71,14 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentError",
     "ArgumentValueError",
+    "BatchTransform",
     "Bytes",
     "CacheError",
     "CenterCrop",
     "ChecksumError",
     "ChuteError",
+    "ColorJitter",
+    "CutMix",
     "Dataset",
     "DatasetChangedError",
     "DatasetExistsError",
@@ -74,17 +86,21 @@ __all__ = [
     "EncodedImages",
     "Follow",
     "FormatError",
+    "GaussianBlur",
     "Geometry",
+    "Grayscale",
     "Loader",
     "LoaderStats",
     "Mask",
     "MissingDependencyError",
     "Mix",
+    "MixUp",
     "NotWritableError",
     "Order",
     "Pack",
     "Ragged",
     "RaggedBatch",
+    "RandomErasing",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
     "RemoteError",

@@ -11,7 +11,8 @@ exactly the augmentations it would have seen, and a batch split across threads (
 gathered in any order) gets the same crops as one call for the whole batch.
 
 Exactly one geometric op (:class:`RandomResizedCrop`, :class:`CenterCrop`, :class:`Resize`)
-fixes the output size; :class:`RandomHorizontalFlip` may be added.
+fixes the output size; :class:`RandomHorizontalFlip` may be added, and the augmentations of
+:mod:`chute.image.augment`, which a plan skips (they run on the decoded batch).
 """
 
 from __future__ import annotations
@@ -225,10 +226,13 @@ _GEOMETRIC = (RandomResizedCrop, CenterCrop, Resize)
 
 
 def check_ops(ops: Any) -> tuple[Any, ...]:
-    """``ops`` as a tuple (one op may be given alone), checked: one geometric op, flips."""
+    """``ops`` as a tuple (one op may be given alone), checked: one geometric op, flips, and
+    the augmentations of :mod:`chute.image.augment` (applied after decoding)."""
+    from .augment import AUGMENTS  # it draws its numbers with this module's uniforms
+
     ops = tuple(ops) if isinstance(ops, (list, tuple)) else (ops,)
     geo = [op for op in ops if isinstance(op, _GEOMETRIC)]
-    other = [op for op in ops if not isinstance(op, (*_GEOMETRIC, RandomHorizontalFlip))]
+    other = [op for op in ops if not isinstance(op, (*_GEOMETRIC, RandomHorizontalFlip, *AUGMENTS))]
     if other:
         raise ArgumentError(f"not an image decode op: {other[0]!r}")
     if len(geo) != 1:
@@ -267,6 +271,8 @@ def plan(
     flips = np.zeros(len(heights), dtype=bool)
     size = (0, 0)
     for k, op in enumerate(ops):
+        if not isinstance(op, (*_GEOMETRIC, RandomHorizontalFlip)):
+            continue  # an augmentation, applied after decoding (chute.image.augment)
         u = uniforms(seed, epoch, indices, k, op.draws) if op.draws else np.empty((len(indices), 0))
         if isinstance(op, RandomHorizontalFlip):
             flips ^= op.flips(u)

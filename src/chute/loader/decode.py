@@ -45,6 +45,7 @@ import torch
 from .. import format as fmt
 from .._torch import as_numpy, empty_buffers
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
+from ..image.augment import AUGMENTS, augment
 from ..image.follow import GEOMETRY_COLUMNS, Follow, Geometry, geometry, resize_nearest
 from ..image.on_device import DeviceImages, check_device, decode_images
 from ..image.ops import Plan, check_ops, plan
@@ -85,6 +86,11 @@ class Decoded:
             self.ops[name] = checked
             geo = next(op for op in checked if hasattr(op, "out_size"))
             self.sizes[name] = geo.out_size
+            if geo.device is not None and any(isinstance(op, AUGMENTS) for op in checked):
+                raise ArgumentError(
+                    f"decode={{{name!r}: ...}}: augmentations run in the loader's workers, not "
+                    f"with device={geo.device!r}; apply them after chute.to_device"
+                )
             device = check_device(geo.device, f"decode={{{name!r}: {type(geo).__name__}}}")
             if device is not None:
                 self.on_device[name] = device
@@ -183,6 +189,7 @@ class Decoded:
                 continue
             dst = None if out is None else out.get(name)
             batch[name] = self._decode(name, batch[name], idx, plans[name], dst)
+            augment(self.ops[name], batch[name], idx, self.seed, epoch)
         for name, tie in self.tied.items():
             dst = None if out is None else out.get(name)
             batch[name] = self._follow(name, tie, batch.get(name), idx, plans[tie.field], dst)

@@ -22,6 +22,7 @@ import torch
 from .._args import check_int, default_workers, dist_defaults
 from ..buffers import Buffers, Pool, Ring
 from ..errors import ArgumentError, ArgumentValueError
+from ..image.augment import indexed_transform
 from ..order import Order
 from ..order.by_tokens import BatchByTokens
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
@@ -72,11 +73,13 @@ class Loader(OnePass):
     """Batches of ``ds`` for this rank, in :class:`~chute.order.Order`, from worker threads.
 
     Yields dicts ``{field: tensor | RaggedBatch | list[str]}`` (or what ``transform`` returns,
-    a batch-level callable run in the workers). By default a batch is yours for as long as
-    you hold it, as with torch's DataLoader (``list(loader)`` works): its memory is reused only
-    once nothing refers to it. ``reuse_after=k`` reuses a ring of slots instead, a few percent
-    faster, but a fixed-shape field is then valid only until ``k`` more batches were asked for
-    (see the NOTE in ``chute/buffers.py``). ``num_workers=0`` gathers in the calling thread.
+    a batch-level callable run in the workers; a :class:`chute.BatchTransform` such as
+    :class:`chute.MixUp` is also given the batch's sample indices, the seed and the epoch).
+    By default a batch is yours for as long as you hold it, as with torch's DataLoader
+    (``list(loader)`` works): its memory is reused only once nothing refers to it.
+    ``reuse_after=k`` reuses a ring of slots instead, a few percent faster, but a fixed-shape
+    field is then valid only until ``k`` more batches were asked for (see the NOTE in
+    ``chute/buffers.py``). ``num_workers=0`` gathers in the calling thread.
     ``rank`` and ``world_size`` default to ``torch.distributed``'s when it is initialized,
     else to the launcher's ``RANK`` / ``WORLD_SIZE`` environment variables (torchrun sets them
     before ``init_process_group``), else 0 and 1. Unknown keywords are an
@@ -163,8 +166,7 @@ class Loader(OnePass):
         plain = loadable(ds, "Loader")
         base = plain if max_length is None else Truncated(plain, max_length)
         ds = with_decode(base, decode, seed)  # chute/loader/decode.py
-        if transform is not None and not callable(transform):
-            raise ArgumentError(f"transform must be callable, got {transform!r}")
+        self._transform = indexed_transform(transform, seed)  # chute/image/augment.py
         if pad is not None:  # a bad value fails here, with gather's message, not mid-epoch
             ds.gather(np.zeros(0, np.int64), pad=pad)
         self.dataset: Gatherable = ds
@@ -268,7 +270,7 @@ class Loader(OnePass):
             ds,
             self._buffers,
             self.order.plan(),
-            transform=self.transform,
+            transform=self._transform,
             pad=self.pad,
             group=self.group,
             window=self._items,
