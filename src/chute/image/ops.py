@@ -64,11 +64,13 @@ def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, k: int) ->
 class Plan(NamedTuple):
     """What to do with each image of a batch. ``boxes``: (B, 4) float64 ``(left, top, right,
     bottom)`` in stored pixels (PIL's ``box=`` order; may be fractional); ``flips``: (B,) bool,
-    mirror left-right after resizing; ``size``: the output ``(height, width)``."""
+    mirror left-right after resizing; ``size``: the output ``(height, width)``; ``exact``:
+    decode at full size (no DCT scaling), see the geometric ops' ``exact``."""
 
     boxes: np.ndarray
     flips: np.ndarray
     size: tuple[int, int]
+    exact: bool = False
 
 
 @runtime_checkable
@@ -97,12 +99,16 @@ class RandomResizedCrop:
     """torchvision's ``RandomResizedCrop``: a crop of random area (``scale`` of the image) and
     aspect ratio (log-uniform in ``ratio``), resized to ``size`` (bilinear, antialiased); 10
     tries, then the central crop clamped to ``ratio``. ``device``: decode on that device
-    instead of in the loader's workers (see :mod:`chute.image.on_device`)."""
+    instead of in the loader's workers (see :mod:`chute.image.on_device`). ``exact``: decode
+    every image at full size, then crop + resize, as torchvision does, instead of at the
+    smallest DCT scale that covers the crop (``docs/vision.md`` gives the measured
+    difference); the CPU path only."""
 
     size: int | tuple[int, int]
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     device: str | None = None
+    exact: bool = False
     draws = 40  # 10 tries x (area, log-ratio, top, left)
 
     def __post_init__(self) -> None:
@@ -151,11 +157,12 @@ class CenterCrop:
     """Evaluation crop: resize so the shorter side is ``int(size / ratio)`` (torchvision's
     ``Resize(int(size / ratio))``), then take the central ``size``; planned as one box in stored
     pixels with the scales torchvision's two steps give. ``ratio=1`` crops the central square.
-    ``device``: as for :class:`RandomResizedCrop`."""
+    ``device``, ``exact``: as for :class:`RandomResizedCrop`."""
 
     size: int | tuple[int, int]
     ratio: float = 224 / 256
     device: str | None = None
+    exact: bool = False
     draws = 0
 
     def __post_init__(self) -> None:
@@ -188,11 +195,12 @@ class CenterCrop:
 class Resize:
     """Resize the whole image to ``size`` (an int gives a square). Unlike torchvision's
     ``Resize(int)``, which keeps the aspect ratio and so gives images of different sizes, this
-    fills a batch of one shape; use :class:`CenterCrop` to keep the aspect ratio. ``device``:
-    as for :class:`RandomResizedCrop`."""
+    fills a batch of one shape; use :class:`CenterCrop` to keep the aspect ratio. ``device``,
+    ``exact``: as for :class:`RandomResizedCrop`."""
 
     size: int | tuple[int, int]
     device: str | None = None
+    exact: bool = False
     draws = 0
 
     def __post_init__(self) -> None:
@@ -269,7 +277,7 @@ def plan(
         raise ArgumentError("image heights and widths must be >= 1")
     boxes = np.zeros((len(heights), 4))
     flips = np.zeros(len(heights), dtype=bool)
-    size = (0, 0)
+    size, exact = (0, 0), False
     for k, op in enumerate(ops):
         if not isinstance(op, (*_GEOMETRIC, RandomHorizontalFlip)):
             continue  # an augmentation, applied after decoding (chute.image.augment)
@@ -278,5 +286,5 @@ def plan(
             flips ^= op.flips(u)
         else:
             boxes = op.boxes(heights, widths, u)
-            size = op.out_size
-    return Plan(boxes, flips, size)
+            size, exact = op.out_size, bool(op.exact)
+    return Plan(boxes, flips, size, exact)
