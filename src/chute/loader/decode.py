@@ -36,6 +36,7 @@ import copy
 import itertools
 import os
 import threading
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -66,7 +67,20 @@ class Decoded:
     """``ds`` with the image fields of ``ops`` decoded by their decode ops (a Gatherable:
     ``len``, ``schema``, ``gather``, ``empty_batch``, ``ds[i]``). Made by :func:`with_decode`."""
 
-    def __init__(self, ds: Gatherable, ops: Mapping[str, Any], seed: int, epoch: int = 0):
+    def __init__(
+        self,
+        ds: Gatherable,
+        ops: Mapping[str, Any],
+        seed: int,
+        epoch: int = 0,
+        on_error: str = "raise",
+    ):
+        if on_error not in ("raise", "skip"):
+            raise ArgumentError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self.on_error = on_error
+        # Dataset indices whose image failed to decode (on_error="skip"); shared by the
+        # shallow copies the loaders take (at_epoch, with_split); set.add is atomic.
+        self.skipped: set[int] = set()
         if not isinstance(ops, Mapping) or not ops:
             raise ArgumentError(
                 "decode= takes a dict field -> decode ops, e.g. {'image': "
@@ -182,18 +196,43 @@ class Decoded:
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         idx = np.where(idx < 0, idx + len(self), idx)
         plans: dict[str, tuple[np.ndarray, Plan]] = {}  # planned once, for every tied field
+        bad: set[int] = set()  # positions whose image is corrupt (on_error="skip")
         for name in self.ops:
             plans[name] = self._plan(name, batch[name], idx, epoch)
             if name in self.on_device:
                 batch[name] = self._planned(name, batch[name], idx, plans[name])
                 continue
             dst = None if out is None else out.get(name)
-            batch[name] = self._decode(name, batch[name], idx, plans[name], dst)
+            batch[name] = self._decode(name, batch[name], idx, plans[name], dst, bad)
             augment(self.ops[name], batch[name], idx, self.seed, epoch)
+        if bad:
+            return self.gather(self._replaced(idx, bad), out, pad)
         for name, tie in self.tied.items():
             dst = None if out is None else out.get(name)
             batch[name] = self._follow(name, tie, batch.get(name), idx, plans[tie.field], dst)
         return batch
+
+    def _replaced(self, idx: np.ndarray, bad: set[int]) -> np.ndarray:
+        """``idx`` with each corrupt position replaced by the next good sample of the batch
+        (cyclically): the batch keeps its size, every field of a row from one sample."""
+        good = [i for i in range(len(idx)) if i not in bad]
+        if not good:
+            raise FormatError(
+                f"{self._where(next(iter(self.ops)))}: every image of the batch (samples "
+                f"{idx.tolist()[:8]}) failed to decode; on_error='skip' has none to use instead"
+            )
+        new = idx.copy()
+        for i in sorted(bad):
+            j = next((g for g in good if g > i), good[0])
+            new[i] = idx[j]
+            if int(idx[i]) not in self.skipped:
+                self.skipped.add(int(idx[i]))
+                warnings.warn(
+                    f"{self._where(next(iter(self.ops)))}: sample {int(idx[i])} does not decode; "
+                    f"on_error='skip' replaced it by sample {int(idx[j])} (reported once)",
+                    stacklevel=2,
+                )
+        return new
 
     def _follow(
         self,
@@ -262,8 +301,11 @@ class Decoded:
         idx: np.ndarray,
         planned: tuple[np.ndarray, Plan],
         dst: torch.Tensor | None,
+        bad: set[int] | None = None,
     ) -> torch.Tensor:
-        from ..image.decode import decode_planned
+        """Field ``name`` decoded into ``dst``; with on_error="skip" and a set ``bad``, the
+        positions of images that fail are added to ``bad`` instead of raising."""
+        from ..image.decode import as_buffers, decode_planned, plan_slice
 
         b = len(idx)
         sizes, p = planned
@@ -275,7 +317,15 @@ class Decoded:
             else:
                 decode_planned(enc, h, w, p, arr, idx)
         except FormatError as exc:
-            raise FormatError(f"{self._where(name)}: {self._dataset_index(exc)}") from None
+            if self.on_error == "raise" or bad is None:
+                raise FormatError(f"{self._where(name)}: {self._dataset_index(exc)}") from None
+            bufs = as_buffers(enc)
+            for i in range(b):  # one at a time, to find every corrupt image
+                try:
+                    one = plan_slice(p, i, i + 1)
+                    decode_planned(bufs[i : i + 1], h[i : i + 1], w[i : i + 1], one, arr[i : i + 1])
+                except FormatError:
+                    bad.add(i)
         return dst
 
     def prefetch(self, batches: Iterable[np.ndarray]) -> Feed | None:
@@ -306,11 +356,16 @@ class Decoded:
         return f"chute.loader.decode.Decoded({self.dataset!r}, decode={ops}, seed={self.seed})"
 
 
-def with_decode(ds: Gatherable, decode: Mapping[str, Any] | None, seed: int) -> Gatherable:
-    """``ds`` decoding the fields of ``decode`` (None: ``ds`` itself)."""
+def with_decode(
+    ds: Gatherable, decode: Mapping[str, Any] | None, seed: int, on_error: str = "raise"
+) -> Gatherable:
+    """``ds`` decoding the fields of ``decode`` (None: ``ds`` itself); ``on_error="skip"``
+    replaces a sample whose image fails to decode by the next good one of its batch."""
     if decode is None:
+        if on_error != "raise":
+            raise ArgumentError(f"on_error={on_error!r} applies to decode=; no field is decoded")
         return ds
-    return Decoded(ds, decode, seed)
+    return Decoded(ds, decode, seed, on_error=on_error)
 
 
 FIRST_SPLIT = min(4, os.cpu_count() or 1)  # threads that decode a pass's first batch

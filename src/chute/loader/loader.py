@@ -49,6 +49,7 @@ class LoaderStats:
     wait_s: float  # time the consumer spent blocked in next(), waiting for data
     busy_s: float  # summed over workers: gathering and transforming
     workers: int
+    skipped: int = 0  # samples whose image failed to decode, replaced (on_error="skip")
 
     @property
     def wait_fraction(self) -> float:
@@ -116,7 +117,9 @@ class Loader(OnePass):
     ``FIELD_lengths``), done in the workers. ``decode``: image fields decoded in the workers,
     ``{"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip()]}`` -> uint8
     ``(B, 3, 224, 224)``, random crops and flips a pure function of (``seed``, epoch, sample
-    index): see ``chute/loader/decode.py``. ``shuffle``, ``seed``, ``drop_last``,
+    index): see ``chute/loader/decode.py``. ``on_error="skip"``: a sample whose image does not
+    decode is replaced by the next good sample of its batch (the batch keeps its size), warned
+    about once and counted in ``stats().skipped``. ``shuffle``, ``seed``, ``drop_last``,
     ``block_size``: see :class:`~chute.order.Order`; ``shuffle="parts"`` is the part-aware
     shuffle (``chute/order/parts.py``: each rank reads its own share of the parts, for data
     in object storage; see ``docs/remote.md``). ``max_length``: each sample of a Ragged field
@@ -156,6 +159,7 @@ class Loader(OnePass):
         decode: dict[str, Any] | None = None,
         max_length: int | None = None,
         batch_tokens: int | None = None,
+        on_error: str = "raise",
         **unknown: Any,
     ) -> None:
         if "keep" in unknown:  # the former name of reuse_after, for one release
@@ -165,7 +169,7 @@ class Loader(OnePass):
             raise unknown_keywords("chute.Loader", unknown, valid)
         plain = loadable(ds, "Loader")
         base = plain if max_length is None else Truncated(plain, max_length)
-        ds = with_decode(base, decode, seed)  # chute/loader/decode.py
+        ds = with_decode(base, decode, seed, on_error)  # chute/loader/decode.py
         self._transform = indexed_transform(transform, seed)  # chute/image/augment.py
         if pad is not None:  # a bad value fails here, with gather's message, not mid-epoch
             ds.gather(np.zeros(0, np.int64), pad=pad)
@@ -250,10 +254,11 @@ class Loader(OnePass):
     def stats(self) -> LoaderStats:
         """Timings of the current or last pass (zeros before the first)."""
         run = self._last
+        skipped = len(getattr(self.dataset, "skipped", ()))
         if run is None:
-            return LoaderStats(0, 0, 0.0, 0.0, 0.0, self.num_workers)
+            return LoaderStats(0, 0, 0.0, 0.0, 0.0, self.num_workers, skipped)
         return LoaderStats(
-            run.handed, run.samples, run.elapsed(), run.wait, sum(run.busy), run.workers
+            run.handed, run.samples, run.elapsed(), run.wait, sum(run.busy), run.workers, skipped
         )
 
     def __iter__(self) -> Iterator[Any]:
