@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ArgumentError, SchemaError
-from .ops import uniforms
+from .draws import uniforms
 
 __all__ = [
     "AUGMENTS",

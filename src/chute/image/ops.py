@@ -25,6 +25,8 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import ArgumentError
+from .augment import AUGMENTS
+from .draws import uniforms
 
 __all__ = [
     "CenterCrop",
@@ -36,29 +38,6 @@ __all__ = [
     "plan",
     "uniforms",
 ]
-
-_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: a bijection of uint64 with full avalanche."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, k: int) -> np.ndarray:
-    """``(B, k)`` float64 uniforms in [0, 1), a pure function of (seed, epoch, index, stream,
-    column): the same sample index always draws the same numbers, whatever batch it is in."""
-    golden = np.uint64(0x9E3779B97F4A7C15)
-    idx = np.asarray(indices, dtype=np.int64).astype(np.uint64)
-    with np.errstate(over="ignore"):
-        key = _mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) + golden)
-        key = _mix(key ^ (np.uint64(epoch & 0xFFFFFFFFFFFFFFFF) * golden))
-        key = _mix(key ^ (np.uint64(stream) * np.uint64(0xD1B54A32D192ED03)))
-        z = _mix(key ^ (idx * golden))[:, None] + np.arange(1, k + 1, dtype=np.uint64) * golden
-        z = _mix(z & _M64)
-    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
 class Plan(NamedTuple):
@@ -236,8 +215,6 @@ _GEOMETRIC = (RandomResizedCrop, CenterCrop, Resize)
 def check_ops(ops: Any) -> tuple[Any, ...]:
     """``ops`` as a tuple (one op may be given alone), checked: one geometric op, flips, and
     the augmentations of :mod:`chute.image.augment` (applied after decoding)."""
-    from .augment import AUGMENTS  # it draws its numbers with this module's uniforms
-
     ops = tuple(ops) if isinstance(ops, (list, tuple)) else (ops,)
     geo = [op for op in ops if isinstance(op, _GEOMETRIC)]
     other = [op for op in ops if not isinstance(op, (*_GEOMETRIC, RandomHorizontalFlip, *AUGMENTS))]

@@ -30,7 +30,7 @@ from ..reader.subset import loadable
 from ..reader.tokens import token_lengths
 from ..reader.truncate import Truncated
 from .decode import with_decode
-from .passes import OnePass, make_order, unknown_keywords
+from .passes import OnePass, make_order, unknown_keywords, weighted_order
 from .threads import LoaderIter, Run
 
 __all__ = ["Loader", "LoaderStats"]
@@ -119,7 +119,11 @@ class Loader(OnePass):
     ``(B, 3, 224, 224)``, random crops and flips a pure function of (``seed``, epoch, sample
     index): see ``chute/loader/decode.py``. ``on_error="skip"``: a sample whose image does not
     decode is replaced by the next good sample of its batch (the batch keeps its size), warned
-    about once and counted in ``stats().skipped``. ``shuffle``, ``seed``, ``drop_last``,
+    about once and counted in ``stats().skipped``. ``weights`` (one per sample),
+    ``epoch_size`` (default ``len(ds)``), ``replacement``: each epoch draws ``epoch_size``
+    samples with probability proportional to their weight, as torch's
+    ``WeightedRandomSampler``, deterministic, sharded and resumable
+    (:class:`~chute.order.weighted.WeightedOrder`). ``shuffle``, ``seed``, ``drop_last``,
     ``block_size``: see :class:`~chute.order.Order`; ``shuffle="parts"`` is the part-aware
     shuffle (``chute/order/parts.py``: each rank reads its own share of the parts, for data
     in object storage; see ``docs/remote.md``). ``max_length``: each sample of a Ragged field
@@ -160,6 +164,9 @@ class Loader(OnePass):
         max_length: int | None = None,
         batch_tokens: int | None = None,
         on_error: str = "raise",
+        weights: Any = None,
+        epoch_size: int | None = None,
+        replacement: bool = True,
         **unknown: Any,
     ) -> None:
         if "keep" in unknown:  # the former name of reuse_after, for one release
@@ -194,7 +201,16 @@ class Loader(OnePass):
             )
             self.pin_memory = False
         self.order: Order | BatchByTokens
-        if batch_tokens is None:
+        if weights is not None:  # chute/order/weighted.py
+            self.order = weighted_order(
+                ds, weights, epoch_size, replacement, batch_size, seed, rank, world_size, drop_last
+            )
+            if batch_tokens is not None or block_size is not None or shuffle == "parts":
+                raise ArgumentValueError(
+                    "weights= draws its own order: it excludes batch_tokens=, block_size= and "
+                    "shuffle='parts'"
+                )
+        elif batch_tokens is None:
             self.order = make_order(
                 ds, batch_size, shuffle, seed, rank, world_size, drop_last, block_size
             )
