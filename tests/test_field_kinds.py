@@ -57,6 +57,22 @@ CASES = {
     ),
     "string": (fields.String(), ["", "a", "héllo", "日本語", "x" * 50, "tab\there", "end"], None),
     "image": (fields.Image(), _jpegs(), decode_image),
+    "mask": (
+        fields.Mask(),
+        [
+            RNG.integers(0, 21, (h, w), dtype=np.uint8)
+            for h, w in [(8, 12), (1, 1), (5, 9), (24, 8), (0, 3), (7, 31), (12, 6)]
+        ],
+        None,
+    ),
+    "mask-uint16": (
+        fields.Mask("uint16"),
+        [
+            RNG.integers(0, 60000, (h, w), dtype=np.uint16)
+            for h, w in [(3, 2), (4, 4), (1, 9), (2, 8)]
+        ],
+        None,
+    ),
 }
 
 
@@ -85,9 +101,9 @@ def test_the_helper_reports_a_difference(tmp_path):
 
 
 def test_kinds_live_in_chute_fields():
-    assert chute.fields.__all__ == ["Bytes", "Field", "Image", "Ragged", "String", "Tensor"]
+    assert chute.fields.__all__ == ["Bytes", "Field", "Image", "Mask", "Ragged", "String", "Tensor"]
     assert chute.Ragged is fields.Ragged and chute.Bytes is fields.Bytes
-    assert chute.String is fields.String
+    assert chute.String is fields.String and chute.Mask is fields.Mask
     assert "Tensor" not in chute.__all__ and "Image" not in chute.__all__
 
 
@@ -105,3 +121,14 @@ def test_colliding_top_level_names_still_work_but_warn(name):
 def test_unknown_attribute_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'Tensr'"):
         chute.Tensr  # noqa: B018
+
+
+def test_mask_refuses_other_dtypes_and_dimensions(tmp_path):
+    with pytest.raises(chute.SchemaError, match="Mask: dtype"):
+        fields.Mask("float32")
+    with pytest.raises(chute.SchemaError):
+        chute.write(
+            tmp_path / "m.chute",
+            {"m": [np.zeros((2, 2, 3), np.uint8)]},
+            schema={"m": fields.Mask()},
+        )

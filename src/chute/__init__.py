@@ -36,7 +36,18 @@ from .errors import (
     WorkerError,
     WriteError,
 )
-from .fields import Bytes, Ragged, String
+from .fields import Bytes, Mask, Ragged, String
+from .image.augment import (
+    BatchTransform,
+    ColorJitter,
+    CutMix,
+    GaussianBlur,
+    Grayscale,
+    MixUp,
+    RandomErasing,
+)
+from .image.boxes import transform_boxes, transform_points
+from .image.follow import Follow, Geometry
 from .image.normalize import normalize
 from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .loader.dataloader import dataloader
@@ -61,27 +72,37 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentError",
     "ArgumentValueError",
+    "BatchTransform",
     "Bytes",
     "CacheError",
     "CenterCrop",
     "ChecksumError",
     "ChuteError",
+    "ColorJitter",
+    "CutMix",
     "Dataset",
     "DatasetChangedError",
     "DatasetExistsError",
     "DatasetNotFoundError",
     "DescriptorLimitError",
     "EncodedImages",
+    "Follow",
     "FormatError",
+    "GaussianBlur",
+    "Geometry",
+    "Grayscale",
     "Loader",
     "LoaderStats",
+    "Mask",
     "MissingDependencyError",
     "Mix",
+    "MixUp",
     "NotWritableError",
     "Order",
     "Pack",
     "Ragged",
     "RaggedBatch",
+    "RandomErasing",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
     "RemoteError",
@@ -110,6 +131,8 @@ __all__ = [
     "normalize",
     "pack",
     "to_device",
+    "transform_boxes",
+    "transform_points",
     "verify",
     "windows",
     "write",

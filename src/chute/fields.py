@@ -1,5 +1,5 @@
 """The field kinds a dataset's schema is made of, by their own names: ``chute.fields.Tensor``,
-``Ragged``, ``Image``, ``Bytes`` and ``String``.
+``Ragged``, ``Image``, ``Mask``, ``Bytes`` and ``String``.
 
 Spelled through this namespace they never collide with ``torch.Tensor`` or ``PIL.Image`` in
 user code::
@@ -12,6 +12,6 @@ Each kind's behaviour (files, manifest entry, writing, reading, mixing) lives on
 module per kind in :mod:`chute.format`; ``docs/field_kinds.md`` says how a kind is added.
 """
 
-from .format import Bytes, Field, Image, Ragged, String, Tensor
+from .format import Bytes, Field, Image, Mask, Ragged, String, Tensor
 
-__all__ = ["Bytes", "Field", "Image", "Ragged", "String", "Tensor"]
+__all__ = ["Bytes", "Field", "Image", "Mask", "Ragged", "String", "Tensor"]

@@ -223,3 +223,18 @@ def test_scaled_boxes(batch) -> None:
     assert np.array_equal(sb.boxes[full], p.boxes[full]) and sb.whole[full].all()
     cc = plan(CenterCrop(40), [300], [400], [0], 0, 0)
     assert not scaled_boxes(cc, [300], [400]).whole[0]
+
+
+def test_exact_decodes_at_full_size_like_pil(batch) -> None:
+    """``exact=True``: no DCT scaling, so every image matches the full decode + crop + resize
+    reference up to rounding (+-1), where the default differs on the DCT-scaled ones."""
+    data, h, w = batch
+    ops = [chute.RandomResizedCrop(48, scale=(0.3, 1.0), exact=True), chute.RandomHorizontalFlip()]
+    idx = np.arange(len(data)) + 100
+    p = plan(ops, h, w, idx, 7, 1)
+    assert p.exact and set(dct_scales(p).tolist()) == {1}
+    assert set(dct_scales(plan(OPS, h, w, idx, 7, 1)).tolist()) != {1}
+    out = decode_batch(data, h, w, ops, idx, 7, 1, np.empty((len(data), 3, 48, 48), np.uint8))
+    for i, d in enumerate(data):
+        diff = np.abs(out[i].astype(int) - reference(d, p.boxes[i], p.size, p.flips[i]))
+        assert diff.max() <= 1, i

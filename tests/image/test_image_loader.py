@@ -4,6 +4,7 @@ of augmentations, buffers, errors, spawn/fork; chute.normalize."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -304,3 +305,30 @@ def test_sample_transform_gets_images_decoded_as_ds_i(images: Path, tmp_path: Pa
     dl = chute.dataloader(chute.open(dst), 3, num_workers=0, sample_transform=dict)
     with pytest.raises(chute.FormatError, match=r"field 'image', sample 1"):
         next(iter(dl))
+
+
+def test_on_error_skip_replaces_counts_and_reports_once(tmp_path: Path) -> None:
+    from test_image_field import corrupt_second_image
+
+    dst = chute.write(
+        tmp_path / "d.chute",
+        {"image": [jpeg(seed=i) for i in range(5)], "label": np.arange(5)},
+        schema={"image": chute.fields.Image(), "label": chute.fields.Tensor((), "int64")},
+    )
+    corrupt_second_image(dst)
+    loader = chute.Loader(
+        chute.open(dst), 5, shuffle=False, num_workers=1, decode={"image": OPS}, on_error="skip"
+    )
+    with pytest.warns(UserWarning, match=r"sample 1 does not decode.*replaced it by sample 2"):
+        (b,) = list(loader)
+    assert b["label"].tolist() == [0, 2, 2, 3, 4]  # the next good sample, whole row
+    assert torch.equal(b["image"][1], b["image"][2]) and b["image"].shape[0] == 5
+    assert loader.stats().skipped == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reported once
+        assert [x["label"].tolist() for x in loader] == [[0, 2, 2, 3, 4]]
+    assert loader.stats().skipped == 1
+    with pytest.raises(chute.ArgumentError, match="on_error"):
+        chute.Loader(chute.open(dst), 5, decode={"image": OPS}, on_error="ignore")
+    with pytest.raises(chute.ArgumentError, match="applies to decode="):
+        chute.Loader(chute.open(dst), 5, on_error="skip")

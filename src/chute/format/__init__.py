@@ -22,6 +22,7 @@ from .kinds import (
     is_field,
     merge_fields,
 )
+from .mask import MASK_DTYPES, Mask
 from .ragged import Ragged
 from .schema import (
     FileInfo,
@@ -57,6 +58,7 @@ __all__ = [
     "IMAGE_CODECS",
     "KINDS",
     "MANIFEST",
+    "MASK_DTYPES",
     "MAX_NDIM",
     "MAX_SAMPLES",
     "OFFSETS_DTYPE",
@@ -69,6 +71,7 @@ __all__ = [
     "FileInfo",
     "Image",
     "Manifest",
+    "Mask",
     "PartInfo",
     "Ragged",
     "String",

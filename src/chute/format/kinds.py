@@ -14,11 +14,12 @@ from typing import Any, Union
 from ..errors import FormatError
 from .blob import Bytes, String
 from .image import Image
+from .mask import Mask
 from .ragged import Ragged
 from .tensor import Tensor
 
-Field = Union[Tensor, Ragged, Bytes, String, Image]  # noqa: UP007 - a runtime alias, py3.10 safe
-KINDS: dict[str, type[Field]] = {k.kind: k for k in (Tensor, Ragged, Bytes, String, Image)}
+Field = Union[Tensor, Ragged, Bytes, String, Image, Mask]  # noqa: UP007 - a runtime alias, py3.10 safe
+KINDS: dict[str, type[Field]] = {k.kind: k for k in (Tensor, Ragged, Bytes, String, Image, Mask)}
 """The manifest's ``kind`` -> its class."""
 
 

@@ -6,6 +6,10 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
 - :mod:`.ops`: ``RandomResizedCrop``, ``CenterCrop``, ``Resize``, ``RandomHorizontalFlip``,
   ``plan``
 - :mod:`.decode`: ``decode_batch``, ``decode_planned`` (``scaled_boxes``: where it decodes)
+- :mod:`.augment`: ``ColorJitter``, ``Grayscale``, ``GaussianBlur``, ``RandomErasing`` (in
+  ``decode=`` lists), ``MixUp``, ``CutMix`` (``transform=``)
+- :mod:`.follow`: ``Follow``, ``Geometry`` (fields tied to an image's crop; masks by nearest)
+- :mod:`.boxes`: ``transform_boxes``, ``transform_points`` (into a decoded image's frame)
 - :mod:`.normalize`: ``normalize`` (device side, after ``chute.to_device``)
 - :mod:`.on_device`: ``DeviceImages``, decoded by ``chute.to_device`` (ops with ``device=``)
 
@@ -15,6 +19,16 @@ are :class:`chute.EncodedImages` (``chute/reader/images.py``); ``decode=`` in th
 (:func:`chute.from_image_folder`, ``chute convert``).
 """
 
+from .augment import (
+    BatchTransform,
+    ColorJitter,
+    CutMix,
+    GaussianBlur,
+    Grayscale,
+    MixUp,
+    RandomErasing,
+)
+from .boxes import transform_boxes, transform_points
 from .codec import EncodedImage, decode_image, encode_image, is_jpeg, jpeg_size
 from .decode import (
     ScaledBoxes,
@@ -25,6 +39,7 @@ from .decode import (
     plan_slice,
     scaled_boxes,
 )
+from .follow import GEOMETRY_COLUMNS, Follow, Geometry, resize_nearest
 from .normalize import normalize
 from .on_device import DeviceImages
 from .ops import (
@@ -39,11 +54,21 @@ from .ops import (
 )
 
 __all__ = [
+    "GEOMETRY_COLUMNS",
+    "BatchTransform",
     "CenterCrop",
+    "ColorJitter",
+    "CutMix",
     "DecodeOp",
     "DeviceImages",
     "EncodedImage",
+    "Follow",
+    "GaussianBlur",
+    "Geometry",
+    "Grayscale",
+    "MixUp",
     "Plan",
+    "RandomErasing",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
     "Resize",
@@ -59,6 +84,9 @@ __all__ = [
     "normalize",
     "plan",
     "plan_slice",
+    "resize_nearest",
     "scaled_boxes",
+    "transform_boxes",
+    "transform_points",
     "uniforms",
 ]

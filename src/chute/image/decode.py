@@ -75,7 +75,9 @@ def as_buffers(encoded: Any) -> Sequence[Any]:
 def dct_scales(p: Plan) -> np.ndarray:
     """Per image, the DCT scale denominator (8, 4, 2 or 1): the largest whose decoded crop is
     still at least the output size on both sides (so the resize only ever shrinks, or
-    upsamples exactly as much as a full decode would)."""
+    upsamples exactly as much as a full decode would); 1 for every image of an ``exact`` plan."""
+    if p.exact:
+        return np.ones(len(p.boxes), np.int64)
     oh, ow = p.size
     cw = p.boxes[:, 2] - p.boxes[:, 0]
     ch = p.boxes[:, 3] - p.boxes[:, 1]
@@ -108,7 +110,7 @@ def scaled_boxes(p: Plan, heights: Any, widths: Any) -> ScaledBoxes:
 
 def plan_slice(p: Plan, a: int, b: int) -> Plan:
     """Samples ``a:b`` of a plan (to decode a batch's slice in another thread)."""
-    return Plan(p.boxes[a:b], p.flips[a:b], p.size)
+    return Plan(p.boxes[a:b], p.flips[a:b], p.size, p.exact)
 
 
 def decode_batch(

@@ -11,7 +11,8 @@ exactly the augmentations it would have seen, and a batch split across threads (
 gathered in any order) gets the same crops as one call for the whole batch.
 
 Exactly one geometric op (:class:`RandomResizedCrop`, :class:`CenterCrop`, :class:`Resize`)
-fixes the output size; :class:`RandomHorizontalFlip` may be added.
+fixes the output size; :class:`RandomHorizontalFlip` may be added, and the augmentations of
+:mod:`chute.image.augment`, which a plan skips (they run on the decoded batch).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import ArgumentError
+from .augment import AUGMENTS
+from .draws import uniforms
 
 __all__ = [
     "CenterCrop",
@@ -36,38 +39,17 @@ __all__ = [
     "uniforms",
 ]
 
-_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: a bijection of uint64 with full avalanche."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, k: int) -> np.ndarray:
-    """``(B, k)`` float64 uniforms in [0, 1), a pure function of (seed, epoch, index, stream,
-    column): the same sample index always draws the same numbers, whatever batch it is in."""
-    golden = np.uint64(0x9E3779B97F4A7C15)
-    idx = np.asarray(indices, dtype=np.int64).astype(np.uint64)
-    with np.errstate(over="ignore"):
-        key = _mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) + golden)
-        key = _mix(key ^ (np.uint64(epoch & 0xFFFFFFFFFFFFFFFF) * golden))
-        key = _mix(key ^ (np.uint64(stream) * np.uint64(0xD1B54A32D192ED03)))
-        z = _mix(key ^ (idx * golden))[:, None] + np.arange(1, k + 1, dtype=np.uint64) * golden
-        z = _mix(z & _M64)
-    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
-
 
 class Plan(NamedTuple):
     """What to do with each image of a batch. ``boxes``: (B, 4) float64 ``(left, top, right,
     bottom)`` in stored pixels (PIL's ``box=`` order; may be fractional); ``flips``: (B,) bool,
-    mirror left-right after resizing; ``size``: the output ``(height, width)``."""
+    mirror left-right after resizing; ``size``: the output ``(height, width)``; ``exact``:
+    decode at full size (no DCT scaling), see the geometric ops' ``exact``."""
 
     boxes: np.ndarray
     flips: np.ndarray
     size: tuple[int, int]
+    exact: bool = False
 
 
 @runtime_checkable
@@ -96,12 +78,16 @@ class RandomResizedCrop:
     """torchvision's ``RandomResizedCrop``: a crop of random area (``scale`` of the image) and
     aspect ratio (log-uniform in ``ratio``), resized to ``size`` (bilinear, antialiased); 10
     tries, then the central crop clamped to ``ratio``. ``device``: decode on that device
-    instead of in the loader's workers (see :mod:`chute.image.on_device`)."""
+    instead of in the loader's workers (see :mod:`chute.image.on_device`). ``exact``: decode
+    every image at full size, then crop + resize, as torchvision does, instead of at the
+    smallest DCT scale that covers the crop (``docs/vision.md`` gives the measured
+    difference); the CPU path only."""
 
     size: int | tuple[int, int]
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     device: str | None = None
+    exact: bool = False
     draws = 40  # 10 tries x (area, log-ratio, top, left)
 
     def __post_init__(self) -> None:
@@ -150,11 +136,12 @@ class CenterCrop:
     """Evaluation crop: resize so the shorter side is ``int(size / ratio)`` (torchvision's
     ``Resize(int(size / ratio))``), then take the central ``size``; planned as one box in stored
     pixels with the scales torchvision's two steps give. ``ratio=1`` crops the central square.
-    ``device``: as for :class:`RandomResizedCrop`."""
+    ``device``, ``exact``: as for :class:`RandomResizedCrop`."""
 
     size: int | tuple[int, int]
     ratio: float = 224 / 256
     device: str | None = None
+    exact: bool = False
     draws = 0
 
     def __post_init__(self) -> None:
@@ -187,11 +174,12 @@ class CenterCrop:
 class Resize:
     """Resize the whole image to ``size`` (an int gives a square). Unlike torchvision's
     ``Resize(int)``, which keeps the aspect ratio and so gives images of different sizes, this
-    fills a batch of one shape; use :class:`CenterCrop` to keep the aspect ratio. ``device``:
-    as for :class:`RandomResizedCrop`."""
+    fills a batch of one shape; use :class:`CenterCrop` to keep the aspect ratio. ``device``,
+    ``exact``: as for :class:`RandomResizedCrop`."""
 
     size: int | tuple[int, int]
     device: str | None = None
+    exact: bool = False
     draws = 0
 
     def __post_init__(self) -> None:
@@ -225,10 +213,11 @@ _GEOMETRIC = (RandomResizedCrop, CenterCrop, Resize)
 
 
 def check_ops(ops: Any) -> tuple[Any, ...]:
-    """``ops`` as a tuple (one op may be given alone), checked: one geometric op, flips."""
+    """``ops`` as a tuple (one op may be given alone), checked: one geometric op, flips, and
+    the augmentations of :mod:`chute.image.augment` (applied after decoding)."""
     ops = tuple(ops) if isinstance(ops, (list, tuple)) else (ops,)
     geo = [op for op in ops if isinstance(op, _GEOMETRIC)]
-    other = [op for op in ops if not isinstance(op, (*_GEOMETRIC, RandomHorizontalFlip))]
+    other = [op for op in ops if not isinstance(op, (*_GEOMETRIC, RandomHorizontalFlip, *AUGMENTS))]
     if other:
         raise ArgumentError(f"not an image decode op: {other[0]!r}")
     if len(geo) != 1:
@@ -265,12 +254,14 @@ def plan(
         raise ArgumentError("image heights and widths must be >= 1")
     boxes = np.zeros((len(heights), 4))
     flips = np.zeros(len(heights), dtype=bool)
-    size = (0, 0)
+    size, exact = (0, 0), False
     for k, op in enumerate(ops):
+        if not isinstance(op, (*_GEOMETRIC, RandomHorizontalFlip)):
+            continue  # an augmentation, applied after decoding (chute.image.augment)
         u = uniforms(seed, epoch, indices, k, op.draws) if op.draws else np.empty((len(indices), 0))
         if isinstance(op, RandomHorizontalFlip):
             flips ^= op.flips(u)
         else:
             boxes = op.boxes(heights, widths, u)
-            size = op.out_size
-    return Plan(boxes, flips, size)
+            size, exact = op.out_size, bool(op.exact)
+    return Plan(boxes, flips, size, exact)

@@ -8,6 +8,13 @@ pool of fresh buffers, or its ring with ``reuse_after=k``) hold it like any fixe
 ``gather(idx, out=)`` decodes straight into ``out[name]`` (no per-batch allocation with
 ``reuse_after``; a pooled buffer by default). The rest of the batch is the dataset's own gather.
 
+Tied fields. ``decode={"image": ops, "mask": chute.Follow("image"), "geo":
+chute.Geometry("image")}``: each sample's crop and flip are planned once, for ``"image"``, and
+applied to the fields that follow it (a :class:`chute.fields.Mask` by nearest neighbour into a
+``Tensor((H, W), mask dtype)``, another image bilinearly), while ``"geo"`` (a name the dataset
+does not have) carries the plan itself, float64 ``(B, 7)`` (see :mod:`chute.image.follow`),
+for :func:`chute.transform_boxes`. The op order of the leader is the only one there is.
+
 Where it runs. In :class:`~chute.Loader` the gather, and so the decode, runs in the worker
 threads: simplejpeg's decode, the resize (torch's or PIL's) and numpy's copy release the GIL
 (see :mod:`chute.image.decode`); a pass's first and last batches are split across threads
@@ -29,6 +36,7 @@ import copy
 import itertools
 import os
 import threading
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -36,8 +44,10 @@ import numpy as np
 import torch
 
 from .. import format as fmt
-from .._torch import as_numpy
+from .._torch import as_numpy, empty_buffers
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
+from ..image.augment import AUGMENTS, augment
+from ..image.follow import GEOMETRY_COLUMNS, Follow, Geometry, geometry, resize_nearest
 from ..image.on_device import DeviceImages, check_device, decode_images
 from ..image.ops import Plan, check_ops, plan
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
@@ -57,7 +67,20 @@ class Decoded:
     """``ds`` with the image fields of ``ops`` decoded by their decode ops (a Gatherable:
     ``len``, ``schema``, ``gather``, ``empty_batch``, ``ds[i]``). Made by :func:`with_decode`."""
 
-    def __init__(self, ds: Gatherable, ops: Mapping[str, Any], seed: int, epoch: int = 0):
+    def __init__(
+        self,
+        ds: Gatherable,
+        ops: Mapping[str, Any],
+        seed: int,
+        epoch: int = 0,
+        on_error: str = "raise",
+    ):
+        if on_error not in ("raise", "skip"):
+            raise ArgumentError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self.on_error = on_error
+        # Dataset indices whose image failed to decode (on_error="skip"); shared by the
+        # shallow copies the loaders take (at_epoch, with_split); set.add is atomic.
+        self.skipped: set[int] = set()
         if not isinstance(ops, Mapping) or not ops:
             raise ArgumentError(
                 "decode= takes a dict field -> decode ops, e.g. {'image': "
@@ -67,19 +90,21 @@ class Decoded:
         self.ops: dict[str, tuple[Any, ...]] = {}
         self.sizes: dict[str, tuple[int, int]] = {}
         self.on_device: dict[str, str] = {}  # fields decoded by to_device (image/on_device.py)
+        self.tied: dict[str, Follow | Geometry] = {}  # fields that take a leader's plan
         for name, field_ops in ops.items():
-            f = ds.schema.get(name)
-            if f is None or f.kind != "image":
-                what = "no such field" if f is None else f"a {f.kind} field"
-                images = [k for k, v in ds.schema.items() if v.kind == "image"]
-                raise SchemaError(
-                    f"decode={{{name!r}: ...}}: {what}; decode= takes the dataset's "
-                    f"chute.fields.Image fields ({images})"
-                )
+            if isinstance(field_ops, (Follow, Geometry)):
+                self.tied[name] = field_ops
+                continue
+            self._check_image(name, "ops")
             checked = check_ops(field_ops)
             self.ops[name] = checked
             geo = next(op for op in checked if hasattr(op, "out_size"))
             self.sizes[name] = geo.out_size
+            if geo.device is not None and any(isinstance(op, AUGMENTS) for op in checked):
+                raise ArgumentError(
+                    f"decode={{{name!r}: ...}}: augmentations run in the loader's workers, not "
+                    f"with device={geo.device!r}; apply them after chute.to_device"
+                )
             device = check_device(geo.device, f"decode={{{name!r}: {type(geo).__name__}}}")
             if device is not None:
                 self.on_device[name] = device
@@ -90,6 +115,38 @@ class Decoded:
             k: fmt.Tensor((3, *self.sizes[k]), "uint8") if self._here(k) else f
             for k, f in ds.schema.items()
         }
+        for name, tie in self.tied.items():
+            self._schema[name] = self._tie_field(name, tie)
+
+    def _check_image(self, name: str, what: str, kinds: tuple[str, ...] = ("image",)) -> None:
+        f = self.dataset.schema.get(name)
+        if f is None or f.kind not in kinds:
+            found = "no such field" if f is None else f"a {f.kind} field"
+            images = [k for k, v in self.dataset.schema.items() if v.kind in kinds]
+            raise SchemaError(
+                f"decode={{{name!r}: {what}}}: {found}; it takes the dataset's "
+                f"{' or '.join(kinds)} fields ({images})"
+            )
+
+    def _tie_field(self, name: str, tie: Follow | Geometry) -> fmt.Field:
+        """The batch field of ``decode={name: tie}``, checked against its leader."""
+        what = f"{type(tie).__name__}({tie.field!r})"
+        if tie.field not in self.ops or tie.field in self.on_device:
+            raise ArgumentError(
+                f"decode={{{name!r}: {what}}}: {tie.field!r} must have its own decode ops in "
+                f"decode=, decoded in the loader (not device=); got {sorted(self.ops)}"
+            )
+        h, w = self.sizes[tie.field]
+        if isinstance(tie, Geometry):
+            if name in self.dataset.schema:
+                raise SchemaError(
+                    f"decode={{{name!r}: {what}}}: the dataset has a field {name!r}; name the "
+                    "geometry field differently"
+                )
+            return fmt.Tensor((len(GEOMETRY_COLUMNS),), "float64")
+        self._check_image(name, what, ("image", "mask"))
+        f = self.dataset.schema[name]
+        return fmt.Tensor((h, w), f.dtype) if f.kind == "mask" else fmt.Tensor((3, h, w), "uint8")
 
     def _here(self, name: str) -> bool:
         """Whether field ``name`` is decoded by this view (not later, on a device)."""
@@ -109,6 +166,8 @@ class Decoded:
                 out[name] = torch.empty(
                     (batch_size, 3, h, w), dtype=torch.uint8, pin_memory=pin_memory
                 )
+        tied = {k: self._schema[k] for k in self.tied}
+        out.update(empty_buffers(tied, batch_size, pin_memory=pin_memory))
         return {k: out[k] for k in self._schema if k in out}
 
     def __getitem__(self, i: int) -> dict[str, Any]:
@@ -116,7 +175,11 @@ class Decoded:
         sample = self.dataset[i]
         (j,) = np.asarray([i], np.int64) % max(1, len(self))
         got, _ = decode_images(self.gather(np.array([j])))
-        return {k: got[k][0] if k in self.ops else v for k, v in sample.items()}
+        mine = {**self.ops, **self.tied}
+        return {
+            **{k: got[k][0] if k in mine else v for k, v in sample.items()},
+            **{k: got[k][0] for k, t in self.tied.items() if isinstance(t, Geometry)},
+        }
 
     def gather(
         self,
@@ -127,26 +190,104 @@ class Decoded:
         """The dataset's gather, each decoded field decoded into ``out[name]`` when given
         (else a new tensor), with the crops of :attr:`epoch` (see :meth:`at_epoch`)."""
         epoch = self.epoch
-        inner = None if out is None else {k: v for k, v in out.items() if k not in self.ops}
+        mine = {**self.ops, **self.tied}
+        inner = None if out is None else {k: v for k, v in out.items() if k not in mine}
         batch = self.dataset.gather(indices, out=inner, pad=pad)
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         idx = np.where(idx < 0, idx + len(self), idx)
+        plans: dict[str, tuple[np.ndarray, Plan]] = {}  # planned once, for every tied field
+        bad: set[int] = set()  # positions whose image is corrupt (on_error="skip")
         for name in self.ops:
+            plans[name] = self._plan(name, batch[name], idx, epoch)
             if name in self.on_device:
-                batch[name] = self._planned(name, batch[name], idx, epoch)
+                batch[name] = self._planned(name, batch[name], idx, plans[name])
                 continue
             dst = None if out is None else out.get(name)
-            batch[name] = self._decode(name, batch[name], idx, epoch, dst)
+            batch[name] = self._decode(name, batch[name], idx, plans[name], dst, bad)
+            augment(self.ops[name], batch[name], idx, self.seed, epoch)
+        if bad:
+            return self.gather(self._replaced(idx, bad), out, pad)
+        for name, tie in self.tied.items():
+            dst = None if out is None else out.get(name)
+            batch[name] = self._follow(name, tie, batch.get(name), idx, plans[tie.field], dst)
         return batch
+
+    def _replaced(self, idx: np.ndarray, bad: set[int]) -> np.ndarray:
+        """``idx`` with each corrupt position replaced by the next good sample of the batch
+        (cyclically): the batch keeps its size, every field of a row from one sample."""
+        good = [i for i in range(len(idx)) if i not in bad]
+        if not good:
+            raise FormatError(
+                f"{self._where(next(iter(self.ops)))}: every image of the batch (samples "
+                f"{idx.tolist()[:8]}) failed to decode; on_error='skip' has none to use instead"
+            )
+        new = idx.copy()
+        for i in sorted(bad):
+            j = next((g for g in good if g > i), good[0])
+            new[i] = idx[j]
+            if int(idx[i]) not in self.skipped:
+                self.skipped.add(int(idx[i]))
+                warnings.warn(
+                    f"{self._where(next(iter(self.ops)))}: sample {int(idx[i])} does not decode; "
+                    f"on_error='skip' replaced it by sample {int(idx[j])} (reported once)",
+                    stacklevel=2,
+                )
+        return new
+
+    def _follow(
+        self,
+        name: str,
+        tie: Follow | Geometry,
+        enc: Any,
+        idx: np.ndarray,
+        planned: tuple[np.ndarray, Plan],
+        dst: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Field ``name`` cropped, resized and flipped as its leader's ``planned``."""
+        b = len(idx)
+        dst = self._out(name, b, dst)
+        sizes, p = planned
+        arr = as_numpy(dst)
+        if isinstance(tie, Geometry):
+            geometry(p, arr)
+            return dst
+        own = (enc.shapes if self.dataset.schema[name].kind == "mask" else enc.sizes).numpy()
+        bad = np.flatnonzero((own != sizes).any(axis=1))
+        if len(bad):
+            i = int(bad[0])
+            raise FormatError(
+                f"{self._where(name)}: sample {int(idx[i])} is {tuple(own[i].tolist())} (height, "
+                f"width) but its {tie.field!r} is {tuple(sizes[i].tolist())}; a field that "
+                "follows another must have its size"
+            )
+        if self.dataset.schema[name].kind == "image":
+            self._decode(name, enc, idx, planned, dst)
+            return dst
+        values = enc.values.numpy()
+        offsets = enc.offsets.numpy().tolist()
+        boxes, flips = p.boxes.tolist(), p.flips.tolist()
+        for i in range(b):
+            src = values[offsets[i] : offsets[i + 1]].reshape(own[i])
+            resize_nearest(src, boxes[i], flips[i], arr[i])
+        return dst
+
+    def _out(self, name: str, b: int, dst: torch.Tensor | None) -> torch.Tensor:
+        """Where field ``name`` of a batch of ``b`` is written: ``dst`` (the loader's buffer,
+        cut to ``b``), else a new tensor of its shape in :attr:`schema`."""
+        if dst is None:
+            return empty_buffers({name: self._schema[name]}, b)[name]
+        return dst if len(dst) == b else dst[:b]
 
     def _plan(self, name: str, enc: Any, idx: np.ndarray, epoch: int) -> tuple[np.ndarray, Plan]:
         """The stored (height, width) of each image of ``enc``, and field ``name``'s plan."""
         sizes = enc.sizes.numpy()
         return sizes, plan(self.ops[name], sizes[:, 0], sizes[:, 1], idx, self.seed, epoch)
 
-    def _planned(self, name: str, enc: Any, idx: np.ndarray, epoch: int) -> DeviceImages:
+    def _planned(
+        self, name: str, enc: Any, idx: np.ndarray, planned: tuple[np.ndarray, Plan]
+    ) -> DeviceImages:
         """Field ``name`` planned, not decoded: :func:`chute.to_device` decodes it."""
-        sizes, p = self._plan(name, enc, idx, epoch)
+        sizes, p = planned
         where = self._where(name)
         device = self.on_device[name]
         return DeviceImages(
@@ -154,16 +295,21 @@ class Decoded:
         )
 
     def _decode(
-        self, name: str, enc: Any, idx: np.ndarray, epoch: int, dst: torch.Tensor | None
+        self,
+        name: str,
+        enc: Any,
+        idx: np.ndarray,
+        planned: tuple[np.ndarray, Plan],
+        dst: torch.Tensor | None,
+        bad: set[int] | None = None,
     ) -> torch.Tensor:
-        from ..image.decode import decode_planned
+        """Field ``name`` decoded into ``dst``; with on_error="skip" and a set ``bad``, the
+        positions of images that fail are added to ``bad`` instead of raising."""
+        from ..image.decode import as_buffers, decode_planned, plan_slice
 
         b = len(idx)
-        if dst is None:
-            dst = torch.empty((b, 3, *self.sizes[name]), dtype=torch.uint8)
-        elif len(dst) != b:
-            dst = dst[:b]
-        sizes, p = self._plan(name, enc, idx, epoch)
+        sizes, p = planned
+        dst = self._out(name, b, dst)
         h, w, arr = sizes[:, 0], sizes[:, 1], as_numpy(dst)
         try:
             if self.threads > 1:  # see with_split
@@ -171,7 +317,15 @@ class Decoded:
             else:
                 decode_planned(enc, h, w, p, arr, idx)
         except FormatError as exc:
-            raise FormatError(f"{self._where(name)}: {self._dataset_index(exc)}") from None
+            if self.on_error == "raise" or bad is None:
+                raise FormatError(f"{self._where(name)}: {self._dataset_index(exc)}") from None
+            bufs = as_buffers(enc)
+            for i in range(b):  # one at a time, to find every corrupt image
+                try:
+                    one = plan_slice(p, i, i + 1)
+                    decode_planned(bufs[i : i + 1], h[i : i + 1], w[i : i + 1], one, arr[i : i + 1])
+                except FormatError:
+                    bad.add(i)
         return dst
 
     def prefetch(self, batches: Iterable[np.ndarray]) -> Feed | None:
@@ -202,11 +356,16 @@ class Decoded:
         return f"chute.loader.decode.Decoded({self.dataset!r}, decode={ops}, seed={self.seed})"
 
 
-def with_decode(ds: Gatherable, decode: Mapping[str, Any] | None, seed: int) -> Gatherable:
-    """``ds`` decoding the fields of ``decode`` (None: ``ds`` itself)."""
+def with_decode(
+    ds: Gatherable, decode: Mapping[str, Any] | None, seed: int, on_error: str = "raise"
+) -> Gatherable:
+    """``ds`` decoding the fields of ``decode`` (None: ``ds`` itself); ``on_error="skip"``
+    replaces a sample whose image fails to decode by the next good one of its batch."""
     if decode is None:
+        if on_error != "raise":
+            raise ArgumentError(f"on_error={on_error!r} applies to decode=; no field is decoded")
         return ds
-    return Decoded(ds, decode, seed)
+    return Decoded(ds, decode, seed, on_error=on_error)
 
 
 FIRST_SPLIT = min(4, os.cpu_count() or 1)  # threads that decode a pass's first batch

@@ -22,6 +22,7 @@ import torch
 from .._args import check_int, default_workers, dist_defaults
 from ..buffers import Buffers, Pool, Ring
 from ..errors import ArgumentError, ArgumentValueError
+from ..image.augment import indexed_transform
 from ..order import Order
 from ..order.by_tokens import BatchByTokens
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
@@ -29,7 +30,7 @@ from ..reader.subset import loadable
 from ..reader.tokens import token_lengths
 from ..reader.truncate import Truncated
 from .decode import with_decode
-from .passes import OnePass, make_order, unknown_keywords
+from .passes import OnePass, make_order, unknown_keywords, weighted_order
 from .threads import LoaderIter, Run
 
 __all__ = ["Loader", "LoaderStats"]
@@ -48,6 +49,7 @@ class LoaderStats:
     wait_s: float  # time the consumer spent blocked in next(), waiting for data
     busy_s: float  # summed over workers: gathering and transforming
     workers: int
+    skipped: int = 0  # samples whose image failed to decode, replaced (on_error="skip")
 
     @property
     def wait_fraction(self) -> float:
@@ -72,11 +74,13 @@ class Loader(OnePass):
     """Batches of ``ds`` for this rank, in :class:`~chute.order.Order`, from worker threads.
 
     Yields dicts ``{field: tensor | RaggedBatch | list[str]}`` (or what ``transform`` returns,
-    a batch-level callable run in the workers). By default a batch is yours for as long as
-    you hold it, as with torch's DataLoader (``list(loader)`` works): its memory is reused only
-    once nothing refers to it. ``reuse_after=k`` reuses a ring of slots instead, a few percent
-    faster, but a fixed-shape field is then valid only until ``k`` more batches were asked for
-    (see the NOTE in ``chute/buffers.py``). ``num_workers=0`` gathers in the calling thread.
+    a batch-level callable run in the workers; a :class:`chute.BatchTransform` such as
+    :class:`chute.MixUp` is also given the batch's sample indices, the seed and the epoch).
+    By default a batch is yours for as long as you hold it, as with torch's DataLoader
+    (``list(loader)`` works): its memory is reused only once nothing refers to it.
+    ``reuse_after=k`` reuses a ring of slots instead, a few percent faster, but a fixed-shape
+    field is then valid only until ``k`` more batches were asked for (see the NOTE in
+    ``chute/buffers.py``). ``num_workers=0`` gathers in the calling thread.
     ``rank`` and ``world_size`` default to ``torch.distributed``'s when it is initialized,
     else to the launcher's ``RANK`` / ``WORLD_SIZE`` environment variables (torchrun sets them
     before ``init_process_group``), else 0 and 1. Unknown keywords are an
@@ -113,7 +117,13 @@ class Loader(OnePass):
     ``FIELD_lengths``), done in the workers. ``decode``: image fields decoded in the workers,
     ``{"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip()]}`` -> uint8
     ``(B, 3, 224, 224)``, random crops and flips a pure function of (``seed``, epoch, sample
-    index): see ``chute/loader/decode.py``. ``shuffle``, ``seed``, ``drop_last``,
+    index): see ``chute/loader/decode.py``. ``on_error="skip"``: a sample whose image does not
+    decode is replaced by the next good sample of its batch (the batch keeps its size), warned
+    about once and counted in ``stats().skipped``. ``weights`` (one per sample),
+    ``epoch_size`` (default ``len(ds)``), ``replacement``: each epoch draws ``epoch_size``
+    samples with probability proportional to their weight, as torch's
+    ``WeightedRandomSampler``, deterministic, sharded and resumable
+    (:class:`~chute.order.weighted.WeightedOrder`). ``shuffle``, ``seed``, ``drop_last``,
     ``block_size``: see :class:`~chute.order.Order`; ``shuffle="parts"`` is the part-aware
     shuffle (``chute/order/parts.py``: each rank reads its own share of the parts, for data
     in object storage; see ``docs/remote.md``). ``max_length``: each sample of a Ragged field
@@ -153,6 +163,10 @@ class Loader(OnePass):
         decode: dict[str, Any] | None = None,
         max_length: int | None = None,
         batch_tokens: int | None = None,
+        on_error: str = "raise",
+        weights: Any = None,
+        epoch_size: int | None = None,
+        replacement: bool = True,
         **unknown: Any,
     ) -> None:
         if "keep" in unknown:  # the former name of reuse_after, for one release
@@ -162,9 +176,8 @@ class Loader(OnePass):
             raise unknown_keywords("chute.Loader", unknown, valid)
         plain = loadable(ds, "Loader")
         base = plain if max_length is None else Truncated(plain, max_length)
-        ds = with_decode(base, decode, seed)  # chute/loader/decode.py
-        if transform is not None and not callable(transform):
-            raise ArgumentError(f"transform must be callable, got {transform!r}")
+        ds = with_decode(base, decode, seed, on_error)  # chute/loader/decode.py
+        self._transform = indexed_transform(transform, seed)  # chute/image/augment.py
         if pad is not None:  # a bad value fails here, with gather's message, not mid-epoch
             ds.gather(np.zeros(0, np.int64), pad=pad)
         self.dataset: Gatherable = ds
@@ -188,7 +201,16 @@ class Loader(OnePass):
             )
             self.pin_memory = False
         self.order: Order | BatchByTokens
-        if batch_tokens is None:
+        if weights is not None:  # chute/order/weighted.py
+            self.order = weighted_order(
+                ds, weights, epoch_size, replacement, batch_size, seed, rank, world_size, drop_last
+            )
+            if batch_tokens is not None or block_size is not None or shuffle == "parts":
+                raise ArgumentValueError(
+                    "weights= draws its own order: it excludes batch_tokens=, block_size= and "
+                    "shuffle='parts'"
+                )
+        elif batch_tokens is None:
             self.order = make_order(
                 ds, batch_size, shuffle, seed, rank, world_size, drop_last, block_size
             )
@@ -248,10 +270,11 @@ class Loader(OnePass):
     def stats(self) -> LoaderStats:
         """Timings of the current or last pass (zeros before the first)."""
         run = self._last
+        skipped = len(getattr(self.dataset, "skipped", ()))
         if run is None:
-            return LoaderStats(0, 0, 0.0, 0.0, 0.0, self.num_workers)
+            return LoaderStats(0, 0, 0.0, 0.0, 0.0, self.num_workers, skipped)
         return LoaderStats(
-            run.handed, run.samples, run.elapsed(), run.wait, sum(run.busy), run.workers
+            run.handed, run.samples, run.elapsed(), run.wait, sum(run.busy), run.workers, skipped
         )
 
     def __iter__(self) -> Iterator[Any]:
@@ -268,7 +291,7 @@ class Loader(OnePass):
             ds,
             self._buffers,
             self.order.plan(),
-            transform=self.transform,
+            transform=self._transform,
             pad=self.pad,
             group=self.group,
             window=self._items,

@@ -24,11 +24,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._args import dist_defaults
-from ..errors import ArgumentError
+from .._args import check_int, dist_defaults
+from ..errors import ArgumentError, ArgumentValueError
 from ..order import Order
 from ..order.by_tokens import BatchByTokens
 from ..order.parts import order_options
+from ..order.weighted import WeightedOrder
 from ..reader.gatherable import Gatherable, PerEpoch
 from ..reader.remote import warn_thrash
 
@@ -137,3 +138,35 @@ def make_order(
     if first:  # a mix moved on with set_epoch: its loaders start there, not at epoch 0
         order.set_epoch(first)
     return order
+
+
+def weighted_order(
+    ds: Gatherable,
+    weights: Any,
+    epoch_size: int | None,
+    replacement: bool,
+    batch_size: int,
+    seed: int,
+    rank: int | None,
+    world_size: int | None,
+    drop_last: bool,
+) -> WeightedOrder:
+    """The order of a loader given ``weights=`` (``chute/order/weighted.py``): one weight per
+    sample of ``ds``, ``epoch_size`` draws an epoch (default ``len(ds)``)."""
+    if len(np.asarray(weights).reshape(-1)) != len(ds):
+        raise ArgumentValueError(
+            f"weights= needs one weight per sample ({len(ds)}), got "
+            f"{len(np.asarray(weights).reshape(-1))}"
+        )
+    rank, world_size = dist_defaults(rank, world_size)
+    size = len(ds) if epoch_size is None else check_int("epoch_size", epoch_size, 1)
+    return WeightedOrder(
+        weights,
+        size,
+        batch_size,
+        replacement=replacement,
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+        drop_last=drop_last,
+    )

@@ -93,7 +93,7 @@ class Run:
         buffers: Buffers,
         plan: Sequence[np.ndarray],
         *,
-        transform: Callable[[dict[str, Any]], Any] | None,
+        transform: Callable[[dict[str, Any], np.ndarray, int], Any] | None,
         pad: float | int | None,
         group: int,
         window: int,
@@ -197,9 +197,9 @@ class Run:
         outcomes: list[tuple[int, _Outcome]] = []
         for j, batch in zip(js, batches, strict=True):
             try:
-                outcomes.append(
-                    (j, (batch if self.transform is None else self.transform(batch), None, ""))
-                )
+                if self.transform is not None:  # with the batch's samples (chute.image.augment)
+                    batch = self.transform(batch, plan[j], self.epoch)
+                outcomes.append((j, (batch, None, "")))
             except catch as exc:
                 outcomes.append((j, (None, exc, where)))
         return outcomes

@@ -1,0 +1,49 @@
+"""The ``mask`` kind: a per-pixel label map per sample (segmentation), stored losslessly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..errors import FormatError, SchemaError
+from .ragged import Ragged
+from .spec import json_dtype
+
+MASK_DTYPES = ("uint8", "uint16", "int32")
+
+
+@dataclass(frozen=True)
+class Mask(Ragged):
+    """A ``(height, width)`` map of class ids per sample, stored raw (never JPEG: every id is
+    read back exactly), so segmentation masks of any size can sit next to an
+    :class:`chute.fields.Image`. ``ds[i]`` gives the ``(H, W)`` array; ``gather`` a
+    :class:`chute.RaggedBatch` with ``shapes`` (B, 2), the stored (height, width).
+
+    In the loaders, ``decode={"image": ops, "mask": chute.Follow("image")}`` crops, resizes
+    (nearest neighbour) and flips it exactly as the image of the same sample (see
+    :mod:`chute.loader.decode`). Written from 2-D arrays of ``dtype`` (uint8, uint16 or
+    int32). Stored as a Ragged field of that
+    dtype: ``NAME.values.npy``, ``NAME.offsets.npy``, ``NAME.shapes.npy`` (N x 2).
+    """
+
+    dtype: str = "uint8"
+    inner_shape: tuple[int | None, ...] = field(default=(None,), init=False)
+    kind: ClassVar[str] = "mask"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.dtype not in MASK_DTYPES:
+            raise SchemaError(f"Mask: dtype must be one of {MASK_DTYPES}, got {self.dtype!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, name: str, obj: dict[str, Any]) -> Mask:
+        try:
+            return cls(json_dtype(name, obj))
+        except SchemaError as exc:
+            raise FormatError(f"field {name!r}: {exc}") from None
+
+    def describe(self) -> str:
+        return f"mask {self.dtype} (?, ?)"
