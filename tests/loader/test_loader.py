@@ -351,10 +351,11 @@ def test_exit_with_a_live_iterator_is_clean(ds):
         "it = iter(chute.Loader(chute.open(sys.argv[1]), 4, num_workers=2))\n"
         "next(it)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script, str(ds.path)], capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr  # daemon threads frozen mid-call used to abort
+    for _ in range(5):  # a race at exit (a map unmapped under a worker) shows in some runs
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(ds.path)], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0, proc.stderr  # frozen daemon threads, unmapped files
 
 
 @pytest.mark.parametrize("workers", [0, 2])

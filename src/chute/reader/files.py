@@ -303,7 +303,12 @@ def map_readonly(fd: int, size: int) -> memoryview:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     buf = (ctypes.c_char * size).from_address(addr)
-    weakref.finalize(buf, libc.munmap, addr, size)
+    unmap = weakref.finalize(buf, libc.munmap, addr, size)
+    # not at interpreter exit: weakref's exit hook runs the newest finalizers first, so a map
+    # made by a loader's worker would be unmapped before the loader's own finalizer has
+    # stopped that worker, which may still be reading it (a segfault); the process's end
+    # releases the map anyway
+    unmap.atexit = False
     return memoryview(buf).cast("B").toreadonly()
 
 
