@@ -9,8 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from .errors import ArgumentError, ArgumentValueError
+
+
+def one_index(i: Any, refusal: str) -> int:
+    """``i`` as the int that indexes one sample of a Gatherable (an int, a numpy int, or a
+    0-d tensor); anything else an :class:`ArgumentError` saying ``refusal``, then the type."""
+    if isinstance(i, torch.Tensor) and i.ndim == 0:
+        i = i.item()
+    if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+        raise ArgumentError(f"{refusal}, not {type(i).__name__}")
+    return int(i)
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:

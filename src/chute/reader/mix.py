@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from .. import format as fmt
-from .._args import check_int
+from .._args import check_int, one_index
 from .._arrays import distinct
 from .._torch import empty_buffers
 from ..errors import ArgumentError, ArgumentValueError, SchemaError
@@ -291,10 +291,7 @@ class Mix:
 
     def __getitem__(self, i: Any) -> dict[str, Any]:
         """Position ``i`` of the current :attr:`epoch` as one sample, with its ``source``."""
-        if isinstance(i, torch.Tensor) and i.ndim == 0:
-            i = i.item()
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            raise ArgumentError(f"a Mix is indexed by an int position, not {type(i).__name__}")
+        i = one_index(i, "a Mix is indexed by an int position")
         src, idx = self.locate([i])
         sample = dict(self.datasets[self.sources[int(src[0])]][int(idx[0])])
         sample[self.source_field] = torch.tensor(int(src[0]), dtype=torch.int64)

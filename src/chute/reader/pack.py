@@ -45,11 +45,11 @@ import numpy as np
 import torch
 
 from .. import format as fmt
-from .._args import check_int
+from .._args import check_int, one_index
 from .._arrays import distinct
 from .._torch import empty_buffers, to_torch
 from ..batch import RaggedBatch, pad_batch
-from ..errors import ArgumentError, ArgumentValueError
+from ..errors import ArgumentValueError
 from ..order.permute import Permutation
 from .gather import check_gather_args, check_indices, out_rows, segments
 from .tokens import TokenStream
@@ -190,10 +190,7 @@ class Pack:
 
     def __getitem__(self, i: Any) -> dict[str, Any]:
         """Row ``i`` (an int): tokens, position_ids and its cu_seqlens (int32, 1-D)."""
-        if isinstance(i, torch.Tensor) and i.ndim == 0:
-            i = i.item()
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            raise ArgumentError(f"chute.pack is indexed by an int, not {type(i).__name__}")
+        i = one_index(i, "chute.pack is indexed by an int")
         return {k: v[0] for k, v in self.gather([i]).items()}
 
     def gather(

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from .. import format as fmt
-from .._args import check_int
+from .._args import check_int, one_index
 from .._arrays import distinct
 from .._torch import empty_buffers, to_torch
 from ..errors import ArgumentError, ArgumentValueError
@@ -154,10 +154,7 @@ class Windows:
 
     def __getitem__(self, i: Any) -> dict[str, Any]:
         """Window ``i`` (an int) as ``{field: (length,) tensor, ...}``."""
-        if isinstance(i, torch.Tensor) and i.ndim == 0:
-            i = i.item()
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            raise ArgumentError(f"chute.windows is indexed by an int, not {type(i).__name__}")
+        i = one_index(i, "chute.windows is indexed by an int")
         return {k: t[0] for k, t in self.gather([i]).items()}
 
     def gather(
