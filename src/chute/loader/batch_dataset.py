@@ -15,7 +15,7 @@ from torch.utils.data import default_collate
 
 from .. import _compat as compat
 from ..errors import ArgumentError, ChuteError, SchemaError, WorkerError
-from ..order import Order, Plan
+from ..order.steps import Steps
 from ..reader.gather import head
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from ..reader.images import EncodedImages, decode_sample
@@ -194,7 +194,7 @@ class OrderBatchSampler(torch.utils.data.Sampler[Any]):
     """
 
     def __init__(
-        self, order: Order, with_epoch: bool = False, source: Prefetching | None = None
+        self, order: Steps, with_epoch: bool = False, source: Prefetching | None = None
     ) -> None:
         self.order = order
         self.with_epoch = with_epoch
@@ -206,7 +206,7 @@ class OrderBatchSampler(torch.utils.data.Sampler[Any]):
         feed = None if self.source is None else self.source.prefetch(plan)
         return self._batches(plan, epoch, feed)
 
-    def _batches(self, plan: Plan, epoch: int, feed: Feed | None) -> Iterator[Any]:
+    def _batches(self, plan: Sequence[np.ndarray], epoch: int, feed: Feed | None) -> Iterator[Any]:
         try:
             for idx in plan:
                 if feed is not None:

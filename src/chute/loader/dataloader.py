@@ -83,10 +83,11 @@ from ..errors import (
     StaleIteratorError,
     WorkerError,
 )
-from ..order import Order
+from ..order.steps import Steps
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.remote import needs_spawn, refuse_fork
 from ..reader.subset import loadable
+from ..reader.truncate import Truncated
 from .batch_dataset import BatchDataset, OrderBatchSampler, as_is
 from .decode import with_decode
 from .handoff import Handoff
@@ -99,7 +100,8 @@ Sample = dict[str, Any]
 
 
 class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
-    """A ``torch.utils.data.DataLoader`` driven by an :class:`~chute.order.Order`.
+    """A ``torch.utils.data.DataLoader`` driven by a chute order (an :class:`~chute.order.Order`,
+    or :class:`~chute.order.by_tokens.BatchByTokens` under ``batch_tokens=``).
 
     Adds ``set_epoch``, ``state_dict`` and ``load_state_dict`` with the semantics of
     :class:`~chute.Loader`: each ``iter()`` is a fresh pass of the current epoch (the
@@ -107,7 +109,7 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
     to the next one, one pass runs at a time. Made by :func:`dataloader`.
     """
 
-    def __init__(self, dataset: BatchDataset, order: Order, **kwargs: Any) -> None:
+    def __init__(self, dataset: BatchDataset, order: Steps, **kwargs: Any) -> None:
         # index arrays, not lists (__getitems__ takes both); with the epoch for a chute.Mix
         ds = dataset.dataset
         sampler = OrderBatchSampler(
@@ -241,6 +243,8 @@ def dataloader(
     block_size: int | None = None,
     pad: float | int | None = None,
     decode: dict[str, Any] | None = None,
+    max_length: int | None = None,
+    batch_tokens: int | None = None,
     **dataloader_kwargs: Any,
 ) -> ChuteDataLoader:
     """A real ``torch.utils.data.DataLoader`` over chute dataset ``ds``, one gather per batch.
@@ -260,7 +264,11 @@ def dataloader(
     ``torch.utils.data.Subset`` of a chute Dataset (nested ones too; ``random_split``'s
     halves): only its samples are read, in an order over ``len(subset)``, as in ``Loader``.
     ``decode``: image fields decoded per batch in the workers, as in ``Loader`` (not with
-    ``sample_transform``: use ``batch_transform``). Example::
+    ``sample_transform``: use ``batch_transform``). ``max_length`` and ``batch_tokens``: as in
+    ``Loader``, Ragged fields cut to their first ``max_length`` rows, and batches of a varying
+    number of samples (at most ``batch_size``) within a padded token budget
+    (:class:`~chute.order.by_tokens.BatchByTokens`: equal steps across ranks, exact resume;
+    see ``docs/tokens.md``). Example::
 
         dl = chute.dataloader(ds, 256, num_workers=4, sample_transform=augment,
                               persistent_workers=True, pin_memory=True)
@@ -269,7 +277,9 @@ def dataloader(
             for batch in chute.to_device(dl):
                 step(batch)
     """
-    ds = with_decode(loadable(ds, "dataloader"), decode, seed)  # chute/loader/decode.py
+    plain = loadable(ds, "dataloader")
+    base = plain if max_length is None else Truncated(plain, max_length)
+    ds = with_decode(base, decode, seed)  # chute/loader/decode.py
     torch_keywords = _torch_keywords()
     unknown = [k for k in dataloader_kwargs if k not in torch_keywords and k not in _OWN]
     if unknown:
@@ -297,7 +307,20 @@ def dataloader(
             "in_order=False is not supported: batches must arrive in order for state_dict() "
             "to count exactly what was consumed"
         )
-    order = make_order(ds, batch_size, shuffle, seed, rank, world_size, drop_last, block_size)
+    order = make_order(  # chute/loader/passes.py picks the policy
+        ds,
+        batch_size,
+        shuffle,
+        seed,
+        rank,
+        world_size,
+        drop_last,
+        block_size,
+        batch_tokens=batch_tokens,
+        measured=plain,
+        max_length=max_length,
+        who="dataloader",
+    )
     workers = default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
     dataloader_kwargs.setdefault("pin_memory", torch.cuda.is_available())
     if workers and needs_spawn(ds):  # obstore does not survive fork(): see chute/reader/remote.py

@@ -19,18 +19,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._args import check_int, default_workers, dist_defaults
+from .._args import check_int, default_workers
 from ..buffers import Buffers, Pool, Ring
-from ..errors import ArgumentError, ArgumentValueError
+from ..errors import ArgumentError
 from ..image.augment import indexed_transform
-from ..order import Order
-from ..order.by_tokens import BatchByTokens
+from ..order.steps import Steps
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.subset import loadable
-from ..reader.tokens import token_lengths
 from ..reader.truncate import Truncated
 from .decode import with_decode
-from .passes import OnePass, make_order, unknown_keywords, weighted_order
+from .passes import OnePass, make_order, unknown_keywords
 from .threads import LoaderIter, Run
 
 __all__ = ["Loader", "LoaderStats"]
@@ -200,40 +198,22 @@ class Loader(OnePass):
                 stacklevel=2,
             )
             self.pin_memory = False
-        self.order: Order | BatchByTokens
-        if weights is not None:  # chute/order/weighted.py
-            self.order = weighted_order(
-                ds, weights, epoch_size, replacement, batch_size, seed, rank, world_size, drop_last
-            )
-            if batch_tokens is not None or block_size is not None or shuffle == "parts":
-                raise ArgumentValueError(
-                    "weights= draws its own order: it excludes batch_tokens=, block_size= and "
-                    "shuffle='parts'"
-                )
-        elif batch_tokens is None:
-            self.order = make_order(
-                ds, batch_size, shuffle, seed, rank, world_size, drop_last, block_size
-            )
-        else:  # chute/order/by_tokens.py
-            if block_size is not None or shuffle == "parts":
-                raise ArgumentValueError(
-                    "batch_tokens= shuffles within length-sorted windows of its own: it "
-                    "excludes block_size= and shuffle='parts'"
-                )
-            lengths = token_lengths(plain, "Loader(batch_tokens=)")
-            if max_length is not None:
-                lengths = np.minimum(lengths, max_length)
-            rank, world_size = dist_defaults(rank, world_size)
-            self.order = BatchByTokens(
-                lengths,
-                batch_tokens,
-                batch_size,
-                shuffle=bool(shuffle),
-                seed=seed,
-                rank=rank,
-                world_size=world_size,
-                drop_last=drop_last,
-            )
+        self.order: Steps = make_order(  # chute/loader/passes.py picks the policy
+            ds,
+            batch_size,
+            shuffle,
+            seed,
+            rank,
+            world_size,
+            drop_last,
+            block_size,
+            batch_tokens=batch_tokens,
+            measured=plain,
+            max_length=max_length,
+            weights=weights,
+            epoch_size=epoch_size,
+            replacement=replacement,
+        )
         self.group, self._items = self._geometry()
         self._buffers: Buffers | None = None  # made on the first iter()
         self._last: Run | None = None

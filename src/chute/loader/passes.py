@@ -29,9 +29,11 @@ from ..errors import ArgumentError, ArgumentValueError
 from ..order import Order
 from ..order.by_tokens import BatchByTokens
 from ..order.parts import order_options
+from ..order.steps import Steps
 from ..order.weighted import WeightedOrder
 from ..reader.gatherable import Gatherable, PerEpoch
 from ..reader.remote import warn_thrash
+from ..reader.tokens import token_lengths
 
 
 def unknown_keywords(who: str, unknown: Iterable[str], valid: Iterable[str]) -> ArgumentError:
@@ -54,7 +56,7 @@ class OnePass:
     :meth:`_start_pass` for a new pass, and :meth:`_end_active` for the live pass (registered
     by the subclass's ``__iter__`` with :meth:`_track`)."""
 
-    order: Order | BatchByTokens
+    order: Steps
     _active: weakref.ref[Any] | None = None
     _resume = False  # load_state_dict chose where the next pass starts
     _name = "loader"  # in StaleIteratorError messages: "the Loader", "the DataLoader"
@@ -115,24 +117,68 @@ def make_order(
     world_size: int | None,
     drop_last: bool,
     block_size: int | None,
-) -> Order:
-    """The :class:`~chute.order.Order` a loader of ``ds`` follows: ``rank`` / ``world_size``
-    from torch.distributed or the launcher's environment when not given
-    (:func:`chute._args.dist_defaults`), ``shuffle="parts"`` the part-aware order
-    (``chute/order/parts.py``)."""
+    *,
+    batch_tokens: int | None = None,
+    measured: Gatherable | None = None,
+    max_length: int | None = None,
+    weights: Any = None,
+    epoch_size: int | None = None,
+    replacement: bool = True,
+    who: str = "Loader",
+) -> Steps:
+    """The order a loader of ``ds`` follows, the one place that picks it: ``weights=`` a
+    :class:`~chute.order.weighted.WeightedOrder`, ``batch_tokens=`` a
+    :class:`~chute.order.by_tokens.BatchByTokens` over the lengths of ``measured`` (the
+    dataset before ``max_length`` / ``decode`` wrapped it; lengths capped at ``max_length``),
+    else an :class:`~chute.order.Order` (``shuffle="parts"`` the part-aware order of
+    ``chute/order/parts.py``, ``block_size`` the block shuffle). ``rank`` / ``world_size``
+    come from torch.distributed or the launcher's environment when not given
+    (:func:`chute._args.dist_defaults`). Every kind warns about a global shuffle over a remote
+    dataset's small cache, is given the dataset's ``prepare`` and starts at the epoch a mix
+    was moved to. ``who``: the loader, in error messages."""
     rank, world_size = dist_defaults(rank, world_size)
+    order: Steps
+    if weights is not None:  # chute/order/weighted.py
+        if batch_tokens is not None or block_size is not None or shuffle == "parts":
+            raise ArgumentValueError(
+                "weights= draws its own order: it excludes batch_tokens=, block_size= and "
+                "shuffle='parts'"
+            )
+        order = weighted_order(
+            ds, weights, epoch_size, replacement, batch_size, seed, rank, world_size, drop_last
+        )
+    elif batch_tokens is not None:  # chute/order/by_tokens.py
+        if block_size is not None or shuffle == "parts":
+            raise ArgumentValueError(
+                "batch_tokens= shuffles within length-sorted windows of its own: it "
+                "excludes block_size= and shuffle='parts'"
+            )
+        lengths = token_lengths(ds if measured is None else measured, f"{who}(batch_tokens=)")
+        if max_length is not None:
+            lengths = np.minimum(lengths, max_length)
+        order = BatchByTokens(
+            lengths,
+            batch_tokens,
+            batch_size,
+            shuffle=bool(shuffle),
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+        )
+    else:
+        order = Order(
+            len(ds),
+            batch_size,
+            shuffle=bool(shuffle),
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+            block_size=block_size,
+            **order_options(ds, shuffle),
+        )
     warn_thrash(ds, shuffle)  # a global shuffle over a remote dataset's small cache
-    order = Order(
-        len(ds),
-        batch_size,
-        shuffle=bool(shuffle),
-        seed=seed,
-        rank=rank,
-        world_size=world_size,
-        drop_last=drop_last,
-        block_size=block_size,
-        **order_options(ds, shuffle),
-    )
     order.prepare = getattr(ds, "prepare", None)  # e.g. a Mix locates each chunk at once
     first = getattr(ds, "epoch", 0) if isinstance(ds, PerEpoch) else 0
     if first:  # a mix moved on with set_epoch: its loaders start there, not at epoch 0
@@ -147,8 +193,8 @@ def weighted_order(
     replacement: bool,
     batch_size: int,
     seed: int,
-    rank: int | None,
-    world_size: int | None,
+    rank: int,
+    world_size: int,
     drop_last: bool,
 ) -> WeightedOrder:
     """The order of a loader given ``weights=`` (``chute/order/weighted.py``): one weight per
@@ -158,7 +204,6 @@ def weighted_order(
             f"weights= needs one weight per sample ({len(ds)}), got "
             f"{len(np.asarray(weights).reshape(-1))}"
         )
-    rank, world_size = dist_defaults(rank, world_size)
     size = len(ds) if epoch_size is None else check_int("epoch_size", epoch_size, 1)
     return WeightedOrder(
         weights,

@@ -27,8 +27,7 @@ O(samples log window) for the sorts and Python per batch, never per sample.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -36,6 +35,7 @@ import numpy as np
 from .._args import check_int
 from ..errors import ArgumentValueError
 from .permute import Permutation
+from .steps import Steps
 
 __all__ = ["BatchByTokens"]
 
@@ -44,7 +44,7 @@ _STATE_KEYS = ("epoch", "consumed", "version", "n", "seed", "shuffle", "batch_to
 _BATCH_KEY = 0x544F4B53  # "TOKS": the batch order's Permutation, apart from the samples'
 
 
-class BatchByTokens:
+class BatchByTokens(Steps):
     """The batches of every epoch for one rank, each under ``batch_tokens`` padded tokens
     (see the module doc). ``lengths``: each sample's length (int, ``>= 0``)."""
 
@@ -76,10 +76,9 @@ class BatchByTokens:
         self.drop_last = bool(drop_last)
         # about HF's group_by_length: windows of 50 batches of the most samples
         self.window = check_int("window", 50 * self.batch_size if window is None else window, 1)
-        self._epoch = 0
-        self._consumed = 0  # global batches of the epoch handed out, over all ranks
-        self._chosen = False  # set_epoch / load_state_dict chose this position (see Order)
+        super().__init__()  # its units: the epoch's batches, over all ranks
         self._cache: tuple[int, list[np.ndarray]] | None = None
+        self._plan: tuple[tuple[int, int], list[np.ndarray]] | None = None  # the last plan()
 
     # ------------------------------------------------------------------ the epoch's batches
 
@@ -123,86 +122,29 @@ class BatchByTokens:
     # ------------------------------------------------------------------ steps, as Order's
 
     @property
-    def epoch(self) -> int:
-        """The current epoch."""
-        return self._epoch
-
-    @property
-    def consumed(self) -> int:
-        """Batches of the current epoch handed out so far, over all ranks."""
-        return self._consumed
-
-    @property
     def step_samples(self) -> int:
         """Batches one global step consumes (one per rank): ``consumed // step_samples`` is
         the step, as for :class:`~chute.order.Order`."""
         return self.world_size
 
-    def _steps(self, remaining: int) -> int:
-        if self.drop_last:
-            return remaining // self.world_size
-        return math.ceil(remaining / self.world_size)
-
-    def __len__(self) -> int:
-        """Batches per rank in the whole current epoch."""
-        return self._steps(len(self.epoch_batches()))
-
-    @property
-    def finished(self) -> bool:
-        """The current epoch was started and has no batch left (but was not moved past)."""
-        g = len(self.epoch_batches())
-        return self._consumed > 0 and self._steps(g - self._consumed) == 0
-
-    def remaining(self) -> int:
-        """Batches per rank that the next pass yields (see :meth:`chute.Order.remaining`)."""
-        if self.finished and not self._chosen:
-            return self._steps(len(self.epoch_batches(self._epoch + 1)))
-        return self._steps(len(self.epoch_batches()) - self._consumed)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Move to ``epoch``, from its start; the same epoch again keeps a resumed position."""
-        epoch = check_int("epoch", epoch, 0)
-        if epoch != self._epoch:
-            self._epoch, self._consumed = epoch, 0
-        self._chosen = True
-
-    def restart(self) -> None:
-        """Go back to the start of the current epoch, or of the next one when this one is
-        :attr:`finished` and was not chosen (as :meth:`chute.Order.restart`)."""
-        if self.finished and not self._chosen:
-            self._epoch += 1
-        self._consumed = 0
-        self._chosen = False
+    def _units(self, epoch: int) -> int:
+        return len(self.epoch_batches(epoch))
 
     def plan(self) -> list[np.ndarray]:
-        """This rank's remaining batches of the current epoch; the state does not move."""
+        """This rank's remaining batches of the current epoch; the state does not move. The
+        dataset's ``prepare`` (:attr:`Steps.prepare <chute.order.steps.Steps.prepare>`) is
+        given all of their indices at once."""
+        key = (self._epoch, self._consumed)
+        if self._plan is not None and self._plan[0] == key:
+            return self._plan[1]
         batches = self.epoch_batches()
         g, w = len(batches), self.world_size
         steps = self._steps(g - self._consumed)
-        return [batches[(self._consumed + k * w + self.rank) % g] for k in range(steps)]
-
-    def batches(self) -> Iterator[np.ndarray]:
-        """Yield this rank's remaining batches, recording each as consumed when handed out;
-        at the epoch's end move to the next (as :meth:`chute.Order.batches`)."""
-        if self.finished and not self._chosen:
-            self._next_epoch()
-        return self._advance(self._epoch)
-
-    def _advance(self, epoch: int) -> Iterator[np.ndarray]:
-        g = len(self.epoch_batches())
-        for idx in self.plan():
-            if self._epoch != epoch:  # set_epoch / load_state_dict while iterating
-                return
-            self._consumed = min(g, self._consumed + self.world_size)
-            self._chosen = False
-            yield idx
-        if self._epoch == epoch:
-            self._next_epoch()
-
-    def _next_epoch(self) -> None:
-        self._epoch += 1
-        self._consumed = 0
-        self._chosen = False
+        mine = [batches[(self._consumed + k * w + self.rank) % g] for k in range(steps)]
+        if self.prepare is not None and mine:
+            self.prepare(np.concatenate(mine), self._epoch)
+        self._plan = (key, mine)
+        return mine
 
     # ------------------------------------------------------------------ resume
 

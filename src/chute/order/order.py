@@ -42,8 +42,7 @@ Example::
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +53,7 @@ from .blocks import BlockPermutation
 from .parts import PartPermutation
 from .permute import Permutation, check_materialise
 from .plan import Plan
+from .steps import Steps
 
 __all__ = ["Order", "Plan"]
 
@@ -78,7 +78,7 @@ _STATE_KEYS = (
 )
 
 
-class Order:
+class Order(Steps):
     """The sample order of every epoch for one rank: shuffled, sharded, resumable.
 
     ``block_size`` switches to a block shuffle for data larger than RAM: the order of contiguous
@@ -121,73 +121,21 @@ class Order:
                 f"parts= must count the {self.n} samples part by part (got {sum(self.parts)}), "
                 "and excludes block_size"
             )
+        super().__init__()
         self._layout: tuple[int, int, int] | None = None  # (epoch, world, batch) of a resume
-        self._epoch = 0
-        self._consumed = 0
-        # set_epoch / load_state_dict chose this position: a finished epoch stays put (above)
-        self._chosen = False
         self._cache: tuple[int, np.ndarray] | None = None  # (epoch, its read-only global order)
         self._parts_order: tuple[tuple[int, int, int], PartPermutation] | None = None
         # the last plan() and the position it was made at: a loader's Order.batches() and
         # plan() then share one (and its computed chunks)
         self._plan: tuple[tuple[Any, ...], Plan] | None = None
-        self.prepare: Callable[[np.ndarray, int], object] | None = None
-        """Called as ``prepare(indices, epoch)`` with each chunk of indices a plan computes,
-        before any of them is handed out: the loaders set it to their dataset's ``prepare``
-        (a :class:`~chute.Mix` locates a whole chunk at once, in one vectorised call)."""
-
-    @property
-    def epoch(self) -> int:
-        """The current epoch."""
-        return self._epoch
-
-    @property
-    def consumed(self) -> int:
-        """Positions of the current epoch's global order consumed so far, over all ranks."""
-        return self._consumed
 
     @property
     def step_samples(self) -> int:
         """Samples one global step consumes: ``batch_size * world_size``."""
         return self.batch_size * self.world_size
 
-    def __len__(self) -> int:
-        """Batches per rank in a whole epoch (a resumed epoch yields ``len(plan())``)."""
-        return self._steps(self.n)
-
-    def _steps(self, remaining: int) -> int:
-        if self.drop_last:
-            return remaining // self.step_samples
-        return math.ceil(remaining / self.step_samples)
-
-    def remaining(self) -> int:
-        """Batches per rank that the next pass yields: the rest of the current epoch, or all of
-        the next one when this one is :attr:`finished` and was not chosen by ``set_epoch`` /
-        ``load_state_dict`` (``len()`` is always a whole epoch)."""
-        if self.finished and not self._chosen:
-            return len(self)
-        return self._steps(self.n - self._consumed)
-
-    @property
-    def finished(self) -> bool:
-        """The current epoch was started and has no batch left (but was not moved past)."""
-        return self._consumed > 0 and self._steps(self.n - self._consumed) == 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Move to ``epoch``, from its start; the same epoch again keeps a resumed position
-        (a finished one included: the next pass then yields nothing, see the module doc)."""
-        epoch = check_int("epoch", epoch, 0)
-        if epoch != self._epoch:
-            self._epoch = epoch
-            self._consumed = 0
-        self._chosen = True
-
-    def restart(self) -> None:
-        """Go back to the start of the current epoch, or of the next one when this one is
-        :attr:`finished` and was not chosen by ``set_epoch`` / ``load_state_dict`` (a whole
-        pass moves on to the next epoch's shuffle, a pass left early is run again whole)."""
-        moves_on = self.finished and not self._chosen
-        self._start(self._epoch + 1 if moves_on else self._epoch)
+    def _units(self, epoch: int) -> int:
+        return self.n
 
     def global_order(self, epoch: int | None = None) -> np.ndarray:
         """The (read-only, int64) global order of ``epoch`` (default: the current one).
@@ -268,34 +216,10 @@ class Order:
         self._plan = (key, plan)
         return plan
 
-    def batches(self) -> Iterator[np.ndarray]:
-        """Yield this rank's remaining batches of the epoch (int64 index arrays), recording
-        each as consumed when it is handed out; at the epoch's end move to the next epoch.
-
-        Called on a :attr:`finished` epoch, it first moves to the next one, unless
-        ``set_epoch`` / ``load_state_dict`` chose that position (see the module doc). Loaders
-        that prefetch call it before :meth:`plan`.
-        """
-        if self.finished and not self._chosen:
-            self._start(self._epoch + 1)
-        return self._advance(self._epoch)
-
-    def _advance(self, epoch: int) -> Iterator[np.ndarray]:
-        for idx in self.plan():
-            if self._epoch != epoch:  # set_epoch / load_state_dict while iterating
-                return
-            self._consumed = min(self.n, self._consumed + self.step_samples)
-            self._chosen = False
-            yield idx
-        if self._epoch == epoch:
-            self._start(self._epoch + 1)
-
     def _start(self, epoch: int) -> None:
         """Put the order at the start of ``epoch``, laid out for this world size."""
-        self._epoch = epoch
+        super()._start(epoch)
         self._layout = None
-        self._consumed = 0
-        self._chosen = False
 
     def state_dict(self) -> dict[str, Any]:
         """``{"epoch", "consumed", "version"}`` plus what the order depends on, checked at

@@ -1,0 +1,143 @@
+"""The step bookkeeping every order shares: an epoch is a number of *units* (positions of the
+global order for :class:`~chute.order.Order`, whole batches for
+:class:`~chute.order.by_tokens.BatchByTokens`), a global step consumes ``step_samples`` of them
+over all ranks, and the state is ``(epoch, units consumed)``.
+
+What a finished epoch, ``set_epoch``, ``restart`` and ``batches`` do with that state is
+written down once, in the module doc of ``chute/order/order.py``; a subclass says how many
+units an epoch has (:meth:`Steps._units`), how many a step takes (:attr:`Steps.step_samples`)
+and what this rank's batches of the rest are (:meth:`Steps.plan`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._args import check_int
+
+
+class Steps:
+    """Epoch, units consumed, and the passes over them (see the module doc)."""
+
+    n: int  # samples
+    batch_size: int  # the most samples of a batch
+    rank: int
+    world_size: int
+    drop_last: bool
+
+    def __init__(self) -> None:
+        self._epoch = 0
+        self._consumed = 0  # units of the current epoch handed out, over all ranks
+        # set_epoch / load_state_dict chose this position: a finished epoch stays put
+        self._chosen = False
+        self.prepare: Callable[[np.ndarray, int], object] | None = None
+        """Called as ``prepare(indices, epoch)`` with the indices a plan computes, before any
+        of them is handed out: the loaders set it to their dataset's ``prepare`` (a
+        :class:`~chute.Mix` locates a whole chunk at once, in one vectorised call)."""
+
+    # ------------------------------------------------------------------ what a subclass says
+
+    @property
+    def step_samples(self) -> int:
+        """Units one global step consumes, over all ranks: ``consumed // step_samples`` is
+        the step."""
+        raise NotImplementedError
+
+    def _units(self, epoch: int) -> int:
+        """Units in ``epoch``."""
+        raise NotImplementedError
+
+    def plan(self) -> Sequence[np.ndarray]:
+        """This rank's remaining batches of the current epoch; the state does not move."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ shared
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self._epoch
+
+    @property
+    def consumed(self) -> int:
+        """Units of the current epoch consumed so far, over all ranks."""
+        return self._consumed
+
+    def _steps(self, remaining: int) -> int:
+        if self.drop_last:
+            return remaining // self.step_samples
+        return math.ceil(remaining / self.step_samples)
+
+    def __len__(self) -> int:
+        """Batches per rank in the whole current epoch (a resumed epoch yields
+        ``len(plan())``)."""
+        return self._steps(self._units(self._epoch))
+
+    @property
+    def finished(self) -> bool:
+        """The current epoch was started and has no batch left (but was not moved past)."""
+        left = self._units(self._epoch) - self._consumed
+        return self._consumed > 0 and self._steps(left) == 0
+
+    def remaining(self) -> int:
+        """Batches per rank that the next pass yields: the rest of the current epoch, or all of
+        the next one when this one is :attr:`finished` and was not chosen by ``set_epoch`` /
+        ``load_state_dict`` (``len()`` is always a whole epoch)."""
+        if self.finished and not self._chosen:
+            return self._steps(self._units(self._epoch + 1))
+        return self._steps(self._units(self._epoch) - self._consumed)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to ``epoch``, from its start; the same epoch again keeps a resumed position
+        (a finished one included: the next pass then yields nothing)."""
+        epoch = check_int("epoch", epoch, 0)
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._consumed = 0
+        self._chosen = True
+
+    def restart(self) -> None:
+        """Go back to the start of the current epoch, or of the next one when this one is
+        :attr:`finished` and was not chosen by ``set_epoch`` / ``load_state_dict`` (a whole
+        pass moves on to the next epoch's shuffle, a pass left early is run again whole)."""
+        moves_on = self.finished and not self._chosen
+        self._start(self._epoch + 1 if moves_on else self._epoch)
+
+    def batches(self) -> Iterator[np.ndarray]:
+        """Yield this rank's remaining batches of the epoch (int64 index arrays), recording
+        each as consumed when it is handed out; at the epoch's end move to the next epoch.
+
+        Called on a :attr:`finished` epoch, it first moves to the next one, unless
+        ``set_epoch`` / ``load_state_dict`` chose that position. Loaders that prefetch call it
+        before :meth:`plan`.
+        """
+        if self.finished and not self._chosen:
+            self._start(self._epoch + 1)
+        return self._advance(self._epoch)
+
+    def _advance(self, epoch: int) -> Iterator[np.ndarray]:
+        total = self._units(epoch)
+        for idx in self.plan():
+            if self._epoch != epoch:  # set_epoch / load_state_dict while iterating
+                return
+            self._consumed = min(total, self._consumed + self.step_samples)
+            self._chosen = False
+            yield idx
+        if self._epoch == epoch:
+            self._start(self._epoch + 1)
+
+    def _start(self, epoch: int) -> None:
+        """Put the order at the start of ``epoch``."""
+        self._epoch = epoch
+        self._consumed = 0
+        self._chosen = False
