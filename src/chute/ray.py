@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from . import format as fmt
     from .engines.ray_read import Source
     from .engines.ray_write import Sink
+    from .reader.gatherable import Gatherable
 
 __all__ = ["Sink", "Source", "read", "write"]
 
@@ -50,13 +51,16 @@ def _write() -> ModuleType:
 
 
 def read(
-    path: str | os.PathLike,
+    path: str | os.PathLike | Gatherable,
     fields: Sequence[str] | None = None,
     *,
     rows_per_task: int | None = None,
     **read_args: Any,
 ) -> ray.data.Dataset:
     """The chute dataset at ``path`` as a ``ray.data.Dataset`` (lazy, like all Ray reads).
+    ``path`` may also be a view of an opened dataset, ``chute.windows(...)`` or
+    ``chute.pack(...)`` (or a torch ``Subset``): its samples are the rows, read in ranges of
+    them (``fields=`` is then chosen at ``chute.open``).
 
     One read task per part, or per ``rows_per_task`` rows of a part (by default each part is
     split so that there are about as many tasks as Ray asks for). Each task memory-maps the

@@ -179,3 +179,39 @@ def test_empty_dataset_needs_a_schema(tmp_path):
         empty, tmp_path / "o.chute", schema={"id": chute.fields.Tensor((), "int64")}
     )
     assert len(chute.open(out)) == 0
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    """Documents of varied lengths over two parts, uint16 tokens."""
+    docs = [np.arange(n, dtype=np.uint16) + 100 * i for i, n in enumerate([5, 17, 0, 9, 33, 2, 12])]
+    path = chute.write(tmp_path / "c.chute", {"tokens": docs}, part_size=4)
+    return chute.open(path), docs
+
+
+@pytest.mark.parametrize("rows_per_task", [None, 3])
+def test_read_token_windows(corpus, rows_per_task):
+    ds, _ = corpus
+    view = chute.windows(ds, "tokens", length=8, stride=5, document_ids=True)
+    got = chute.ray.read(view, rows_per_task=rows_per_task).take_all()
+    want = view.gather(np.arange(len(view)))
+    assert len(got) == len(view) > 1
+    np.testing.assert_array_equal(np.stack([r["tokens"] for r in got]), want["tokens"].numpy())
+    ids = np.stack([r["document_ids"] for r in got])
+    np.testing.assert_array_equal(ids, want["document_ids"].numpy())
+
+
+def test_read_packed_rows(corpus):
+    ds, docs = corpus
+    view = chute.pack(ds, "tokens", 20, pad_id=9999, seed=3)
+    got = chute.ray.read(view, rows_per_task=2).take_all()
+    assert len(got) == len(view)
+    for i, row in enumerate(got):
+        want = view[i]
+        np.testing.assert_array_equal(row["tokens"], want["tokens"].numpy())
+        np.testing.assert_array_equal(row["position_ids"], want["position_ids"].numpy())
+        np.testing.assert_array_equal(row["cu_seqlens"], want["cu_seqlens"].numpy())
+    kept = sorted(t for row in got for t in row["tokens"].tolist() if t != 9999)
+    assert kept == sorted(t for d in docs for t in d.tolist())  # every token once
+    with pytest.raises(chute.ArgumentError, match="fields"):
+        chute.ray.read(view, fields=["tokens"])

@@ -2,8 +2,10 @@
 
 :class:`Source` (a ``ray.data.Datasource``): the dataset is opened on the driver, which plans
 one read task per part or row range; each task gets the :class:`chute.Dataset` (it pickles as
-its path, its manifest and the identities of its files), maps the files and turns slices into
-Arrow blocks.
+its path, its manifest and the identities of its files), maps the files and turns each range's
+gather into Arrow blocks. A view of a dataset (``chute.windows``, ``chute.pack``, a torch
+``Subset``) travels the same way (it pickles as its dataset and its tables) and is read in
+row ranges of its own samples.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from ray.data.block import Block, BlockAccessor, BlockMetadata
 from .. import format as fmt
 from .._args import check_int
 from ..batch import RaggedBatch
+from ..errors import ArgumentError
 from ..reader.dataset import Dataset
+from ..reader.gatherable import Gatherable
+from ..reader.subset import loadable
 from .ray_write import local_path
 
 _BLOCK_BYTES = 128 << 20  # rows per block when Ray's context gives no target size
@@ -41,7 +46,7 @@ class Source(Datasource):  # type: ignore[misc]  # Ray's classes are untyped for
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike | Gatherable,
         fields: Sequence[str] | None = None,
         rows_per_task: int | None = None,
     ):
@@ -49,27 +54,42 @@ class Source(Datasource):  # type: ignore[misc]  # Ray's classes are untyped for
         self._rows_per_task = (
             None if rows_per_task is None else check_int("rows_per_task", rows_per_task, 1)
         )
-        self.dataset = Dataset(local_path(path), fields)
+        self.dataset: Gatherable
+        if isinstance(path, (str, os.PathLike)):
+            self.dataset = Dataset(local_path(path), fields)
+            self._nbytes = self.dataset.nbytes
+            self._sizes = tuple(p.num_samples for p in self.dataset.parts)
+        else:  # a view (chute.windows, chute.pack, a Subset...): one range of its samples
+            if fields is not None:
+                raise ArgumentError(
+                    "chute.ray.read(fields=) selects the fields of a dataset path; for a view "
+                    "such as chute.windows, choose them when opening: chute.open(path, "
+                    "fields=[...])"
+                )
+            self.dataset = loadable(path, "chute.ray.read")
+            row = sum(t.nbytes for t in self.dataset.empty_batch(1).values())
+            self._nbytes = row * len(self.dataset)
+            self._sizes = (len(self.dataset),)
 
     def get_name(self) -> str:
         return "Chute"
 
     def estimate_inmemory_data_size(self) -> int | None:
-        return self.dataset.nbytes
+        return self._nbytes
 
     def get_read_tasks(
         self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
     ) -> list[ReadTask]:
         ds = self.dataset
         total = len(ds)
-        row_bytes = ds.nbytes / max(total, 1)
+        row_bytes = self._nbytes / max(total, 1)
         target = getattr(ray.data.DataContext.get_current(), "target_max_block_size", None)
         block_rows = max(1, int((target or _BLOCK_BYTES) // max(row_bytes, 1)))
         extra = {"per_task_row_limit": per_task_row_limit} if _TASK_ROW_LIMIT else {}
         tasks = []
         min_rows = max(1, int(MIN_TASK_BYTES // max(row_bytes, 1)))
         plan = _plan(
-            tuple(p.num_samples for p in ds.parts),
+            self._sizes,
             max(1, parallelism),
             self._rows_per_task,
             min_rows,
@@ -104,10 +124,13 @@ def _plan(
     return ranges or [(0, 0)]  # an empty dataset: one task, one empty block with the columns
 
 
-def _read_rows(ds: Dataset, a: int, b: int, block_rows: int) -> Iterator[Block]:
-    """The read task: rows ``[a, b)`` (inside one part) as Arrow blocks of ``block_rows``."""
+def _read_rows(ds: Gatherable, a: int, b: int, block_rows: int) -> Iterator[Block]:
+    """The read task: rows ``[a, b)`` (inside one part) as Arrow blocks of ``block_rows``:
+    a dataset's slices (one copy a field), a view's gathers."""
     for s in range(a, max(b, a + 1), block_rows):
-        yield _block(ds[s : min(b, s + block_rows)], ds.schema)
+        e = min(b, s + block_rows)
+        rows = ds[s:e] if isinstance(ds, Dataset) else ds.gather(np.arange(s, e, dtype=np.int64))
+        yield _block(rows, ds.schema)
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -153,7 +176,7 @@ def _var_column(name: str, f: fmt.Field, v: RaggedBatch) -> Any:
 
 
 def read(
-    path: str | os.PathLike,
+    path: str | os.PathLike | Gatherable,
     fields: Sequence[str] | None = None,
     *,
     rows_per_task: int | None = None,
