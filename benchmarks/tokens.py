@@ -2,6 +2,7 @@
 when it is installed), and the padding of packing vs pad-to-longest vs batch_tokens.
 
     python benchmarks/tokens.py [--tokens 20_000_000] [--batches 1000] [--batch 12 64]
+        [--litdata /path/to/venv/bin/python]
 
 One corpus, made here: documents of lognormal length (capped at 41 k tokens), uint16 token
 ids, written once as a chute dataset (a Ragged field, one document a sample) and once as
@@ -12,8 +13,9 @@ warm files:
 * ``nanoGPT get_batch``: its function as written (a fresh ``np.memmap`` each call, random
   offsets, ``torch.stack`` of int64 copies for ``x`` and ``y``).
 * ``LitData TokensLoader``: ``StreamingDataset`` + ``TokensLoader(block_size)`` over the
-  stream written by its ``optimize``, in a ``StreamingDataLoader``; skipped (with the reason
-  in the table) when ``litdata`` is not importable.
+  stream written by its ``optimize``, in a ``StreamingDataLoader``, in a child process of
+  ``--litdata PYTHON`` (an environment that has litdata; default this interpreter); skipped
+  (with the reason in the table) when ``litdata`` is not importable there.
 * ``chute windows``: ``chute.windows(length=1025)`` in a ``chute.Loader`` with 1 and 2
   threads, ``x, y = w[:, :-1], w[:, 1:]``, uint16 as stored; the ``+ int64`` rows hand the
   tokens out as int64, as nanoGPT does (``windows(dtype="int64")``: cast while copying); the
@@ -33,7 +35,10 @@ Never asserts on time.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -122,12 +127,26 @@ def chute_windows(
             yield t[:, :-1], t[:, 1:]
 
 
-def litdata_rows(folder: Path, bin_path: Path, batch: int) -> tuple[Iterator[Any] | None, str]:
-    """LitData's TokensLoader over the same stream, or (None, why not)."""
+def litdata_row(folder: Path, bin_path: Path, batch: int, count: int, python: str) -> dict:
+    """LitData's TokensLoader over the same stream, measured in a child process of interpreter
+    ``python`` (LitData may live in an environment of its own: the child sees this one's
+    packages first, then its own); a row with ``skipped`` and why when it cannot run."""
+    name = f"LitData TokensLoader, {batch}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    cmd = [python, __file__, "--litdata-child", str(folder), str(bin_path), str(batch), str(count)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode or not lines:
+        return {"reader": name, "skipped": (done.stderr.strip().splitlines() or ["?"])[-1]}
+    return {**json.loads(lines[-1]), "reader": name}
+
+
+def litdata_child(folder: Path, bin_path: Path, batch: int, count: int) -> dict:
+    """In the child: the LitData row, or ``skipped`` with why (litdata not importable)."""
     try:
         from litdata import StreamingDataLoader, StreamingDataset, TokensLoader, optimize
     except ImportError as exc:
-        return None, f"litdata is not installed ({exc.name})"
+        return {"skipped": f"litdata is not installed ({exc.name})"}
     out = folder / "litdata"
     if not out.exists():
         data = np.fromfile(bin_path, np.uint16)
@@ -148,7 +167,11 @@ def litdata_rows(folder: Path, bin_path: Path, batch: int) -> tuple[Iterator[Any
             for t in loader:
                 yield t[:, :-1], t[:, 1:]
 
-    return rows(), ""
+    return measure("LitData", rows(), count, _xy_tokens)
+
+
+def _xy_tokens(batch: Any) -> int:
+    return int(batch[0].numel())
 
 
 def _identity(x: Any) -> Any:
@@ -202,7 +225,15 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[12, 64], help="windows a batch")
     ap.add_argument("--dir", default=None, help="where the corpus is written (default: a tmp dir)")
     ap.add_argument("--json", default=str(RESULTS / "tokens.json"))
+    ap.add_argument(
+        "--litdata", default=sys.executable, help="the Python that has litdata (default: this one)"
+    )
+    ap.add_argument("--litdata-child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.litdata_child:  # the LitData row, in its own process (see litdata_row)
+        folder, bin_path, batch, count = args.litdata_child
+        print(json.dumps(litdata_child(Path(folder), Path(bin_path), int(batch), int(count))))
+        return
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         folder = Path(tmp)
         ds_path, bin_path, lengths = make_corpus(folder, args.tokens)
@@ -214,30 +245,22 @@ def main() -> None:
         chute.windows(ds, "tokens", BLOCK + 1)
         open_s = time.perf_counter() - t0
 
-        def xy_tokens(batch: Any) -> int:
-            return int(batch[0].numel())
-
         n = args.batches
         rows = []
         for batch in args.batch:
             rows.append(
-                measure(f"nanoGPT get_batch, {batch}", nanogpt(bin_path, batch), n, xy_tokens)
+                measure(f"nanoGPT get_batch, {batch}", nanogpt(bin_path, batch), n, _xy_tokens)
             )
             base = rows[-1]["tokens_per_s"]
-            lit, why = litdata_rows(folder, bin_path, batch)
-            if lit is None:
-                rows.append({"reader": f"LitData TokensLoader, {batch}", "skipped": why})
-            else:
-                name = f"LitData TokensLoader, {batch}"
-                rows.append(measure(name, lit, max(20, n // 10), xy_tokens))
+            rows.append(litdata_row(folder, bin_path, batch, max(20, n // 10), args.litdata))
             for workers in (1, 2):
                 for int64 in (False, True):
                     name = f"chute windows, {batch}, {workers} thread{'s' * (workers > 1)}"
                     name += " + int64" if int64 else ""
                     it = chute_windows(ds, batch, workers, int64)
-                    rows.append(measure(name, it, n, xy_tokens))
+                    rows.append(measure(name, it, n, _xy_tokens))
             it = chute_windows(ds, batch, 2, False, shuffle=False)  # the order's cost, apart
-            rows.append(measure(f"chute windows, {batch}, 2 threads, in order", it, n, xy_tokens))
+            rows.append(measure(f"chute windows, {batch}, 2 threads, in order", it, n, _xy_tokens))
             for r in rows:
                 if "tokens_per_s" in r and "x_nanogpt" not in r:
                     r["x_nanogpt"] = r["tokens_per_s"] / base
