@@ -137,6 +137,12 @@ def make_order(
     dataset's small cache, is given the dataset's ``prepare`` and starts at the epoch a mix
     was moved to. ``who``: the loader, in error messages."""
     rank, world_size = dist_defaults(rank, world_size)
+    common: dict[str, Any] = {
+        "seed": seed,
+        "rank": rank,
+        "world_size": world_size,
+        "drop_last": drop_last,
+    }
     order: Steps
     if weights is not None:  # chute/order/weighted.py
         if batch_tokens is not None or block_size is not None or shuffle == "parts":
@@ -144,9 +150,7 @@ def make_order(
                 "weights= draws its own order: it excludes batch_tokens=, block_size= and "
                 "shuffle='parts'"
             )
-        order = weighted_order(
-            ds, weights, epoch_size, replacement, batch_size, seed, rank, world_size, drop_last
-        )
+        order = weighted_order(ds, weights, epoch_size, replacement, batch_size, common)
     elif batch_tokens is not None:  # chute/order/by_tokens.py
         if block_size is not None or shuffle == "parts":
             raise ArgumentValueError(
@@ -156,27 +160,11 @@ def make_order(
         lengths = token_lengths(ds if measured is None else measured, f"{who}(batch_tokens=)")
         if max_length is not None:
             lengths = np.minimum(lengths, max_length)
-        order = BatchByTokens(
-            lengths,
-            batch_tokens,
-            batch_size,
-            shuffle=bool(shuffle),
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-        )
+        order = BatchByTokens(lengths, batch_tokens, batch_size, shuffle=bool(shuffle), **common)
     else:
+        options = order_options(ds, shuffle)  # the part-aware order's parts
         order = Order(
-            len(ds),
-            batch_size,
-            shuffle=bool(shuffle),
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-            block_size=block_size,
-            **order_options(ds, shuffle),
+            len(ds), batch_size, shuffle=bool(shuffle), block_size=block_size, **common, **options
         )
     warn_thrash(ds, shuffle)  # a global shuffle over a remote dataset's small cache
     order.prepare = getattr(ds, "prepare", None)  # e.g. a Mix locates each chunk at once
@@ -192,26 +180,15 @@ def weighted_order(
     epoch_size: int | None,
     replacement: bool,
     batch_size: int,
-    seed: int,
-    rank: int,
-    world_size: int,
-    drop_last: bool,
+    common: dict[str, Any],
 ) -> WeightedOrder:
     """The order of a loader given ``weights=`` (``chute/order/weighted.py``): one weight per
-    sample of ``ds``, ``epoch_size`` draws an epoch (default ``len(ds)``)."""
+    sample of ``ds``, ``epoch_size`` draws an epoch (default ``len(ds)``); ``common``: seed,
+    rank, world size and drop_last."""
     if len(np.asarray(weights).reshape(-1)) != len(ds):
         raise ArgumentValueError(
             f"weights= needs one weight per sample ({len(ds)}), got "
             f"{len(np.asarray(weights).reshape(-1))}"
         )
     size = len(ds) if epoch_size is None else check_int("epoch_size", epoch_size, 1)
-    return WeightedOrder(
-        weights,
-        size,
-        batch_size,
-        replacement=replacement,
-        seed=seed,
-        rank=rank,
-        world_size=world_size,
-        drop_last=drop_last,
-    )
+    return WeightedOrder(weights, size, batch_size, replacement=replacement, **common)
