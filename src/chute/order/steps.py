@@ -12,6 +12,7 @@ and what this rank's batches of the rest are (:meth:`Steps.plan`).
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ import numpy as np
 from .._args import check_int
 
 
-class Steps:
+class Steps(ABC):
     """Epoch, units consumed, and the passes over them (see the module doc)."""
 
     n: int  # samples
@@ -42,24 +43,26 @@ class Steps:
     # ------------------------------------------------------------------ what a subclass says
 
     @property
+    @abstractmethod
     def step_samples(self) -> int:
         """Units one global step consumes, over all ranks: ``consumed // step_samples`` is
         the step."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _units(self, epoch: int) -> int:
         """Units in ``epoch``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def plan(self) -> Sequence[np.ndarray]:
         """This rank's remaining batches of the current epoch; the state does not move."""
-        raise NotImplementedError
 
+    @abstractmethod
     def state_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """``{"epoch", "consumed", "version"}`` plus what the order depends on."""
 
+    @abstractmethod
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        raise NotImplementedError
+        """Resume at a saved position, exactly, with any world size."""
 
     # ------------------------------------------------------------------ shared
 
