@@ -102,6 +102,8 @@ def test_global_shuffle_over_a_small_cache_warns_at_creation(
         lambda ds: chute.Loader(ds, 20, shuffle=True, num_workers=1),
         lambda ds: chute.dataloader(ds, 20, shuffle=True, num_workers=0),
         lambda ds: chute.Loader(torch.utils.data.Subset(ds, range(200)), 20, shuffle=True),
+        lambda ds: chute.Loader(ds, 20, batch_tokens=64, num_workers=1),  # shuffled too
+        lambda ds: chute.dataloader(ds, 20, batch_tokens=64, num_workers=0),
     ):
         with pytest.warns(UserWarning, match="shuffle='parts'"):
             make(small)
