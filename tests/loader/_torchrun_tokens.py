@@ -1,5 +1,6 @@
 """One rank of tests/loader/test_tokens_torchrun.py, started by torchrun: windows, packed rows
-and batch_tokens batches over a shared dataset, a collective per step; writes what it saw."""
+and batch_tokens batches (Loader and chute.dataloader) over a shared dataset, a collective
+per step; writes what it saw."""
 
 from __future__ import annotations
 
@@ -29,12 +30,16 @@ def main(data: str, out: str) -> None:
             steps: list = [None, None]
             dist.all_gather_object(steps, len(rows))  # lockstep: the same step on both
         seen[name] = rows
-    loader = chute.Loader(ds, batch_size=16, batch_tokens=64, seed=4, num_workers=1)
-    ids = []
-    for batch in loader:
-        ids += [int(r[0]) // 1000 for r in batch["tokens"] if len(r)]
-        dist.barrier()
-    seen["batch_tokens"] = {"docs": ids, "steps": len(loader)}
+    budget = {"batch_size": 16, "batch_tokens": 64, "seed": 4, "num_workers": 1}
+    for name, loader in (
+        ("batch_tokens", chute.Loader(ds, **budget)),
+        ("dataloader", chute.dataloader(ds, **budget, pin_memory=False)),  # worker processes
+    ):
+        ids = []
+        for batch in loader:
+            ids += [int(r[0]) // 1000 for r in batch["tokens"] if len(r)]
+            dist.barrier()
+        seen[name] = {"docs": ids, "steps": len(loader)}
     Path(out, f"rank{rank}.json").write_text(json.dumps(seen))
     dist.destroy_process_group()
 

@@ -1,5 +1,6 @@
 """Token views under torchrun (2 ranks, gloo, CPU, real processes): windows, packed rows and
-batch_tokens batches split between the ranks, disjoint, in lockstep, together the epoch."""
+batch_tokens batches (Loader and chute.dataloader) split between the ranks, disjoint, in
+lockstep, together the epoch."""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ def test_two_ranks_under_torchrun(tmp_path):
         want = Counter(map(tuple, view.gather(np.arange(len(view)))["tokens"].tolist()))
         got = Counter(map(tuple, a + b))
         assert set(got) == set(want) and sum(got.values()) - sum(want.values()) < 2 * 3
-    a, b = ranks[0]["batch_tokens"], ranks[1]["batch_tokens"]
-    assert a["steps"] == b["steps"]
-    assert set(a["docs"]) | set(b["docs"]) == {d for d, n in enumerate(lengths) if n}
+    for name in ("batch_tokens", "dataloader"):
+        a, b = ranks[0][name], ranks[1][name]
+        assert a["steps"] == b["steps"]
+        assert set(a["docs"]) | set(b["docs"]) == {d for d, n in enumerate(lengths) if n}
+    assert ranks[0]["dataloader"] == ranks[0]["batch_tokens"]  # the same order
