@@ -3,6 +3,9 @@ ds[i], slices, gather, the Loader, a mix and (slow, when installed) Ray."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -132,3 +135,73 @@ def test_mask_refuses_other_dtypes_and_dimensions(tmp_path):
             {"m": [np.zeros((2, 2, 3), np.uint8)]},
             schema={"m": fields.Mask()},
         )
+
+
+KIND_NAMES = {cls.__name__ for cls in chute.format.KINDS.values()} | {"FieldKind", "VarKind"}
+SRC = Path(chute.__file__).parent
+
+
+def _kind_dispatch(source: str) -> list[int]:
+    """The lines of ``isinstance(x, <kind>)`` / ``type(x) is <kind>`` in a module's source
+    (a kind named directly, or as an attribute of ``chute.format`` / ``chute.fields``)."""
+    tree = ast.parse(source)
+    names, modules = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.module and ("format" in node.module or "fields" in node.module):
+                names |= {a.asname or a.name for a in node.names if a.name in KIND_NAMES}
+            modules |= {a.asname or a.name for a in node.names if a.name in ("format", "fields")}
+
+    def is_kind(node: ast.expr) -> bool:
+        if isinstance(node, ast.Tuple):
+            return any(is_kind(e) for e in node.elts)
+        if isinstance(node, ast.Name):
+            return node.id in names
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr in KIND_NAMES
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+        )
+
+    def called(node: ast.AST, *funcs: str) -> bool:
+        return (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in funcs
+        )
+
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if (called(node, "isinstance", "issubclass") and is_kind(node.args[-1]))  # type: ignore[attr-defined]
+        or (
+            isinstance(node, ast.Compare)
+            and called(node.left, "type")
+            and any(is_kind(c) for c in node.comparators)
+        )
+    ]
+
+
+def test_only_the_kinds_themselves_dispatch_on_the_kind_of_a_field():
+    """Behaviour that differs by kind is asked of the field (``fixed``, ``pads``, ``numeric``,
+    ``encodes``, its methods); only ``chute/format/`` tests a field's class."""
+    found = [
+        f"{path.relative_to(SRC)}:{line}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path.relative_to(SRC).parts[0] != "format"
+        for line in _kind_dispatch(path.read_text())
+    ]
+    assert found == []
+
+
+def test_the_dispatch_check_sees_each_spelling():
+    source = (
+        "from .. import format as fmt\n"
+        "from ..format import Ragged\n"
+        "import torch\n"
+        "a = isinstance(f, fmt.Image)\n"
+        "b = isinstance(f, (int, Ragged))\n"
+        "c = type(f) is fmt.Tensor\n"
+        "d = isinstance(t, torch.Tensor)\n"
+        "e = f.fixed\n"
+    )
+    assert sorted(_kind_dispatch(source)) == [4, 5, 6]

@@ -289,7 +289,7 @@ def from_torch(
     ``classes`` and ``class_to_idx`` in the metadata; ``num_workers`` are then threads.
     """
     declared = dict(schema or {})
-    image = declared.get("image")
+    image = fmt.image_field(declared.get("image"))
     if fields is None and names is not None:
         folder_fields: FieldsArg = dict(zip(("image", "label"), names, strict=False))
     else:
@@ -298,8 +298,8 @@ def from_torch(
         dataset,
         folder_fields,
         num_workers=num_workers,
-        max_side=image.max_side if isinstance(image, fmt.Image) else None,
-        quality=image.quality if isinstance(image, fmt.Image) else 90,
+        max_side=image.max_side if image else None,
+        quality=image.quality if image else 90,
     )
     if folder is not None:
         return write_source(folder, dst, overwrite=overwrite, progress=progress, metadata=metadata)
@@ -310,7 +310,7 @@ def from_torch(
         names=names,
         fields=fields,
         multiprocessing_context=multiprocessing_context,
-        images={k: f for k, f in declared.items() if isinstance(f, fmt.Image)},
+        images={k: img for k, f in declared.items() if (img := fmt.image_field(f))},
     )
     if declared:
         with source:  # stops the workers if the destination is refused

@@ -19,6 +19,7 @@ from .kinds import (
     field_from_json,
     field_to_json,
     fixed_fields,
+    image_field,
     is_field,
     merge_fields,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "field_from_json",
     "field_to_json",
     "fixed_fields",
+    "image_field",
     "is_field",
     "merge_fields",
     "parse_manifest",

@@ -37,6 +37,7 @@ class Image(VarKind):
     codec: ClassVar[str] = "jpeg"
     dtype: ClassVar[str] = "uint8"  # type: ignore[misc]
     inner_shape: tuple[int | None, ...] = field(default=(), init=False)
+    encodes: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         m, q = self.max_side, self.quality
@@ -82,6 +83,11 @@ class Image(VarKind):
         from ..writer.images import prepare_images  # encodes: PIL, bytes, arrays -> JPEG + sizes
 
         return prepare_images(values, self, name, start)
+
+    def encode_source(self, value: Any, on_error: str, where: str) -> Any:
+        from ..sources.encoding import encode  # a JPEG within max_side kept, else re-encoded
+
+        return encode(value, self.max_side, self.quality, on_error, where)
 
     def sampler(self) -> Sampler:
         from ..reader.gather import part_values

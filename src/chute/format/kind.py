@@ -35,6 +35,8 @@ class FieldKind:
     fixed: ClassVar[bool] = False  # one (N, *shape) file: out= buffers, one take per batch
     pads: ClassVar[bool] = False  # gather(pad=) pads it and adds FIELD_lengths
     variable_dims: ClassVar[bool] = False  # a per-sample shapes file is stored (Ragged only)
+    numeric: ClassVar[bool] = False  # samples are the user's numbers (tensor, ragged): tokens
+    encodes: ClassVar[bool] = False  # a source's values are encoded on the way in (images)
     dtype: str
 
     # ---------------------------------------------------------------- the format (no I/O)
@@ -83,6 +85,12 @@ class FieldKind:
         field's files take: an array, or a :class:`chute.writer.values.VarBatch`. ``auto``:
         the schema was inferred, so a sample that does not fit raises ``Promote``."""
         raise NotImplementedError
+
+    def encode_source(self, value: Any, on_error: str, where: str) -> Any:
+        """A source's ``value`` (bytes, or a file) as the writer takes it, for kinds that
+        ``encodes``; else the reason it failed (``on_error="skip"``) or a SourceError naming
+        ``where``. Other kinds take values as they are."""
+        return value
 
     # ---------------------------------------------------------------- reading
 

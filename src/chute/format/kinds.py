@@ -25,7 +25,13 @@ KINDS: dict[str, type[Field]] = {k.kind: k for k in (Tensor, Ragged, Bytes, Stri
 
 def is_field(value: Any) -> bool:
     """Whether ``value`` is a chute field kind (an instance of one of :data:`KINDS`)."""
-    return isinstance(value, (Tensor, Ragged, Bytes, String, Image))
+    return isinstance(value, tuple(KINDS.values()))
+
+
+def image_field(value: Any) -> Image | None:
+    """``value`` when it is an :class:`Image` field (whose encoding options a source
+    follows), else None."""
+    return value if isinstance(value, Image) else None
 
 
 def fixed_fields(schema: Mapping[str, Field]) -> dict[str, Tensor]:

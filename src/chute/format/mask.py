@@ -29,6 +29,7 @@ class Mask(Ragged):
     dtype: str = "uint8"
     inner_shape: tuple[int | None, ...] = field(default=(None,), init=False)
     kind: ClassVar[str] = "mask"
+    numeric: ClassVar[bool] = False  # class ids, not tokens or a tensor to merge with
 
     def __post_init__(self) -> None:
         super().__post_init__()

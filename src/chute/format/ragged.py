@@ -24,6 +24,7 @@ class Ragged(VarKind):
     inner_shape: tuple[int | None, ...] = ()
     kind: ClassVar[str] = "ragged"
     pads: ClassVar[bool] = True
+    numeric: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", dtype_name(self.dtype))

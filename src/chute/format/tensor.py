@@ -28,6 +28,7 @@ class Tensor(FieldKind):
     dtype: str = "float32"
     kind: ClassVar[str] = "tensor"
     fixed: ClassVar[bool] = True
+    numeric: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", check_shape(self.shape, allow_none=False))

@@ -47,9 +47,9 @@ class TokenStream:
                 f"{who}: {ds.path} has no field {field!r}; its fields are {sorted(ds.schema)}"
             )
         f = ds.schema[field]
-        flat = isinstance(f, fmt.Tensor)
+        flat = f.fixed
         kind = np.dtype(fmt.storage_dtype(f.dtype)).kind if f.dtype != "bfloat16" else "f"
-        if kind not in "iu" or not (flat or (type(f) is fmt.Ragged and f.inner_shape == ())):
+        if kind not in "iu" or not f.numeric or not (flat or f.sample_shape == (None,)):
             raise SchemaError(
                 f"{who}: field {field!r} of {ds.path} is {f!r}; a token field holds "
                 "integers, as chute.Ragged('int32') (documents) or a fixed-shape int Tensor (a "
@@ -57,7 +57,7 @@ class TokenStream:
             )
         self.ds, self.field, self.dtype = ds, field, f.dtype
         self.flat = flat
-        self.row = int(np.prod(f.shape)) if flat else 1  # type: ignore[union-attr]
+        self.row = int(np.prod(f.sample_shape)) if flat else 1  # type: ignore[arg-type]
         parts = ds.parts
         if flat:
             self.tokens = np.array([p.num_samples * self.row for p in parts], np.int64)
@@ -130,7 +130,7 @@ def token_lengths(ds: Any, who: str) -> np.ndarray:
             f"{who} batches a chute Dataset (or a Subset of one) by its samples' lengths, not "
             f"{type(base).__name__}"
         )
-    names = [k for k, f in base.schema.items() if type(f) is fmt.Ragged]
+    names = [k for k, f in base.schema.items() if f.numeric and not f.fixed]
     if not names:
         raise SchemaError(
             f"{who}: {base.path} has no Ragged field to measure; its fields are {dict(base.schema)}"

@@ -48,7 +48,7 @@ class Truncated:
         self.dataset = ds
         self.max_length = check_int("max_length", max_length, 1)
         self.fields = [
-            k for k, f in ds.schema.items() if type(f) is fmt.Ragged and not f.variable_dims
+            k for k, f in ds.schema.items() if f.numeric and not f.fixed and not f.variable_dims
         ]
 
     @property
@@ -85,7 +85,7 @@ class Truncated:
                 batch[name], batch[f"{name}_lengths"] = pad_batch(rb, pad, name)
         if pad is not None:  # the other variable-size fields, as the dataset pads them
             for name, f in self.schema.items():
-                if name not in self.fields and isinstance(f, (fmt.Ragged, fmt.Bytes)):
+                if name not in self.fields and f.pads:
                     batch[name], batch[f"{name}_lengths"] = pad_batch(batch[name], pad, name)
         return batch
 

@@ -56,7 +56,7 @@ from .arrow_fields import (
     member,
 )
 from .base import BATCH_BYTES, Batch, FieldsArg, Source, check_name, field_map, read_ahead
-from .encoding import check_on_error, encode
+from .encoding import check_on_error
 
 NULLS = ("error", "fill")
 
@@ -118,10 +118,10 @@ class ArrowSource(Source):
         image = fmt.Image(max_side, quality)
         for c in self.columns:
             if c.name in images:
-                if not isinstance(c.field, fmt.String):
+                if c.field != fmt.String():
                     raise SourceError(f"{name}: images= names {c.name!r}, which holds no paths")
                 c.field, c.from_path = image, True
-            elif isinstance(c.field, fmt.Image):
+            elif fmt.image_field(c.field):  # (a column's field may be a deferred SourceError)
                 c.field = image
             c.field = overrides.get(c.name, c.field)
             if isinstance(c.field, SourceError):
@@ -137,7 +137,7 @@ class ArrowSource(Source):
         # filled while converting: the writer's metadata refers to these same objects
         if nulls == "fill":
             self.metadata = {**self.metadata, "nulls": self.null_counts}
-        if any(isinstance(f, fmt.Image) for f in self.schema.values()) and on_error == "skip":
+        if any(f.encodes for f in self.schema.values()) and on_error == "skip":
             self.metadata = {**self.metadata, "skipped": self.skipped}
 
     @property
@@ -152,7 +152,7 @@ class ArrowSource(Source):
     def batches(self) -> Iterator[Batch]:
         """Converted batches, ``workers`` threads converting ahead of the writer (images
         encoded in a pool of threads of their own)."""
-        has_images = any(c.field.kind == "image" for c in self.columns)
+        has_images = any(c.field.encodes for c in self.columns)
         with ThreadPoolExecutor(os.cpu_count() or 1) if has_images else nullcontext() as pool:
             self._pool = pool
             items = self.record_batches()
@@ -168,7 +168,7 @@ class ArrowSource(Source):
             for sub in c.path[1:]:
                 arr = member(arr, sub)
             out[c.name] = self._values(arr, c, where)
-        images = [c for c in self.columns if isinstance(c.field, fmt.Image)]
+        images = [c for c in self.columns if c.field.encodes]
         return self._encode_images(out, images, where, rb.num_rows) if images else out
 
     def _encode_images(
@@ -179,9 +179,8 @@ class ArrowSource(Source):
         failed: dict[int, str] = {}
         for c in images:
             values, f = out[c.name], c.field
-            assert isinstance(f, fmt.Image)
 
-            def one(i: int, c: Column = c, values: list = values, f: fmt.Image = f) -> Any:
+            def one(i: int, c: Column = c, values: list = values, f: fmt.Field = f) -> Any:
                 place, value = f"{where(i)}: column {c.key!r}", values[i]
                 if c.from_path:
                     try:
@@ -191,7 +190,7 @@ class ArrowSource(Source):
                             return str(exc)
                         raise SourceError(f"{place}: {exc}") from None
                     place = f"{place} ({value})"
-                return encode(value, f.max_side, f.quality, self.on_error, place)
+                return f.encode_source(value, self.on_error, place)
 
             done = list(self._pool.map(one, range(n))) if self._pool else [one(i) for i in range(n)]
             for i, r in enumerate(done):
@@ -223,8 +222,8 @@ class ArrowSource(Source):
         f = c.field
         if arr.null_count:
             row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
-            if self.nulls == "error" or isinstance(f, fmt.Image):
-                fix = "" if isinstance(f, fmt.Image) else "pass nulls='fill' to store an empty "
+            if self.nulls == "error" or f.encodes:
+                fix = "" if f.encodes else "pass nulls='fill' to store an empty "
                 fix = fix and fix + "value, or "
                 raise SourceError(
                     f"{where(row)}: column {c.key!r} is null (or missing); {fix}leave the "

@@ -160,9 +160,9 @@ def column_values(arr: Any, c: Column, where: Callable[[int], str]) -> Any:
     t = arr.type
     if pa.types.is_dictionary(t):
         arr, t = arr.dictionary_decode(), t.value_type
-    if isinstance(f, fmt.Image):
+    if f.encodes:
         return _image_bytes(pa, arr, c, where)
-    if isinstance(f, (fmt.String, fmt.Bytes)) and not _numeric(pa, t):
+    if f in (fmt.String(), fmt.Bytes()) and not _numeric(pa, t):
         empty = "" if pa.types.is_string(t) or pa.types.is_large_string(t) else b""
         if pa.types.is_fixed_size_binary(t):
             arr, empty = arr.cast(pa.binary()), b""
@@ -172,7 +172,7 @@ def column_values(arr: Any, c: Column, where: Callable[[int], str]) -> Any:
             values = arr.to_pylist()
         except UnicodeDecodeError:  # Parquet strings are not validated: find the row
             values = arr.cast(pa.large_binary()).to_pylist()
-        if isinstance(f, fmt.String) and values and isinstance(values[0], bytes):
+        if f == fmt.String() and values and isinstance(values[0], bytes):
             return _utf8(values, c, where)
         return values
     if pa.types.is_list(t) or pa.types.is_large_list(t):

@@ -85,7 +85,7 @@ class IterableSource(Source):
         """Warn of PIL images in a field not declared :class:`chute.fields.Image` (the writer stores
         them as pixels)."""
         for name, values in batch.items():
-            declared = self.schema is not None and isinstance(self.schema.get(name), fmt.Image)
+            declared = self.schema is not None and fmt.image_field(self.schema.get(name))
             if not declared and values and is_pil(values[0]):
                 warn_pixels(self.name, name)
 

@@ -161,11 +161,7 @@ def _one_field(
         if not _no_values(staging / f"shard-{i:05d}", manifests[i], name, f)
     }
     dtypes = {f.dtype for f in (with_values or kinds).values()}
-    shapes = [
-        f.shape if isinstance(f, fmt.Tensor) else (None, *f.inner_shape)
-        for f in kinds.values()
-        if isinstance(f, (fmt.Tensor, fmt.Ragged))
-    ]
+    shapes = [f.sample_shape for f in kinds.values() if f.numeric]
     ndims = {len(s) for s in shapes}
     if len(dtypes) > 1 or len(shapes) != len(kinds) or ndims != {max(ndims)} or 0 in ndims:
         got = ", ".join(f"shard {i}: {f!r}" for i, f in kinds.items())
@@ -186,7 +182,7 @@ def _one_field(
 
 def _no_values(folder: Path, manifest: Any, name: str, f: fmt.Field) -> bool:
     """Whether field ``name`` holds no value in any part of the shard at ``folder``."""
-    role = "data" if isinstance(f, fmt.Tensor) else "values"
+    role = "data" if f.fixed else "values"
     for part in manifest.parts:
         file = folder / part.name / f.files(name)[role]
         if np.load(file, mmap_mode="r", allow_pickle=False).size:

@@ -101,15 +101,15 @@ def batch_field(name: str, values: Any) -> fmt.Field:
     if not isinstance(values, list):
         return infer_field(name, values, batch=True)
     first = infer_field(name, values[0])
-    if not isinstance(first, fmt.Tensor):
+    if not first.fixed:
         return first
     shapes = {tuple(np.shape(v)) for v in values}
     if len(shapes) == 1:
         return first
-    if len({len(s) for s in shapes}) != 1 or not first.shape:
+    if len({len(s) for s in shapes}) != 1 or not first.sample_shape:
         raise SourceError(f"field {name!r}: samples of different ranks {sorted(shapes)}")
     inner = tuple(
-        d if len({s[k] for s in shapes}) == 1 else None for k, d in enumerate(first.shape)
+        d if len({s[k] for s in shapes}) == 1 else None for k, d in enumerate(first.sample_shape)
     )
     return fmt.Ragged(first.dtype, inner[1:])
 

@@ -55,7 +55,7 @@ from ..errors import ChuteError, DatasetNotFoundError, SourceError
 from ..sniff import IMAGE_EXTENSIONS, NOUNS, TAR_SUFFIXES
 from ..store.url import is_url
 from .base import Batch, FieldsArg, Source, check_name, expand_braces, expand_paths, field_map
-from .encoding import SKIP_HINT, check_on_error, encode
+from .encoding import SKIP_HINT, check_on_error
 
 MAX_MEMBER_BYTES = 256 << 20  # a bigger member is refused before it is read
 KEY = "__key__"
@@ -201,16 +201,16 @@ class WebDatasetSource(Source):
             have = sorted(k for k in sample if not k.startswith("__"))
             return self._fail(f"{shard}: sample {key!r} has no .{ext} member (it has {have})")
         data = sample[ext]
-        if isinstance(field, fmt.Image):
-            done = encode(data, field.max_side, field.quality, self.on_error, where)
+        if field.encodes:
+            done = field.encode_source(data, self.on_error, where)
             return _Reason(done) if isinstance(done, str) else done
-        if isinstance(field, fmt.Bytes):
+        if field == fmt.Bytes():
             return data
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             return self._fail(f"{where}: not UTF-8 text ({exc})")
-        if isinstance(field, fmt.String):
+        if field == fmt.String():
             return text
         try:
             return int(text.strip())
@@ -249,7 +249,7 @@ class WebDatasetSource(Source):
                     continue
                 batch: Batch = {new: [rows[i][new] for i in keep] for new in self.exts.values()}  # type: ignore[index]
                 for new, f in self.schema.items():
-                    if isinstance(f, fmt.Tensor):
+                    if f.fixed:
                         batch[new] = np.array(batch[new], np.int64)
                 if self.key_name is not None:
                     batch[self.key_name] = [chunk[i][KEY] for i in keep]

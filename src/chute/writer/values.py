@@ -312,9 +312,9 @@ def decided_field(old: fmt.Field, values: Any, name: str, start: int) -> fmt.Fie
     at the first non-empty sample of the batch ``values`` (a list of samples): a Ragged field
     of that sample's dtype and shape. None while the batch's samples are all empty too (or
     are not a list of samples: an array batch is read with its own dtype as it is)."""
-    if not isinstance(values, (list, tuple)) or not isinstance(old, (fmt.Tensor, fmt.Ragged)):
+    if not isinstance(values, (list, tuple)) or not old.numeric:
         return None
-    fixed = old.shape if isinstance(old, fmt.Tensor) else (None, *old.inner_shape)
+    fixed = old.sample_shape
     for i, v in enumerate(values):
         if is_empty(v) or isinstance(v, (str, bytes, bytearray, memoryview)):
             continue
