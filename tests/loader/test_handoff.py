@@ -84,6 +84,33 @@ def test_a_slot_is_written_again_only_after_its_batch_was_copied_out() -> None:
     assert same(got1, first) and same(got2, second)
 
 
+def test_a_batch_gathered_into_its_reserved_slot_is_sent_without_a_copy(ds: chute.Dataset) -> None:
+    h = Handoff(1, 1, multiprocessing.get_context("fork"))
+    idx = np.array([5, 1, 90, 7])
+    out = h.reserve(0, {"image": (torch.uint8, (4, 3, 64, 64)), "y": (torch.int64, (4,))})
+    assert out is not None
+    batch = ds.gather(idx, out=out)
+    assert batch["image"].data_ptr() == out["image"].data_ptr()  # gathered into the slot
+    batch["twice"] = batch["y"] * 2  # made after: copied into the slot behind the gathered
+    got = received(h.pack(batch, 0))
+    want = ds.gather(idx)
+    assert torch.equal(got["image"], want["image"]) and torch.equal(got["y"], want["y"])
+    assert torch.equal(got["twice"], want["y"] * 2)
+    assert torch.equal(got["tok"].values, want["tok"].values)
+    big = h.reserve(0, {"image": (torch.uint8, (32, 3, 64, 64)), "y": (torch.int64, (32,))})
+    assert big is not None  # the slot again, grown: the new arena goes with the message
+    got = received(h.pack(ds.gather(np.arange(32), out=big), 0))
+    assert torch.equal(got["image"], ds.gather(np.arange(32))["image"])
+
+
+def test_a_reserved_slot_is_given_back_when_no_batch_comes() -> None:
+    h = Handoff(1, 1, multiprocessing.get_context("fork"))
+    assert h.reserve(0, {"x": (torch.float32, (256, 256))}) is not None
+    assert h.reserve(0, {"x": (torch.float32, (256, 256))}) is None  # the only slot is taken
+    h.unreserve(0)  # the gather failed
+    assert same(received(h.pack(batch_of(1), 0)), batch_of(1))  # the slot is free again
+
+
 def test_what_bytes_do_not_describe_goes_through_torch() -> None:
     h = Handoff(1, 2, multiprocessing.get_context("fork"))
     grad = torch.ones(3, requires_grad=True)

@@ -69,6 +69,7 @@ class BatchDataset(torch.utils.data.Dataset):
         self.collate_fn = collate_fn
         self.pad = pad
         self.handoff: Handoff | None = None  # set by the DataLoader for its worker processes
+        self._rows: dict[str, tuple[torch.dtype, tuple[int, ...]]] | None = None
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -111,24 +112,34 @@ class BatchDataset(torch.utils.data.Dataset):
             epoch, indices = indices
             assert isinstance(ds, PerEpoch)
             ds = ds.at_epoch(epoch)
+        info = torch.utils.data.get_worker_info()
+        handoff, worker = (self.handoff, info.id) if info is not None else (None, 0)
         try:
             if self.sample_transform is None and self.collate_fn is None:
-                batch = ds.gather(indices, pad=self.pad)
+                out = handoff and handoff.reserve(worker, self._fixed(ds, len(indices)))
+                batch = ds.gather(indices, out=out or None, pad=self.pad)
             else:
                 batch = (self.collate_fn or _collate)(self._samples(ds, indices))
             if self.batch_transform is not None:
                 batch = self.batch_transform(batch)
-        except ChuteError:
-            raise
-        except Exception as exc:
+        except BaseException as exc:
+            if handoff is not None:
+                handoff.unreserve(worker)
+            if isinstance(exc, ChuteError) or not isinstance(exc, Exception):
+                raise
             raise WorkerError(
                 f"chute.dataloader failed on the batch of samples {head(indices)}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        info = torch.utils.data.get_worker_info()
-        if self.handoff is None or info is None:
+        if handoff is None:
             return batch
-        return self.handoff.pack(batch, info.id)  # chute/loader/handoff.py
+        return handoff.pack(batch, worker)  # chute/loader/handoff.py
+
+    def _fixed(self, ds: Gatherable, b: int) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        """Dtype and shape of a batch of ``b`` samples of each fixed-shape field of ``ds``."""
+        if self._rows is None:
+            self._rows = {k: (t.dtype, tuple(t.shape[1:])) for k, t in ds.empty_batch(1).items()}
+        return {k: (dt, (b, *shape)) for k, (dt, shape) in self._rows.items()}
 
 
 def split_batch(

@@ -44,8 +44,10 @@ NOTE (the slot protocol: who owns which slot, when one is reused, shutdown)
 
 from __future__ import annotations
 
+import math
 import secrets
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -74,6 +76,8 @@ class Handoff:
         self._cap = workers * slots + 2  # batches on their way and the one the user holds
         self._mine: list[torch.Tensor | None] = [None] * slots  # a worker: its arenas
         self._next = 0  # a worker: the slot it writes next
+        self._new: torch.Tensor | None = None  # a worker: a new arena no message carried yet
+        self._reserved: int | None = None  # a worker: bytes of its next slot gathered into
         _LIVE[self.token] = self
 
     def __getstate__(self) -> dict[str, Any]:
@@ -85,6 +89,8 @@ class Handoff:
         self._kept = {}
         self._mine = [None] * self.slots
         self._next = 0
+        self._new = None
+        self._reserved = None
 
     def idle(self, k: int, nbytes: int) -> np.ndarray:
         """In the main process: a buffer of at least ``nbytes`` for the ``k``-th tensor of a
@@ -99,44 +105,81 @@ class Handoff:
                 del bufs[1]
         return raw
 
+    def reserve(
+        self, worker: int, fields: Mapping[str, tuple[torch.dtype, tuple[int, ...]]]
+    ) -> dict[str, torch.Tensor] | None:
+        """In worker ``worker``: its next slot taken for the batch about to be made, with a
+        tensor in it per entry of ``fields`` (name -> dtype, shape) to gather into (``out=``),
+        so the batch is written into shared memory once; None when no slot is free. The
+        slot is then :meth:`pack`'s, or given back with :meth:`unreserve`."""
+        if not self.free[worker].acquire(block=False):
+            return None
+        size, places = 0, {}
+        for name, (dtype, shape) in fields.items():
+            off = -(-size // ALIGN) * ALIGN
+            size = off + math.prod(shape) * dtype.itemsize
+            places[name] = (off, size, dtype, shape)
+        arena = self._room(size)
+        self._reserved = size
+        return {k: arena[a:b].view(dt).view(sh) for k, (a, b, dt, sh) in places.items()}
+
+    def unreserve(self, worker: int) -> None:
+        """In worker ``worker``: the slot :meth:`reserve` took given back (no batch came)."""
+        if self._reserved is not None:
+            self._reserved = None
+            self.free[worker].release()
+
+    def _room(self, size: int) -> torch.Tensor:
+        """The next slot's arena, new when it holds fewer than ``size`` bytes (room for some
+        more); ``_new`` holds a new one until a message carries it."""
+        arena = self._mine[self._next]
+        if arena is None or arena.numel() < size:
+            arena = torch.empty(size + size // 4, dtype=torch.uint8).share_memory_()
+            self._mine[self._next] = self._new = arena
+        return arena
+
     def pack(self, batch: Any, worker: int) -> Any:
-        """In worker ``worker``: ``batch`` written into its next slot, as the message that
-        carries it (``batch`` itself when no slot is free or it holds no CPU tensor)."""
+        """In worker ``worker``: ``batch`` written into its next slot (tensors already in the
+        slot :meth:`reserve` took are left where they are), as the message that carries it;
+        ``batch`` itself when no slot is free or it holds no CPU tensor."""
+        reserved, self._reserved = self._reserved, None
+        if reserved is None and not self.free[worker].acquire(block=False):
+            return batch
+        s = self._next
+        mine = self._mine[s]
+        base = mine.data_ptr() if reserved is not None and mine is not None else -1
         pieces: list[tuple[_Piece, torch.Tensor]] = []
-        size = 0
+        size = reserved or 0
 
         def place(t: torch.Tensor) -> Any:
             nonlocal size
             if not _plain(t):
                 return t  # torch pickles it, as without slots
-            off = -(-size // ALIGN) * ALIGN
             nbytes = t.numel() * t.element_size()
-            size = off + nbytes
-            piece = _Piece(self.token, worker, self._next, off, nbytes, t.dtype, tuple(t.shape))
+            at = t.data_ptr() - base
+            if base < 0 or not t.is_contiguous() or not 0 <= at <= (reserved or 0) - nbytes:
+                at = -(-size // ALIGN) * ALIGN
+                size = at + nbytes
+            piece = _Piece(self.token, worker, s, at, nbytes, t.dtype, tuple(t.shape))
             piece.k = len(pieces)
             pieces.append((piece, t))
             return piece
 
-        if not self.free[worker].acquire(block=False):
-            return batch
         try:
             payload = _swap(batch, place)
             if not pieces:
                 self.free[worker].release()
                 return batch
-            s = self._next
-            arena = self._mine[s]
-            new = None
-            if arena is None or arena.numel() < size:  # room for this batch, and some more
-                arena = new = torch.empty(size + size // 4, dtype=torch.uint8).share_memory_()
-                self._mine[s] = arena
+            arena = self._room(size)
             for piece, t in pieces:
                 dst = arena[piece.off : piece.off + piece.nbytes]
-                dst.view(t.dtype).view(t.shape).copy_(t)
+                if dst.data_ptr() != t.data_ptr():  # gathered elsewhere, or the arena grew
+                    dst.view(t.dtype).view(t.shape).copy_(t)
         except BaseException:
             self.free[worker].release()
             raise
         self._next = (s + 1) % self.slots
+        new, self._new = self._new, None
         return _Message(self.token, worker, s, new, payload)
 
 
