@@ -30,6 +30,7 @@ from chute.errors import (
 from chute.manifest import MAX_MANIFEST_BYTES
 from chute.reader.remote import RemoteDataset
 from chute.store import RemoteCache, Store
+from chute.store.budget import BUDGET, Budget
 from chute.transfer import download, upload
 
 
@@ -63,6 +64,13 @@ _row = recorded(
             "cache: symlinked data file",
             "a cached x.npy replaced by a link to a copy of the right size",
             "CacheError: not a regular file; never read",
+        ),
+        "test_budget_eviction_never_follows_a_link": (
+            "cache: links under a shared budget",
+            "a planted dataset folder whose part folder, data file and the folder itself are "
+            "links to another user's files, and a linked .chute-budget; a budget of 0 bytes",
+            "the real dataset's unpinned files evicted, links neither followed nor counted; "
+            "CacheError for the linked bookkeeping; the targets untouched",
         ),
         "test_cache_folder_is_private": (
             "cache: permissions",
@@ -245,6 +253,28 @@ def test_symlink_file_in_the_cache_is_not_read(url: str, tmp_path: Path) -> None
     real.symlink_to(copy)
     with pytest.raises(CacheError, match="not a regular file"):
         cache.pin_part(0)
+
+
+def test_budget_eviction_never_follows_a_link(url: str, tmp_path: Path) -> None:
+    cache = cache_for(url, tmp_path)
+    cache.open()
+    for i in range(3):
+        cache.pin_part(i).release()
+    other = victim(tmp_path)
+    planted = cache.root / "planted-0123456789abcdef"
+    (planted / ".chute-cache").mkdir(parents=True)
+    (planted / ".chute-cache" / "identity.json").write_text("{}")
+    (planted / "part-00000").symlink_to(other)
+    (planted / "x.npy").symlink_to(other / "x.npy")
+    (cache.root / "linked-0123456789abcdef").symlink_to(other)
+    budget = Budget(cache.root, 0)
+    assert budget.make_room(0) > 0  # the real dataset's files, none of them pinned
+    assert budget.usage() == 0 and untouched(other)
+    assert not list(cache.folder.glob("part-*/*.npy"))
+    (cache.root / BUDGET).symlink_to(other)
+    with pytest.raises(CacheError, match="symlink"), budget.reserve(10):
+        pass
+    assert untouched(other)
 
 
 def test_cache_folder_is_private(url: str, tmp_path: Path) -> None:

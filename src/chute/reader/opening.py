@@ -17,6 +17,7 @@ def open(
     *,
     cache_dir: str | os.PathLike | None = None,
     cache_limit: int | str | None = None,
+    cache_budget: int | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     verify_cache: bool = False,
     retry: float | None = None,
@@ -31,7 +32,10 @@ def open(
     ``path`` may be a URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``file://``): parts
     are then downloaded into a node-local cache under ``cache_dir`` (default
     ``$CHUTE_CACHE_DIR`` or ``~/.cache/chute``) when first read, keeping at most
-    ``cache_limit`` bytes (``"20GB"``; None: no eviction); ``storage_options`` go to the
+    ``cache_limit`` bytes of this dataset (``"20GB"``; None: no eviction) and, with
+    ``cache_budget`` (default ``$CHUTE_CACHE_BUDGET``), at most that many bytes in the whole
+    ``cache_dir``, every dataset and job of the node together (least-recently-used files of
+    any dataset evicted first; see :mod:`chute.store.budget`); ``storage_options`` go to the
     storage client (credentials come from the provider's environment variables otherwise);
     ``verify_cache=True`` checks each cached file's checksum once per process (a bad copy is
     downloaded again). ``retry``: seconds during which a failing request is retried (default
@@ -48,15 +52,16 @@ def open(
             fields,
             cache_dir=cache_dir,
             cache_limit=cache_limit,
+            cache_budget=cache_budget,
             storage_options=storage_options,
             verify_cache=verify_cache,
             retry=retry,
             timeout=timeout,
         )
-    remote_only = (cache_dir, cache_limit, storage_options, retry, timeout)
+    remote_only = (cache_dir, cache_limit, cache_budget, storage_options, retry, timeout)
     if any(v is not None for v in remote_only):
         raise ArgumentError(
-            f"cache_dir, cache_limit, storage_options, retry and timeout apply to URLs "
-            f"(s3://...), not to the local path {path!r}"
+            "cache_dir, cache_limit, cache_budget, storage_options, retry and timeout apply to "
+            f"URLs (s3://...), not to the local path {path!r}"
         )
     return Dataset(path, fields)

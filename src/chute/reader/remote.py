@@ -127,6 +127,7 @@ class RemoteDataset(Dataset):
         *,
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | str | None = None,
+        cache_budget: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         verify_cache: bool = False,
         retry: float | None = None,
@@ -140,7 +141,9 @@ class RemoteDataset(Dataset):
             given = (("retry", retry), ("timeout", timeout))
             knobs: dict[str, Any] = {k: v for k, v in given if v is not None}
             store = Store(url, storage_options, **knobs)
-        cache = RemoteCache(store, cache_dir, cache_limit, verify=verify_cache)
+        cache = RemoteCache(
+            store, cache_dir, cache_limit, verify=verify_cache, cache_budget=cache_budget
+        )
         cache.open()
         self._init(cache, None if fields is None else list(fields), False)
 
@@ -246,9 +249,10 @@ def warn_thrash(ds: Any, shuffle: bool | str) -> None:
     remote = getattr(ds, "dataset", ds)
     if not shuffle or shuffle == "parts" or not isinstance(remote, RemoteDataset):
         return
-    limit = remote.cache.limit
-    if limit is None:
+    bounds = [v for v in (remote.cache.limit, remote.cache.budget) if v is not None]
+    if not bounds:
         return
+    limit = min(bounds)
     fields = list(remote.schema)
     total = sum(
         remote.cache.entries[rel].nbytes
@@ -257,7 +261,7 @@ def warn_thrash(ds: Any, shuffle: bool | str) -> None:
     )
     if total > limit:
         warnings.warn(
-            f"{remote.url}: shuffle=True over a cache_limit of {limit} bytes, smaller than "
+            f"{remote.url}: shuffle=True over a cache limit of {limit} bytes, smaller than "
             f"the dataset's {total} bytes: a global shuffle reads nearly every part in every "
             "batch, so the cache downloads the dataset again and again (many times per "
             "epoch). Use shuffle='parts' (each part read once per epoch), or raise "

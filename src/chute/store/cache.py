@@ -40,10 +40,14 @@ folder, shared by every process reading that dataset). If pinned files alone exc
 limit the download proceeds anyway (never a wait, so never a deadlock): the cache exceeds its
 limit by at most the pinned files. :meth:`RemoteCache.check_limit` refuses at open a limit
 smaller than the parts that must be in the cache at once.
+
+``cache_budget``: the same, for the whole cache root (every dataset folder in it, and the
+downloads in flight), kept by :mod:`chute.store.budget` around each download.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -68,6 +72,8 @@ from ..errors import (
     RemoteError,
 )
 from ..manifest import MAX_MANIFEST_BYTES, file_checksum, write_manifest
+from .budget import Budget
+from .budget import cache_budget as cache_budget_of
 from .cache_folder import CacheFolder
 from .client import CorruptObjectError
 from .locks import Pin, lock_fd, locked, release_all, unlock_fd
@@ -98,6 +104,7 @@ class RemoteCache:
         *,
         folder: str | os.PathLike | None = None,
         verify: bool = False,
+        cache_budget: int | str | None = None,
     ):
         self.store = store
         self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -107,6 +114,8 @@ class RemoteCache:
         self.verify = bool(verify)
         self._verified: set[tuple[str, int, int]] = set()  # (relpath, inode, mtime), here
         self.limit = None if cache_limit is None else parse_size(cache_limit, "cache_limit")
+        # the whole cache_dir's budget (chute/store/budget.py); a folder given is no cache
+        self.budget = cache_budget_of(cache_budget) if folder is None else None
         self.manifest: fmt.Manifest | None = None
         self.entries: dict[str, Entry] = {}
         self._identity: dict[str, str] | None = None
@@ -318,7 +327,8 @@ class RemoteCache:
                         self.fs.unlink(f"{reldir}/{name}" if reldir else name)
                 self.evict(entry.nbytes)
                 try:
-                    self._download(entry)
+                    with self._room(entry.nbytes):
+                        self._download(entry)
                 except RemoteError as exc:
                     self._failed[entry.relpath] = (time.monotonic(), exc)
                     raise
@@ -328,6 +338,12 @@ class RemoteCache:
             where = self.store.url.join(entry.key)
             raise disk_error(exc, self.folder, f"downloading {where}") from None
         return dst
+
+    def _room(self, nbytes: int) -> contextlib.AbstractContextManager[None]:
+        """Room for a download of ``nbytes`` under the cache folder's budget, if any."""
+        if self.budget is None:
+            return contextlib.nullcontext()
+        return Budget(self.root, self.budget).reserve(nbytes)
 
     def _download(self, entry: Entry) -> None:
         why = ""
@@ -427,7 +443,10 @@ class RemoteCache:
     def check_limit(self, in_flight: int, fields: Sequence[str] | None = None) -> None:
         """Refuse a ``cache_limit`` that cannot hold the ``in_flight`` largest parts (of
         ``fields``) at once: with it, the cache would thrash or exceed the limit."""
-        if self.limit is None:
+        limits = [
+            (k, v) for k, v in (("cache_limit", self.limit), ("cache_budget", self.budget)) if v
+        ]
+        if not limits:
             return
         m = self._manifest()
         sizes = sorted(
@@ -438,13 +457,14 @@ class RemoteCache:
             reverse=True,
         )
         need = sum(sizes[: max(1, in_flight)])
-        if need > self.limit:
-            raise CacheError(
-                f"cache_limit of {self.limit} bytes for {self.store.url} is smaller than the "
-                f"{min(in_flight, len(sizes))} largest parts that must be in the cache at once "
-                f"({need} bytes, in {self.folder}): raise cache_limit to at least {need} "
-                "bytes, or prefetch fewer parts ahead"
-            )
+        for name, limit in limits:
+            if need > limit:
+                raise CacheError(
+                    f"{name} of {limit} bytes for {self.store.url} is smaller than the "
+                    f"{min(in_flight, len(sizes))} largest parts that must be in the cache at "
+                    f"once ({need} bytes, in {self.folder}): raise {name} to at least {need} "
+                    "bytes, or prefetch fewer parts ahead"
+                )
 
     def _manifest(self) -> fmt.Manifest:
         if self.manifest is None:

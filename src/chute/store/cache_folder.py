@@ -150,6 +150,26 @@ class CacheFolder:
         with open(fd, "rb", closefd=True) as f:
             return f.read(limit + 1)[:limit]
 
+    def files(self, reldir: str, skip: str = ".") -> Iterator[tuple[str, os.stat_result]]:
+        """(relative path, lstat) of every regular file under sub-folder ``reldir``, in its
+        real sub-folders (links are neither followed nor listed); names starting with
+        ``skip`` are left out, files and folders alike."""
+        found = []
+        try:
+            with self.opendir(reldir, create=False) as dfd:
+                for e in os.scandir(dfd):
+                    if not e.name.startswith(skip):
+                        with contextlib.suppress(FileNotFoundError):
+                            found.append((e.name, e.stat(follow_symlinks=False)))
+        except (FileNotFoundError, NotADirectoryError, CacheError):
+            return  # gone meanwhile, or a link: nothing under it is ours to list
+        prefix = f"{reldir}/" if reldir else ""
+        for name, st in sorted(found):
+            if stat.S_ISDIR(st.st_mode):
+                yield from self.files(prefix + name, skip)
+            elif stat.S_ISREG(st.st_mode):
+                yield prefix + name, st
+
     def listdir(self, reldir: str) -> list[str]:
         """The names in sub-folder ``reldir`` ([] when it does not exist)."""
         try:
