@@ -8,6 +8,7 @@ import ctypes
 import gc
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -19,7 +20,15 @@ from chute.bench.machine import machine  # the same description as chute bench
 from chute.bench.measure import TreeMemory  # PSS of this process and all its children
 from chute.bench.report import columns_table as table  # the one table printer
 
-__all__ = ["EPOCH_COLUMNS", "TreeMemory", "machine", "peak_pss", "table", "write_json"]
+__all__ = [
+    "EPOCH_COLUMNS",
+    "TreeMemory",
+    "child_json",
+    "machine",
+    "peak_pss",
+    "table",
+    "write_json",
+]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -71,3 +80,22 @@ def write_json(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
     }
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path
+
+
+def child_json(python: str, argv: list[str]) -> dict[str, Any]:
+    """Run ``python *argv`` and return the JSON object its last stdout line holds, or
+    ``{"skipped": why}`` (its last stderr line) when it fails or cannot start.
+
+    A peer such as LitData may live in an environment of its own: the child gets this
+    interpreter's ``sys.path`` as its ``PYTHONPATH``, so it sees this one's packages (torch
+    included) first, then its own.
+    """
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    try:
+        done = subprocess.run([python, *argv], env=env, capture_output=True, text=True)
+    except OSError as exc:  # no such interpreter, or not executable
+        return {"skipped": f"{python}: {exc.strerror}"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode or not lines:
+        return {"skipped": (done.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(lines[-1])

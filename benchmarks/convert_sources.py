@@ -1,19 +1,35 @@
-"""Conversion throughput from the formats training data arrives in: Parquet, JSONL and
-WebDataset shards of real photos, with 0, 1 and 2 reader threads, in one run.
+"""Conversion from the formats training data arrives in (Parquet, JSONL, WebDataset shards of
+real photos) and a shuffled read of the result, chute side by side with the tools users would
+otherwise use, in one run.
 
     python benchmarks/convert_sources.py            # 50k token rows, 2000 photos
     python benchmarks/convert_sources.py --quick    # 1/10 of that: a smoke run
-    python benchmarks/convert_sources.py --scale 4 --reps 3 --json out.json
+    python benchmarks/convert_sources.py --litdata /path/to/venv/bin/python --json out.json
 
 Sources, the same rows in each table format: ``tokens`` (list<int32>, 0-400 ids, mean 200)
 and ``text`` (a short string): a Parquet file (zstd, row groups of 10k rows) and a JSONL
 file. Images: JPEG quality 90 crops of real photos (``_photos.py``) with a ``cls`` label and a
-``txt`` caption, in 4 WebDataset ``.tar`` shards. "rows/s" and "MB/s" count the source's
-bytes on disk per second of ``chute.convert``; "out/in" is the converted dataset's bytes over
-the source's (for the shards: the image bytes stored over the JPEG bytes in the shards, 1.00
-when every JPEG is kept byte for byte). Peak memory is the anonymous PSS above the baseline.
-Best of ``--reps``. LitData ``optimize``, Hugging Face ``datasets`` and ``webdataset`` readers
-are not measured here: none of them is a dependency of chute or its benchmarks.
+``txt`` caption, in 4 WebDataset ``.tar`` shards.
+
+1. chute alone, ``chute.convert`` with 0, 1 and 2 reader threads: "rows/s" and "MB/s" count
+   the source's bytes on disk per second; "out/in" is the converted dataset's bytes over the
+   source's (for the shards: the image bytes stored over the JPEG bytes in the shards, 1.00
+   when every JPEG is kept byte for byte). Peak memory is the anonymous PSS above the
+   baseline.
+2. Conversion, chute (2 threads) vs the peers (``_source_peers.py`` says how each is called):
+   the parquet token rows with LitData ``optimize`` (2 processes) and Hugging Face
+   ``Dataset.from_parquet(...).save_to_disk(...)``; the photo shards with LitData
+   ``optimize``. "chute x" is chute's rows/s over the peer's. LitData runs in a child process
+   of ``--litdata PYTHON`` (an environment with litdata; it reuses this one's packages): its
+   rows say "not run" and why when none is given or litdata does not import there.
+3. A shuffled epoch of the token rows, batch 256, 2 workers, tokens padded with 0: the chute
+   dataset in a ``chute.Loader``, the Hugging Face dataset (``load_from_disk``,
+   ``with_format("torch")``) in a torch ``DataLoader``, and ``webdataset`` over the same rows
+   written as ``.tar`` shards (a 1000-sample shuffle buffer). "chute x" as above.
+
+Best of ``--reps`` (reads interleaved). The 1-minute load average is printed before and after
+each part (the machine may be shared). Prints tables and writes JSON (``--json``, default
+benchmarks/results/convert_sources.json). Never asserts on time.
 """
 
 from __future__ import annotations
@@ -24,7 +40,6 @@ import json
 import os
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +48,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from _common import RESULTS, peak_pss, table, write_json
 from _photos import photo_jpegs
-
-import chute
+from _source_peers import (
+    chute_convert,
+    chute_epoch,
+    hf_convert,
+    hf_epoch,
+    litdata_convert,
+    wds_epoch,
+    write_token_shards,
+)
 
 MB = 1e6
 
@@ -82,9 +104,7 @@ def timed_convert(src: Path, dst: Path, reps: int, **options: Any) -> tuple[floa
     best, peak = float("inf"), 0.0
     for _ in range(reps):
         with peak_pss() as mem:
-            t0 = time.perf_counter()
-            chute.convert(src, dst, overwrite=True, progress=False, **options)
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, chute_convert(src, dst, **options))
         peak = max(peak, (mem.peak_anon - mem.baseline_anon) / MB)
     return best, peak
 
@@ -124,26 +144,99 @@ def bench(folder: Path, n_rows: int, n_images: int, reps: int) -> list[dict[str,
     return rows
 
 
+def speed_row(
+    source: str, tool: str, rows: int, seconds: float | None, chute_s: float, why: str = ""
+) -> dict[str, Any]:
+    """One row of a comparison: rows/s and chute's rows/s over it (the peer's seconds over
+    chute's), or why it was not run."""
+    if seconds is None:
+        return {"source": source, "tool": tool, "rows": rows, "not_run": why}
+    return {
+        "source": source,
+        "tool": tool,
+        "rows": rows,
+        "rows_s": rows / seconds,
+        "chute_x": seconds / chute_s,
+    }
+
+
+def compare_convert(
+    folder: Path, chute_rows: list[dict[str, Any]], reps: int, litdata: str | None
+) -> list[dict[str, Any]]:
+    """chute (2 threads, from ``chute_rows``) vs LitData optimize and HF save_to_disk."""
+    out = []
+    for kind, src in (("parquet", folder / "tok.parquet"), ("webdataset", folder / "shards")):
+        mine = next(r for r in chute_rows if r["source"] == kind and r["workers"] == 2)
+        n, chute_s = mine["rows"], mine["rows"] / mine["rows_s"]
+        out.append(speed_row(kind, "chute convert, 2 threads", n, chute_s, chute_s))
+        done = litdata_convert(litdata, kind, src, folder / f"litdata-{kind}", reps)
+        tool, seconds = "LitData optimize, 2 processes", done.get("seconds")
+        out.append(speed_row(kind, tool, n, seconds, chute_s, done.get("skipped", "")))
+        if kind == "parquet":
+            seconds = min(hf_convert(src, folder / "hf") for _ in range(reps))
+            out.append(speed_row(kind, "HF from_parquet + save_to_disk", n, seconds, chute_s))
+        print(f"  {kind}: compared", flush=True)
+    return out
+
+
+def compare_read(folder: Path, reps: int) -> list[dict[str, Any]]:
+    """A shuffled epoch of the token rows: chute.Loader vs HF datasets vs webdataset."""
+    urls = write_token_shards(folder / "tok.parquet", folder / "tok-shards")
+    readers = {
+        "chute Loader": lambda: chute_epoch(folder / "parquet-2.chute"),
+        "HF load_from_disk + DataLoader": lambda: hf_epoch(folder / "hf"),
+        "webdataset + DataLoader": lambda: wds_epoch(urls),
+    }
+    best: dict[str, tuple[int, float]] = {}
+    for _ in range(reps):  # interleaved: each reader sees the same machine load
+        for name, read in readers.items():
+            rows, seconds = read()
+            best[name] = min(best.get(name, (rows, float("inf"))), (rows, seconds))
+            print(f"  {name}: {rows / seconds:,.0f} rows/s", flush=True)
+    chute_s = best["chute Loader"][1]
+    return [speed_row("parquet", name, n, s, chute_s) for name, (n, s) in best.items()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1/10 of the rows and photos")
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--litdata", default=None, help="a Python that has litdata (else not run)")
     ap.add_argument("--json", default=str(RESULTS / "convert_sources.json"))
     ap.add_argument("--dir", default=None, help="scratch folder (default: a temp dir)")
     args = ap.parse_args()
     scale = args.scale / (10 if args.quick else 1)
     n_rows, n_images = int(50_000 * scale), int(2000 * scale)
+    load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         rows = bench(Path(tmp), n_rows, n_images, args.reps)
+        load.append(os.getloadavg()[0])
+        converts = compare_convert(Path(tmp), rows, args.reps, args.litdata)
+        load.append(os.getloadavg()[0])
+        reads = compare_read(Path(tmp), args.reps)
+        load.append(os.getloadavg()[0])
+    loads = " -> ".join(f"{x:.1f}" for x in load)
     print(f"\n{n_rows} token rows, {n_images} photos, best of {args.reps}, {os.cpu_count()} CPUs")
+    print(f"1-minute load average before and after each part: {loads}")
     print(table(rows, [
         ("source", "source", "s"), ("workers", "threads", "d"), ("source_mb", "source MB", ".1f"),
         ("rows_s", "rows/s", ",.0f"), ("mb_s", "MB/s", ".1f"), ("out_in", "out/in", ".2f"),
         ("peak_mb", "peak MB", ".0f"),
     ]))  # fmt: skip
-    path = write_json(args.json, {"rows": rows, "token_rows": n_rows, "photos": n_images})
-    print(f"\nwrote {path}")
+    speed = [("source", "source", "s"), ("tool", "tool", "s"), ("rows_s", "rows/s", ",.0f"),
+             ("chute_x", "chute x", ".2f"), ("not_run", "not run", "s")]  # fmt: skip
+    print("\nConversion (photos/s for webdataset)\n" + table(converts, speed))
+    print("\nShuffled epoch, batch 256, 2 workers\n" + table(reads, speed[:4]))
+    payload = {
+        "rows": rows,
+        "convert": converts,
+        "read": reads,
+        "token_rows": n_rows,
+        "photos": n_images,
+        "load_average": load,
+    }
+    print(f"\nwrote {write_json(args.json, payload)}")
 
 
 if __name__ == "__main__":

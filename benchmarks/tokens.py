@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +46,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from _common import RESULTS, peak_pss, table, write_json
+from _common import RESULTS, child_json, peak_pss, table, write_json
 
 import chute
 
@@ -131,14 +130,8 @@ def litdata_row(folder: Path, bin_path: Path, batch: int, count: int, python: st
     """LitData's TokensLoader over the same stream, measured in a child process of interpreter
     ``python`` (LitData may live in an environment of its own: the child sees this one's
     packages first, then its own); a row with ``skipped`` and why when it cannot run."""
-    name = f"LitData TokensLoader, {batch}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    cmd = [python, __file__, "--litdata-child", str(folder), str(bin_path), str(batch), str(count)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    lines = done.stdout.strip().splitlines()
-    if done.returncode or not lines:
-        return {"reader": name, "skipped": (done.stderr.strip().splitlines() or ["?"])[-1]}
-    return {**json.loads(lines[-1]), "reader": name}
+    argv = [__file__, "--litdata-child", str(folder), str(bin_path), str(batch), str(count)]
+    return {**child_json(python, argv), "reader": f"LitData TokensLoader, {batch}"}
 
 
 def litdata_child(folder: Path, bin_path: Path, batch: int, count: int) -> dict:
