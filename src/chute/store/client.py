@@ -421,9 +421,10 @@ class Store:
     def _error(self, kind: str, what: str, relpath: str, exc: BaseException, tries: int):
         where = self.url.join(relpath)
         if kind == "missing":
-            if "NoSuchBucket" in str(exc):
+            if any(code in str(exc) for code in _NO_BUCKET):
+                bucket = "container" if self.url.scheme == "az" else "bucket"
                 return DatasetNotFoundError(
-                    f"{where}: the bucket {self.url.bucket!r} does not exist (or is not "
+                    f"{where}: the {bucket} {self.url.bucket!r} does not exist (or is not "
                     "visible with these credentials and endpoint)"
                 )
             return DatasetNotFoundError(f"{where}: no such object")
@@ -483,6 +484,9 @@ def _env_endpoint(scheme: str) -> str | None:
         return None
     return next((os.environ[v] for v in _ENDPOINT_VARS if os.environ.get(v)), None)
 
+
+# the error codes of a missing bucket (S3, GCS) or container (Azure) in a 404's body
+_NO_BUCKET = ("NoSuchBucket", "ContainerNotFound")
 
 # rustls' errors in obstore's debug dump when the TLS handshake fails: not retried
 _TLS_ERRORS = ("InvalidContentType", "InvalidCertificate", "CorruptMessage", "HandshakeFailure")
