@@ -137,10 +137,12 @@ def _die_with_parent() -> None:
 
 class Server:
     """An emulator process on 127.0.0.1:``port`` (``base``: its URL), started and waited for
-    at construction; ``options``: the ``storage_options`` a chute client needs for it."""
+    at construction; ``options``: the ``storage_options`` a chute client needs for it,
+    ``env``: the same as environment variables."""
 
     name = "server"
     options: dict[str, Any]
+    env: dict[str, str]
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
@@ -216,6 +218,11 @@ class Azurite(Server):
             "account_key": AZ_KEY,
             "endpoint": self.endpoint,  # http://: chute allows plain HTTP to it
         }
+        self.env = {  # the same, as obstore's environment variables
+            "AZURE_STORAGE_ACCOUNT_NAME": AZ_ACCOUNT,
+            "AZURE_STORAGE_ACCOUNT_KEY": AZ_KEY,
+            "AZURE_STORAGE_ENDPOINT": self.endpoint,
+        }
         self.create_container(self.container)
 
     def command(self) -> list[str]:
@@ -251,6 +258,7 @@ class FakeGCS(Server):
         self.binary = fake_gcs_binary()
         super().__init__(tmp)
         self.options = {"base_url": self.base, "skip_signature": True}
+        self.env = {"GOOGLE_BASE_URL": self.base, "GOOGLE_SKIP_SIGNATURE": "true"}
         body = json.dumps({"name": self.bucket}).encode()
         req = urllib.request.Request(
             f"{self.base}/storage/v1/b?project=chute", body, {"Content-Type": "application/json"}

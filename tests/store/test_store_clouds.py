@@ -130,6 +130,32 @@ def test_stopped_server_is_a_remote_error_naming_the_url(
     ds.close()
 
 
+def test_endpoint_from_the_environment_allows_plain_http(
+    cloud: Emulator,
+    local: Path,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = url_for(cloud, request)
+    publish(cloud, local, url)
+    for name, value in cloud.env.items():
+        monkeypatch.setenv(name, value)
+    with chute.open(url, cache_dir=tmp_path / "cache") as ds, chute.open(local) as want:
+        assert_same(want, ds)
+
+
+def test_http_endpoint_refused_by_the_client_is_an_error_at_once(
+    cloud: Emulator, local: Path, request: pytest.FixtureRequest
+) -> None:
+    url = url_for(cloud, request)
+    publish(cloud, local, url)
+    store = Store(url, {**cloud.options, "allow_http": False})
+    with pytest.raises(RemoteError, match=r"chute.json: the endpoint is plain http://.*allow_http"):
+        store.get_bytes("chute.json")
+    assert store.stats["retries"] == 0
+
+
 def test_missing_container_names_it(azurite: Azurite, tmp_path: Path) -> None:
     url = "az://no-such-container/ds.chute"
     with pytest.raises(DatasetNotFoundError, match="container 'no-such-container' does not"):
