@@ -88,9 +88,9 @@ def install(name: str, folder: Path, command: list[str]) -> None:
 
 def azurite_blob() -> Path:
     """The ``azurite-blob`` executable, installed from the npm registry on first use."""
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        raise Unavailable("azurite needs node and npm on PATH")
+    if shutil.which("node") is None:
+        raise Unavailable("azurite needs node on PATH (and npm to install it)")
+    npm = shutil.which("npm") or "npm"  # a missing one fails the install, with the reason
     folder = SERVERS / "azurite"
     install(
         AZURITE,

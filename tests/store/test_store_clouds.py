@@ -92,6 +92,31 @@ def test_loader_epoch_with_prefetch_fills_then_reuses_the_cache(
         assert ds.cache.store.stats["get"] == 1  # the manifest only: every part was cached
 
 
+def test_dataloader_worker_processes_read_through_their_own_clients(
+    cloud: Emulator, local: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """chute.dataloader's worker processes get the dataset pickled (its storage_options
+    with it) and make their own client: together they read the epoch exactly once."""
+    url = url_for(cloud, request)
+    publish(cloud, local, url)
+    with open_remote(cloud, url, tmp_path) as ds:
+        ds[0]  # the parent used its client: the workers must not inherit it
+        loader = chute.dataloader(ds, 32, num_workers=2)
+        got = [int(v) for b in loader for v in b["x"][:, 0].tolist()]
+        assert sorted(got) == list(range(300))
+        assert all((ds.cache.folder / f"part-0000{i}/x.npy").is_file() for i in range(3))
+
+
+def test_zstd_objects_read_back(
+    azurite: Azurite, local: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = url_for(azurite, request)
+    store = upload(local, url, storage_options=azurite.options, compression="zstd")
+    assert all(k.endswith(".zst") for k in store.list() if k != "chute.json")
+    with open_remote(azurite, url, tmp_path) as ds, chute.open(local) as want:
+        assert_same(want, ds)
+
+
 def test_missing_dataset_and_object_are_not_found_errors_naming_the_url(
     cloud: Emulator, local: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
