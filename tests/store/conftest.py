@@ -56,6 +56,12 @@ def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGCS]:
     yield from _emulator(FakeGCS, tmp_path_factory)
 
 
+@pytest.fixture(params=["azurite", "fake_gcs"])
+def cloud(request: pytest.FixtureRequest) -> Server:
+    """The module's emulator of each cloud (skipped where it cannot be installed)."""
+    return request.getfixturevalue(request.param)
+
+
 def _emulator(kind: type[E], tmp_path_factory: pytest.TempPathFactory) -> Iterator[E]:
     try:
         server = kind(tmp_path_factory.mktemp(kind.name))
