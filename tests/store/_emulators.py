@@ -140,7 +140,8 @@ def _free_port() -> int:
 
 def _death_signal() -> Callable[[], None] | None:
     """A ``preexec_fn`` that has the child get SIGTERM when the test process dies (Linux's
-    PR_SET_PDEATHSIG), resolved before the fork; None elsewhere."""
+    PR_SET_PDEATHSIG), resolved before the fork; None elsewhere. The signal comes when the
+    *thread* that started the child ends: start servers from the main thread."""
     if sys.platform != "linux":
         return None
     prctl, term = ctypes.CDLL(None).prctl, int(signal.SIGTERM)
@@ -159,23 +160,34 @@ class Server:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
+        self.data = tmp / f"{self.name}-data"  # its objects, on disk: a restart keeps them
+        self.data.mkdir()
         self.proc: subprocess.Popen[bytes] | None = None
+        atexit.register(self.stop)
         for _ in range(3):  # another process may take the free port before the server does
-            self.port = _free_port()
-            self.base = f"http://127.0.0.1:{self.port}"
-            log = open(tmp / f"{self.name}-{self.port}.log", "wb")  # noqa: SIM115
+            if self._start(_free_port()):
+                return
+        raise RuntimeError(f"{self.name} did not start: {self.log()[-2000:]}")
+
+    def _start(self, port: int) -> bool:
+        """Start the process on ``port``; whether it answers (False: it exited)."""
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        with open(self.tmp / f"{self.name}-{port}.log", "ab") as log:
             self.proc = subprocess.Popen(
                 self.command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                cwd=tmp,
+                cwd=self.tmp,
                 preexec_fn=_death_signal(),
             )
-            log.close()
-            atexit.register(self.stop)
-            if self._wait():
-                return
-        raise RuntimeError(f"{self.name} did not start: {self.log()[-2000:]}")
+        return self._wait()
+
+    def restart(self) -> None:
+        """Stop the server and start it again on its port, with the objects it had."""
+        self.stop()
+        if not self._start(self.port):
+            raise RuntimeError(f"{self.name} did not restart: {self.log()[-2000:]}")
 
     def command(self) -> list[str]:
         raise NotImplementedError
@@ -235,7 +247,7 @@ class Server:
 
 
 class Azurite(Server):
-    """azurite's Blob service, in memory, with the development account; container
+    """azurite's Blob service with the development account; container
     ``BUCKET`` created."""
 
     name = "azurite"
@@ -260,7 +272,7 @@ class Azurite(Server):
     def command(self) -> list[str]:
         return [
             str(self.binary), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
-            "--inMemoryPersistence", "--silent", "--skipApiVersionCheck", "--loose",
+            "--location", str(self.data), "--silent", "--skipApiVersionCheck", "--loose",
             "--disableTelemetry",
         ]  # fmt: skip
 
@@ -286,7 +298,7 @@ class Azurite(Server):
 
 
 class FakeGCS(Server):
-    """fake-gcs-server in memory, path-style on its own address; bucket ``BUCKET`` created. It
+    """fake-gcs-server, path-style on its own address; bucket ``BUCKET`` created. It
     serves the XML API's reads (what chute's client uses) but not its uploads: objects are
     put with ``put_folder`` (its JSON API)."""
 
@@ -306,7 +318,8 @@ class FakeGCS(Server):
 
     def command(self) -> list[str]:
         return [
-            str(self.binary), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+            str(self.binary), "-scheme", "http", "-backend", "filesystem",
+            "-filesystem-root", str(self.data), "-host", "127.0.0.1",
             "-port", str(self.port), "-external-url", self.base,
             "-public-host", f"127.0.0.1:{self.port}",  # path-style reads: /bucket/key
             "-log-level", "error",

@@ -5,6 +5,8 @@ at once or within the retry window, never a hang."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,11 @@ _row = recorded(
             "cloud: server stopped",
             "the emulator process stopped after open, retry 1 s",
             "RemoteError naming the object's URL and the attempts; no hang",
+        ),
+        "test_server_restarted_mid_epoch_is_bridged_by_retries": (
+            "cloud: server restarted",
+            "the emulator process stopped mid-epoch, started again 0.5 s later on its port",
+            "the read waits through retries and returns the right sample",
         ),
         "test_http_endpoint_refused_by_the_client_is_an_error_at_once": (
             "cloud: plain HTTP refused",
@@ -86,6 +93,27 @@ def test_stopped_server_is_a_remote_error_naming_the_url(
     with pytest.raises(RemoteError, match=f"{url}/part-00001/.*: could not read it after"):
         ds[150]
     ds.close()
+
+
+@pytest.mark.timeout(120)
+def test_server_restarted_mid_epoch_is_bridged_by_retries(
+    cloud: Server, local: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    own = type(cloud)(tmp_path)  # a server of the test's own, which it restarts
+    try:
+        url = own.url(request)
+        own.publish(local, url)
+        with own.open(url, tmp_path / "cache", retry=60) as ds:
+            assert ds[0]["text"] == "sample 0"
+            own.stop()
+            with ThreadPoolExecutor(1) as pool:  # the server is restarted by this thread
+                read = pool.submit(lambda: ds[150]["text"])  # part 1: fetched once it is back
+                time.sleep(0.5)
+                own.restart()
+                assert read.result(timeout=60) == "sample 150"
+            assert ds.cache.store.stats["retries"] >= 1
+    finally:
+        own.stop()
 
 
 def test_http_endpoint_refused_by_the_client_is_an_error_at_once(
