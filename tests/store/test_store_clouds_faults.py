@@ -6,6 +6,7 @@ at once or within the retry window, never a hang."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -78,42 +79,45 @@ def test_missing_container_names_it(azurite: Azurite, tmp_path: Path) -> None:
         azurite.open(url, tmp_path / "cache")
 
 
+@pytest.fixture
+def own(
+    cloud: Server, local: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Server]:
+    """A server of the test's own, of the kind of ``cloud``, which it may stop: the local
+    dataset published at its ``url(request)``."""
+    server = type(cloud)(tmp_path)
+    try:
+        server.publish(local, server.url(request))
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.mark.timeout(120)  # a hang, not an error, would fail here
 def test_stopped_server_is_a_remote_error_naming_the_url(
-    cloud: Server, local: Path, tmp_path: Path, request: pytest.FixtureRequest
+    own: Server, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    own = type(cloud)(tmp_path)  # a server of the test's own, which it stops
-    try:
-        url = own.url(request)
-        own.publish(local, url)
-        ds = own.open(url, tmp_path / "cache", retry=1.0, timeout=5)
+    url = own.url(request)
+    with own.open(url, tmp_path / "cache", retry=1.0, timeout=5) as ds:
         assert ds[0]["text"] == "sample 0"
-    finally:
         own.stop()
-    with pytest.raises(RemoteError, match=f"{url}/part-00001/.*: could not read it after"):
-        ds[150]
-    ds.close()
+        with pytest.raises(RemoteError, match=f"{url}/part-00001/.*: could not read it after"):
+            ds[150]
 
 
 @pytest.mark.timeout(120)
 def test_server_restarted_mid_epoch_is_bridged_by_retries(
-    cloud: Server, local: Path, tmp_path: Path, request: pytest.FixtureRequest
+    own: Server, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    own = type(cloud)(tmp_path)  # a server of the test's own, which it restarts
-    try:
-        url = own.url(request)
-        own.publish(local, url)
-        with own.open(url, tmp_path / "cache", retry=60) as ds:
-            assert ds[0]["text"] == "sample 0"
-            own.stop()
-            with ThreadPoolExecutor(1) as pool:  # the server is restarted by this thread
-                read = pool.submit(lambda: ds[150]["text"])  # part 1: fetched once it is back
-                time.sleep(0.5)
-                own.restart()
-                assert read.result(timeout=60) == "sample 150"
-            assert ds.cache.store.stats["retries"] >= 1
-    finally:
+    with own.open(own.url(request), tmp_path / "cache", retry=60) as ds:
+        assert ds[0]["text"] == "sample 0"
         own.stop()
+        with ThreadPoolExecutor(1) as pool:  # the server is restarted by this thread
+            read = pool.submit(lambda: ds[150]["text"])  # part 1: fetched once it is back
+            time.sleep(0.5)
+            own.restart()
+            assert read.result(timeout=60) == "sample 150"
+        assert ds.cache.store.stats["retries"] >= 1
 
 
 def test_http_endpoint_refused_by_the_client_is_an_error_at_once(
