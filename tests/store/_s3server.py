@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 import chute
 
@@ -104,8 +105,9 @@ def _slowly(body: Any, delay: float) -> Iterator[bytes]:
             yield chunk[i : i + (1 << 16)]
 
 
-def small_dataset(path: Path, n: int = 300, part_size: int = 100) -> Path:
-    """Fixed, ragged and string fields in ``n // part_size`` parts (compressible data)."""
+def small_dataset(path: Path | str, n: int = 300, part_size: int = 100, **kw: Any) -> Path | str:
+    """Fixed, ragged and string fields in ``n // part_size`` parts (compressible data);
+    ``kw`` go to :func:`chute.write` (``storage_options`` for a URL)."""
     rng = np.random.default_rng(0)
     return chute.write(
         path,
@@ -116,7 +118,20 @@ def small_dataset(path: Path, n: int = 300, part_size: int = 100) -> Path:
             "text": [f"sample {i}" for i in range(n)],
         },
         part_size=part_size,
+        **kw,
     )
+
+
+def assert_same(a: chute.Dataset, b: chute.Dataset) -> None:
+    """Equal length, schema and samples."""
+    assert len(a) == len(b) and a.schema == b.schema
+    for i in range(len(a)):
+        x, y = a[i], b[i]
+        for k in x:
+            if isinstance(x[k], torch.Tensor):
+                assert torch.equal(x[k], y[k]), (i, k)
+            else:
+                assert x[k] == y[k], (i, k)
 
 
 def s3_env(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:

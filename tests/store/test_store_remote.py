@@ -18,7 +18,7 @@ pytest.importorskip("zstandard")
 
 import _store_children as children
 import torch
-from _s3server import BUCKET, S3Server, small_dataset
+from _s3server import BUCKET, S3Server, assert_same, small_dataset
 
 import chute
 from chute.errors import (
@@ -39,17 +39,6 @@ SPAWN = mp.get_context("spawn")
 
 def url_for(request: pytest.FixtureRequest, name: str = "ds.chute") -> str:
     return f"s3://{BUCKET}/{request.node.name.replace('[', '_').replace(']', '')}/{name}"
-
-
-def assert_same(a: chute.Dataset, b: chute.Dataset) -> None:
-    assert len(a) == len(b) and a.schema == b.schema
-    for i in range(len(a)):
-        x, y = a[i], b[i]
-        for k in x:
-            if isinstance(x[k], torch.Tensor):
-                assert torch.equal(x[k], y[k]), (i, k)
-            else:
-                assert x[k] == y[k], (i, k)
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ parent. Credentials and endpoints come the provider's standard way: its environm
 ``GOOGLE_SERVICE_ACCOUNT``, ``AZURE_STORAGE_ACCOUNT_NAME``, ...), read by ``obstore``, or
 ``storage_options`` (``obstore``'s config keys, e.g. ``endpoint``, ``region``,
 ``skip_signature``; HTTP client keys such as ``allow_http`` or ``proxy_url`` go to its client
-options). An ``http://`` endpoint (a local MinIO or moto server) allows plain HTTP.
+options). An ``http://`` endpoint, in ``storage_options`` or the provider's environment
+variable (a local MinIO, moto, azurite or fake-gcs-server), allows plain HTTP.
 
 Every request is retried on 5xx answers, dropped connections and timeouts, at most
 ``retries`` times with exponential backoff and jitter, then raises :class:`RemoteError`; a
@@ -93,7 +94,11 @@ _CLIENT_KEYS = frozenset(
         "user_agent",
     }
 )
-_ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+_ENDPOINT_VARS = {  # the environment variables obstore reads an endpoint from, per scheme
+    "s3": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"),
+    "az": ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT"),
+    "gs": ("GOOGLE_BASE_URL",),
+}
 
 # obstore runs its requests on a process-wide tokio runtime whose threads a fork() does not
 # copy: in a child forked after its parent made a request, every request (even from a new
@@ -421,9 +426,10 @@ class Store:
     def _error(self, kind: str, what: str, relpath: str, exc: BaseException, tries: int):
         where = self.url.join(relpath)
         if kind == "missing":
-            if "NoSuchBucket" in str(exc):
+            if any(code in str(exc) for code in _NO_BUCKET):
+                bucket = "container" if self.url.scheme == "az" else "bucket"
                 return DatasetNotFoundError(
-                    f"{where}: the bucket {self.url.bucket!r} does not exist (or is not "
+                    f"{where}: the {bucket} {self.url.bucket!r} does not exist (or is not "
                     "visible with these credentials and endpoint)"
                 )
             return DatasetNotFoundError(f"{where}: no such object")
@@ -440,6 +446,11 @@ class Store:
             )
         if kind == "client":
             return RemoteError(f"{where}: the store refused the request: {_short(exc)}")
+        if kind == "http":
+            return RemoteError(
+                f"{where}: the endpoint is plain http://, which the client refuses: pass "
+                f"storage_options={{'allow_http': True}} ({_short(exc)})"
+            )
         if kind == "tls":
             return RemoteError(
                 f"{where}: the TLS handshake with the endpoint failed (an https:// endpoint "
@@ -479,17 +490,19 @@ def _check_endpoint_env(url: URL, explicit: str | None) -> None:
 
 
 def _env_endpoint(scheme: str) -> str | None:
-    if scheme != "s3":
-        return None
-    return next((os.environ[v] for v in _ENDPOINT_VARS if os.environ.get(v)), None)
+    variables = _ENDPOINT_VARS.get(scheme, ())
+    return next((os.environ[v] for v in variables if os.environ.get(v)), None)
 
+
+# the error codes of a missing bucket (S3, GCS) or container (Azure) in a 404's body
+_NO_BUCKET = ("NoSuchBucket", "ContainerNotFound")
 
 # rustls' errors in obstore's debug dump when the TLS handshake fails: not retried
 _TLS_ERRORS = ("InvalidContentType", "InvalidCertificate", "CorruptMessage", "HandshakeFailure")
 
 
 def _classify(exc: BaseException) -> str:
-    """missing | credentials | denied | client | tls | transient."""
+    """missing | credentials | denied | client | http | tls | transient."""
     if isinstance(exc, FileNotFoundError):
         return "missing"
     name = type(exc).__name__
@@ -500,6 +513,8 @@ def _classify(exc: BaseException) -> str:
         return "credentials"
     if name in ("InvalidPathError", "NotSupportedError", "UnknownConfigurationKeyError"):
         return "client"
+    if "BadScheme" in text:  # an http:// URL without allow_http: the request is not sent
+        return "http"
     if any(t in text for t in _TLS_ERRORS):
         return "tls"
     if "status code: 4" in text and "status code: 408" not in text and "429" not in text:
