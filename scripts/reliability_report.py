@@ -45,6 +45,7 @@ MODULES = [
 # order state), kept beside the code they test
 OTHER = [
     "store/test_store_hostile.py",
+    "store/test_store_clouds_faults.py",
     "image/test_image_bombs.py",
     "sources/test_converters_hostile.py",
     "reader/test_descriptors.py",
