@@ -182,7 +182,7 @@ class Permutation:
     def _round(self, r: int, b: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:
         """``out = F_r(b) mod 2**hi[r]``: a table lookup once tabulated, else fmix32."""
         if self._tables is not None:
-            self._tables[r].take(b, out=out)
+            self._tables[r].take(b, out=out, mode="clip")  # b < 2**lo[r]: no check needed
         else:
             _fmix32(b, self._keys[r], out, tmp)
             out &= np.uint32((1 << self._hi[r]) - 1)
