@@ -9,11 +9,12 @@ otherwise use, in one run.
 Sources, the same rows in each table format: ``tokens`` (list<int32>, 0-400 ids, mean 200)
 and ``text`` (a short string): a Parquet file (zstd, row groups of 10k rows) and a JSONL
 file. Images: JPEG quality 90 crops of real photos (``_photos.py``) with a ``cls`` label and a
-``txt`` caption, in 4 WebDataset ``.tar`` shards.
+``txt`` caption, in 4 WebDataset ``.tar`` shards, and the same JPEGs as a Hugging Face dataset
+saved to disk (an ``Image()`` column and a ``ClassLabel``; left out without ``datasets``).
 
 1. chute alone, ``chute.convert`` with 0, 1 and 2 reader threads: "rows/s" and "MB/s" count
    the source's bytes on disk per second; "out/in" is the converted dataset's bytes over the
-   source's (for the shards: the image bytes stored over the JPEG bytes in the shards, 1.00
+   source's (for the photos: the image bytes stored over the JPEG bytes of the source, 1.00
    when every JPEG is kept byte for byte). Peak memory is the anonymous PSS above the
    baseline.
 2. Conversion, chute (2 threads) vs the peers (``_source_peers.py`` says how each is called):
@@ -59,6 +60,7 @@ from _source_peers import (
 )
 
 MB = 1e6
+IMAGE_FIELD = {"webdataset": "jpg", "hf-images": "image"}  # the photo sources' image field
 
 
 def make_tables(folder: Path, n: int) -> dict[str, Path]:
@@ -76,10 +78,10 @@ def make_tables(folder: Path, n: int) -> dict[str, Path]:
     return {"parquet": folder / "tok.parquet", "jsonl": folder / "tok.jsonl"}
 
 
-def make_shards(folder: Path, n: int, shards: int = 4) -> tuple[Path, int]:
+def make_shards(folder: Path, jpegs: list[bytes], shards: int = 4) -> Path:
     out = folder / "shards"
     out.mkdir()
-    jpegs = photo_jpegs(n)
+    n = len(jpegs)
     per = -(-n // shards)
     for s in range(shards):
         with tarfile.open(out / f"train-{s:03d}.tar", "w") as tar:
@@ -92,7 +94,24 @@ def make_shards(folder: Path, n: int, shards: int = 4) -> tuple[Path, int]:
                     info = tarfile.TarInfo(f"{i:06d}.{ext}")
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
-    return out, sum(len(j) for j in jpegs)
+    return out
+
+
+def make_hf_images(folder: Path, jpegs: list[bytes]) -> Path | None:
+    """The photos as a Hugging Face dataset saved to disk (an ``Image()`` column holding each
+    JPEG's bytes, a ``ClassLabel`` label), or None without ``datasets``."""
+    try:
+        import datasets
+    except ImportError:
+        return None
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)}
+    )
+    images = [{"bytes": j, "path": None} for j in jpegs]
+    labels = [i % 10 for i in range(len(jpegs))]
+    ds = datasets.Dataset.from_dict({"image": images, "label": labels}, features=features)
+    ds.save_to_disk(str(folder / "hf-photos"))
+    return folder / "hf-photos"
 
 
 def folder_bytes(path: Path) -> int:
@@ -112,18 +131,24 @@ def timed_convert(src: Path, dst: Path, reps: int, **options: Any) -> tuple[floa
 def bench(folder: Path, n_rows: int, n_images: int, reps: int) -> list[dict[str, Any]]:
     rows = []
     sources = make_tables(folder, n_rows)
-    shards, jpeg_bytes = make_shards(folder, n_images)
-    cases = [(k, p, n_rows) for k, p in sources.items()] + [("webdataset", shards, n_images)]
+    jpegs = photo_jpegs(n_images)
+    jpeg_bytes = sum(len(j) for j in jpegs)
+    cases = [(k, p, n_rows) for k, p in sources.items()]
+    cases.append(("webdataset", make_shards(folder, jpegs), n_images))
+    hf_photos = make_hf_images(folder, jpegs)
+    if hf_photos is not None:
+        cases.append(("hf-images", hf_photos, n_images))
     for kind, src, n in cases:
         src_bytes = folder_bytes(src) if src.is_dir() else src.stat().st_size
         for workers in (0, 1, 2):
             dst = folder / f"{kind}-{workers}.chute"
             seconds, peak = timed_convert(src, dst, reps, workers=workers)
-            if kind == "webdataset":
+            if kind in IMAGE_FIELD:
+                values = f"{IMAGE_FIELD[kind]}.values.npy"
                 stored = sum(
-                    (p / "jpg.values.npy").stat().st_size
+                    (p / values).stat().st_size
                     for p in [dst, *dst.glob("part-*")]
-                    if (p / "jpg.values.npy").exists()
+                    if (p / values).exists()
                 )
                 ratio = stored / jpeg_bytes  # .npy headers: a few hundred bytes per file
             else:
