@@ -47,6 +47,8 @@ def augmentations() -> dict[str, Any]:
         "Grayscale(p=1)": chute.Grayscale(p=1.0),
         "GaussianBlur(9)": chute.GaussianBlur(9),
         "RandomErasing(p=1)": chute.RandomErasing(p=1.0),
+        "RandAugment(2, 9)": chute.RandAugment(2, 9),
+        "TrivialAugmentWide()": chute.TrivialAugmentWide(),
         "MixUp(10)": chute.MixUp(10),
         "CutMix(10)": chute.CutMix(10),
     }

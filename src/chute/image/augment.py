@@ -37,6 +37,8 @@ import torch.nn.functional as F
 
 from ..errors import ArgumentError, SchemaError
 from .draws import uniforms
+from .luma import gray, mean_gray
+from .randaugment import RandAugment, TrivialAugmentWide
 from .scratch import chunks, store
 
 __all__ = [
@@ -53,25 +55,10 @@ __all__ = [
     "indexed_transform",
 ]
 
-_GRAY = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
-
 
 def _col(v: np.ndarray) -> torch.Tensor:
     """Per-sample numbers as a (B, 1, 1, 1) float32 tensor."""
     return torch.from_numpy(np.asarray(v, np.float32)).reshape(-1, 1, 1, 1)
-
-
-def gray(x: torch.Tensor) -> torch.Tensor:
-    """The luma of float RGB ``(B, 3, H, W)`` as ``(B, 1, H, W)`` (a new tensor; in [0, 255]
-    without a clamp: the weights sum to 0.9999)."""
-    g = x[:, 0:1] * _GRAY[0]
-    g.add_(x[:, 1:2], alpha=_GRAY[1]).add_(x[:, 2:3], alpha=_GRAY[2])
-    return g
-
-
-def mean_gray(x: torch.Tensor) -> torch.Tensor:
-    """Each sample's mean luma, ``(B, 1, 1, 1)``: the luma of the channel means (linear)."""
-    return (x.mean(dim=(2, 3)) @ torch.tensor(_GRAY)).reshape(-1, 1, 1, 1)
 
 
 def _range(
@@ -280,7 +267,14 @@ class Augment(Protocol):
     def apply(self, x: torch.Tensor, u: np.ndarray) -> torch.Tensor: ...
 
 
-AUGMENTS: tuple[type, ...] = (ColorJitter, Grayscale, GaussianBlur, RandomErasing)
+AUGMENTS: tuple[type, ...] = (
+    ColorJitter,
+    Grayscale,
+    GaussianBlur,
+    RandomErasing,
+    RandAugment,
+    TrivialAugmentWide,
+)
 """The per-sample ops a ``decode=`` list may hold after its crop."""
 
 

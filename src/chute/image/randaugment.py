@@ -1,0 +1,322 @@
+"""RandAugment and TrivialAugmentWide on decoded uint8 batches: torchvision's 14 ops and
+magnitude tables, each sample's ops, magnitudes and signs drawn from (seed, epoch, sample
+index) like every op of :mod:`chute.image.augment`.
+
+They go in an image field's ``decode=`` list after its crop::
+
+    decode={"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip(),
+                      chute.RandAugment(num_ops=2, magnitude=9)]}
+
+Each round, the samples that drew the same op are gathered and transformed together: the
+geometric ops (shears, translations, rotation) as one nearest-neighbour affine gather with
+PIL's pixel-centre convention (fill 0), the enhancements (brightness, colour, contrast,
+sharpness) in float32 as PIL's ``ImageEnhance`` and torchvision do, posterize and solarize on
+the uint8 pixels, autocontrast and equalize as per-channel lookup tables (PIL's ``ImageOps``
+rules). Interpolation is nearest and the fill 0, torchvision's defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import ArgumentError
+from .luma import gray, mean_gray
+from .scratch import store
+
+__all__ = ["OPS", "RandAugment", "TrivialAugmentWide", "magnitudes"]
+
+OPS = (
+    "Identity",
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "Rotate",
+    "Brightness",
+    "Color",
+    "Contrast",
+    "Sharpness",
+    "Posterize",
+    "Solarize",
+    "AutoContrast",
+    "Equalize",
+)
+"""torchvision's op set, in its order: a drawn op number indexes this tuple."""
+
+_SIGNED = np.array([name in OPS[1:10] for name in OPS])  # shears to sharpness take a sign
+
+
+def magnitudes(wide: bool, bins: int, height: int, width: int) -> np.ndarray:
+    """``(len(OPS), bins)`` float64: torchvision's magnitude table of each op (RandAugment's,
+    or TrivialAugmentWide's when ``wide``), zeros for the ops without one."""
+    lin = np.linspace
+    top = (0.99, 0.99, 32.0, 32.0, 135.0, 0.99) if wide else (0.3, 0.3, None, None, 30.0, 0.9)
+    tx = 32.0 if wide else 150.0 / 331.0 * width
+    ty = 32.0 if wide else 150.0 / 331.0 * height
+    enhance = lin(0.0, top[5], bins)
+    bits = 8 - np.round(np.arange(bins) / ((bins - 1) / (6 if wide else 4)))
+    table = {
+        "ShearX": lin(0.0, top[0], bins),
+        "ShearY": lin(0.0, top[1], bins),
+        "TranslateX": lin(0.0, tx, bins),
+        "TranslateY": lin(0.0, ty, bins),
+        "Rotate": lin(0.0, top[4], bins),
+        "Brightness": enhance,
+        "Color": enhance,
+        "Contrast": enhance,
+        "Sharpness": enhance,
+        "Posterize": bits.astype(np.int64).astype(np.float64),
+        "Solarize": lin(255.0, 0.0, bins),
+    }
+    return np.stack([table.get(name, np.zeros(bins)) for name in OPS])
+
+
+def _check_bins(name: str, bins: int) -> None:
+    if type(bins) is not int or bins < 2:
+        raise ArgumentError(f"{name}: num_magnitude_bins must be an int >= 2, got {bins!r}")
+
+
+@dataclass(frozen=True)
+class RandAugment:
+    """torchvision's ``RandAugment``: ``num_ops`` rounds, each applying one of :data:`OPS`
+    (uniform) at bin ``magnitude`` of ``num_magnitude_bins``, negated with probability 1/2
+    for the signed ops; drawn per sample."""
+
+    num_ops: int = 2
+    magnitude: int = 9
+    num_magnitude_bins: int = 31
+    uint8 = True  # works on the uint8 batch
+
+    def __post_init__(self) -> None:
+        if type(self.num_ops) is not int or self.num_ops < 0:
+            raise ArgumentError(f"RandAugment: num_ops must be an int >= 0, got {self.num_ops!r}")
+        _check_bins("RandAugment", self.num_magnitude_bins)
+        if type(self.magnitude) is not int or not 0 <= self.magnitude < self.num_magnitude_bins:
+            raise ArgumentError(
+                f"RandAugment: magnitude must be an int in [0, {self.num_magnitude_bins}), "
+                f"got {self.magnitude!r}"
+            )
+
+    @property
+    def draws(self) -> int:
+        return 2 * self.num_ops  # per round: the op, the sign
+
+    def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+        """Augment the uint8 batch ``out`` (B, 3, H, W) in place; returns it."""
+        table = magnitudes(False, self.num_magnitude_bins, *out.shape[-2:])[:, self.magnitude]
+        for r in range(self.num_ops):
+            op = _pick(u[:, 2 * r], len(OPS))
+            apply_ops(out, op, table[op] * _sign(op, u[:, 2 * r + 1]))
+        return out
+
+
+@dataclass(frozen=True)
+class TrivialAugmentWide:
+    """torchvision's ``TrivialAugmentWide``: one of :data:`OPS` (uniform) at a magnitude bin
+    uniform in ``num_magnitude_bins`` of its wide table, negated with probability 1/2 for
+    the signed ops; drawn per sample."""
+
+    num_magnitude_bins: int = 31
+    draws = 3  # the op, the bin, the sign
+    uint8 = True  # works on the uint8 batch
+
+    def __post_init__(self) -> None:
+        _check_bins("TrivialAugmentWide", self.num_magnitude_bins)
+
+    def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+        """Augment the uint8 batch ``out`` (B, 3, H, W) in place; returns it."""
+        bins = self.num_magnitude_bins
+        op, b = _pick(u[:, 0], len(OPS)), _pick(u[:, 1], bins)
+        apply_ops(out, op, magnitudes(True, bins, *out.shape[-2:])[op, b] * _sign(op, u[:, 2]))
+        return out
+
+
+def _pick(u: np.ndarray, n: int) -> np.ndarray:
+    return np.minimum((u * n).astype(np.int64), n - 1)
+
+
+def _sign(op: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return np.where(_SIGNED[op] & (u < 0.5), -1.0, 1.0)
+
+
+def apply_ops(out: torch.Tensor, op: np.ndarray, mag: np.ndarray) -> None:
+    """Apply op ``OPS[op[i]]`` at magnitude ``mag[i]`` to sample ``i`` of the uint8 batch
+    ``out`` in place, each op once for all the samples that drew it."""
+    for k, name in enumerate(OPS[1:], 1):
+        sel = np.flatnonzero(op == k)
+        if len(sel):
+            rows = torch.from_numpy(sel)
+            out.index_copy_(0, rows, _APPLY[name](out.index_select(0, rows), mag[sel]))
+
+
+# ------------------------------------------------------------------ geometric ops
+
+
+def _affine(x: torch.Tensor, m: np.ndarray) -> torch.Tensor:
+    """Nearest-neighbour warp of uint8 ``x`` (n, C, H, W) by inverse affine maps ``m`` (n, 2,
+    3) from output to input pixel coordinates, sampled at pixel centres as PIL's
+    ``Image.transform(AFFINE, NEAREST)``; outside the input: 0."""
+    n, c, h, w = x.shape
+    xs, ys = np.arange(w) + 0.5, np.arange(h)[:, None] + 0.5
+    m = m.reshape(n, 6, 1, 1)
+    # each (n, h, w) coordinate from a row part and a column part: one broadcast add each
+    sx = np.floor(m[:, 0] * xs + (m[:, 1] * ys + m[:, 2]))
+    sy = np.floor(m[:, 3] * xs + (m[:, 4] * ys + m[:, 5]))
+    inside = (sx >= 0) & (sx < w) & (sy >= 0) & (sy < h)
+    # whole pixels gathered channels last (one index per pixel); index n * h * w: a zero pixel
+    src = (sy * w + sx).astype(np.int64) + np.arange(n).reshape(n, 1, 1) * (h * w)
+    src[~inside] = n * h * w
+    pixels = torch.zeros((n * h * w + 1, c), dtype=torch.uint8)
+    pixels[:-1] = x.permute(0, 2, 3, 1).reshape(-1, c)
+    got = pixels.index_select(0, torch.from_numpy(src.reshape(-1)))
+    return got.reshape(n, h, w, c).permute(0, 3, 1, 2)
+
+
+def _maps(n: int) -> np.ndarray:
+    return np.tile(np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), (n, 1, 1))
+
+
+def _shear_x(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    m = _maps(len(mag))
+    m[:, 0, 1] = mag  # about the top-left corner, as torchvision (center=[0, 0])
+    return _affine(x, m)
+
+
+def _shear_y(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    m = _maps(len(mag))
+    m[:, 1, 0] = mag
+    return _affine(x, m)
+
+
+def _translate_x(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    m = _maps(len(mag))
+    m[:, 0, 2] = -np.trunc(mag)  # torchvision: translate=[int(magnitude), 0]
+    return _affine(x, m)
+
+
+def _translate_y(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    m = _maps(len(mag))
+    m[:, 1, 2] = -np.trunc(mag)
+    return _affine(x, m)
+
+
+def _rotate(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    """Counter-clockwise by ``mag`` degrees about the image centre, as PIL's ``rotate``."""
+    h, w = x.shape[-2:]
+    cx, cy = w / 2.0, h / 2.0
+    a = -np.radians(mag)
+    cos, sin = np.round(np.cos(a), 15), np.round(np.sin(a), 15)
+    m = np.empty((len(mag), 2, 3))
+    m[:, 0, 0], m[:, 0, 1], m[:, 1, 0], m[:, 1, 1] = cos, sin, -sin, cos
+    m[:, 0, 2] = cos * -cx + sin * -cy + cx
+    m[:, 1, 2] = -sin * -cx + cos * -cy + cy
+    return _affine(x, m)
+
+
+# ------------------------------------------------------------------ colour ops
+
+
+def _blended(
+    x: torch.Tensor, other: Callable[[torch.Tensor], torch.Tensor], mag: np.ndarray
+) -> torch.Tensor:
+    """``x * f + other(x) * (1 - f)`` with ``f = 1 + mag``, clamped and rounded: torchvision's
+    ``_blend`` (PIL's ``ImageEnhance``)."""
+    f = torch.from_numpy((1.0 + mag).astype(np.float32)).reshape(-1, 1, 1, 1)
+    y = x.float()
+    deg = other(y).mul_(1 - f)
+    y.mul_(f).add_(deg)
+    res = torch.empty_like(x)
+    store(y, res)
+    return res
+
+
+def _brightness(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    return _blended(x, lambda y: torch.zeros((len(y), 1, 1, 1)), mag)
+
+
+def _color(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    return _blended(x, gray, mag)
+
+
+def _contrast(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    return _blended(x, mean_gray, mag)
+
+
+def _smoothed(y: torch.Tensor) -> torch.Tensor:
+    """PIL's ``ImageFilter.SMOOTH`` (3 x 3, centre 5, others 1, over 13), rounded; the border
+    pixels kept."""
+    box = y[..., :-2, :] + y[..., 1:-1, :] + y[..., 2:, :]
+    box = box[..., :-2] + box[..., 1:-1] + box[..., 2:]
+    out = y.clone()
+    out[..., 1:-1, 1:-1] = box.add_(y[..., 1:-1, 1:-1], alpha=4.0).div_(13.0).round_()
+    return out
+
+
+def _sharpness(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    if min(x.shape[-2:]) < 3:
+        return x
+    return _blended(x, _smoothed, mag)
+
+
+def _posterize(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    keep = (256 - 2 ** (8 - mag.astype(np.int64))).astype(np.uint8)  # the top `bits` bits
+    return x.bitwise_and_(torch.from_numpy(keep).reshape(-1, 1, 1, 1))
+
+
+def _solarize(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    """Invert the pixels >= the threshold, as PIL's ``ImageOps.solarize`` (a lookup table)."""
+    v = np.arange(256)
+    luts = np.where(v >= np.asarray(mag)[:, None], 255 - v, v).astype(np.uint8)
+    return _lookup(x, np.repeat(luts[:, None], x.shape[1], axis=1))
+
+
+def _lookup(x: torch.Tensor, luts: np.ndarray) -> torch.Tensor:
+    """``luts[i, c][x[i, c]]`` for uint8 ``x`` (n, C, H, W) and uint8 ``luts`` (n, C, 256), in
+    place: one numpy take per channel plane (no int64 copy of the pixels)."""
+    planes = x.numpy().reshape(-1, x.shape[-2] * x.shape[-1])
+    for plane, lut in zip(planes, luts.reshape(-1, 256), strict=True):
+        np.take(lut, plane, out=plane)
+    return x
+
+
+def _autocontrast(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    """Each channel's range stretched to [0, 255], as PIL's ``ImageOps.autocontrast``."""
+    lo = x.amin(dim=(2, 3)).numpy().astype(np.float64)[..., None]
+    hi = x.amax(dim=(2, 3)).numpy().astype(np.float64)[..., None]
+    scale = 255.0 / np.maximum(hi - lo, 1)
+    v = np.arange(256, dtype=np.float64)
+    luts = np.clip(v * scale - lo * scale, 0, 255).astype(np.uint8)
+    return _lookup(x, np.where(hi > lo, luts, v.astype(np.uint8)))
+
+
+def _equalize(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    """Each channel's histogram equalized, as PIL's ``ImageOps.equalize`` (and torchvision)."""
+    planes = x.numpy().reshape(-1, x.shape[-2] * x.shape[-1])
+    hist = np.stack([np.bincount(p, minlength=256) for p in planes])
+    last = 255 - np.argmax(hist[:, ::-1] > 0, axis=1)
+    step = (hist.sum(1) - hist[np.arange(len(hist)), last])[:, None] // 255
+    below = np.cumsum(hist, 1) - hist  # pixels below each level
+    luts = np.minimum((below + step // 2) // np.maximum(step, 1), 255)
+    luts = np.where(step > 0, luts, np.arange(256)).astype(np.uint8)
+    return _lookup(x, luts)
+
+
+_APPLY: dict[str, Callable[[torch.Tensor, np.ndarray], torch.Tensor]] = {
+    "ShearX": _shear_x,
+    "ShearY": _shear_y,
+    "TranslateX": _translate_x,
+    "TranslateY": _translate_y,
+    "Rotate": _rotate,
+    "Brightness": _brightness,
+    "Color": _color,
+    "Contrast": _contrast,
+    "Sharpness": _sharpness,
+    "Posterize": _posterize,
+    "Solarize": _solarize,
+    "AutoContrast": _autocontrast,
+    "Equalize": _equalize,
+}
