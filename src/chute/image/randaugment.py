@@ -148,9 +148,10 @@ def apply_ops(out: torch.Tensor, op: np.ndarray, mag: np.ndarray) -> None:
     ``out`` in place, each op once for all the samples that drew it."""
     for k, name in enumerate(OPS[1:], 1):
         sel = np.flatnonzero(op == k)
-        if len(sel):
-            rows = torch.from_numpy(sel)
-            out.index_copy_(0, rows, _APPLY[name](out.index_select(0, rows), mag[sel]))
+        if len(sel):  # numpy's row copies: several times faster than index_select/copy_
+            pixels = out.numpy()
+            rows = torch.from_numpy(np.ascontiguousarray(pixels[sel]))  # ops work in place
+            pixels[sel] = _APPLY[name](rows, mag[sel]).numpy()
 
 
 # ------------------------------------------------------------------ geometric ops
@@ -167,13 +168,12 @@ def _affine(x: torch.Tensor, m: np.ndarray) -> torch.Tensor:
     sx = np.floor(m[:, 0] * xs + (m[:, 1] * ys + m[:, 2]))
     sy = np.floor(m[:, 3] * xs + (m[:, 4] * ys + m[:, 5]))
     inside = (sx >= 0) & (sx < w) & (sy >= 0) & (sy < h)
-    # whole pixels gathered channels last (one index per pixel); index n * h * w: a zero pixel
-    src = (sy * w + sx).astype(np.int64) + np.arange(n).reshape(n, 1, 1) * (h * w)
-    src[~inside] = n * h * w
-    pixels = torch.zeros((n * h * w + 1, c), dtype=torch.uint8)
-    pixels[:-1] = x.permute(0, 2, 3, 1).reshape(-1, c)
-    got = pixels.index_select(0, torch.from_numpy(src.reshape(-1)))
-    return got.reshape(n, h, w, c).permute(0, 3, 1, 2)
+    src = (sy * w + sx).astype(np.int64)
+    src[~inside] = h * w  # the index of a zero appended to each plane
+    planes = torch.zeros((n, c, h * w + 1), dtype=torch.uint8)
+    planes[..., :-1] = x.reshape(n, c, h * w)
+    src_t = torch.from_numpy(src).reshape(n, 1, h * w).expand(n, c, h * w)
+    return torch.gather(planes, 2, src_t).reshape(n, c, h, w)
 
 
 def _maps(n: int) -> np.ndarray:
