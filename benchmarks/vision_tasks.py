@@ -242,14 +242,19 @@ def main() -> None:
             load.append(os.getloadavg()[0])
     rows = list(best.values())
     by = {k: r["images_per_s"] for k, r in best.items()}
+    cpu = {k: r["cpu_ms_per_image"] for k, r in best.items()}
     ratios = {t: by[f"{t}: Loader 2"] / by[f"{t}: DataLoader 2"] for t in loaders}
+    cpu_ratios = {t: cpu[f"{t}: DataLoader 2"] / cpu[f"{t}: Loader 2"] for t in loaders}
     print(table(rows, COLUMNS))
     print(
         f"{n} photos, batch {bs}, {size}x{size}, best of {args.rounds} rounds; load average "
         f"{min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs"
     )
     for t, v in ratios.items():
-        print(f"  {t}: Loader 2 threads / DataLoader 2 workers {v:.2f}x")
+        print(
+            f"  {t}: Loader 2 threads / DataLoader 2 workers {v:.2f}x images/s, "
+            f"{cpu_ratios[t]:.2f}x less CPU per image"
+        )
     path = write_json(
         args.json,
         {
@@ -260,6 +265,7 @@ def main() -> None:
             "load_average": load,
             "rows": rows,
             "ratios": ratios,
+            "cpu_ratios": cpu_ratios,
         },
     )
     print(f"wrote {path}")
