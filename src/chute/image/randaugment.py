@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..errors import ArgumentError
 from .luma import gray, mean_gray
-from .scratch import store
+from .scratch import chunks, store
 
 __all__ = ["OPS", "RandAugment", "TrivialAugmentWide", "magnitudes"]
 
@@ -160,20 +161,28 @@ def apply_ops(out: torch.Tensor, op: np.ndarray, mag: np.ndarray) -> None:
 def _affine(x: torch.Tensor, m: np.ndarray) -> torch.Tensor:
     """Nearest-neighbour warp of uint8 ``x`` (n, C, H, W) by inverse affine maps ``m`` (n, 2,
     3) from output to input pixel coordinates, sampled at pixel centres as PIL's
-    ``Image.transform(AFFINE, NEAREST)``; outside the input: 0."""
+    ``Image.transform(AFFINE, NEAREST)``; outside the input: 0. In place, a few samples at a
+    time (the float64 coordinates of each block stay in cache)."""
     n, c, h, w = x.shape
     xs, ys = np.arange(w) + 0.5, np.arange(h)[:, None] + 0.5
     m = m.reshape(n, 6, 1, 1)
-    # each (n, h, w) coordinate from a row part and a column part: one broadcast add each
-    sx = np.floor(m[:, 0] * xs + (m[:, 1] * ys + m[:, 2]))
-    sy = np.floor(m[:, 3] * xs + (m[:, 4] * ys + m[:, 5]))
-    inside = (sx >= 0) & (sx < w) & (sy >= 0) & (sy < h)
-    src = (sy * w + sx).astype(np.int64)
-    src[~inside] = h * w  # the index of a zero appended to each plane
-    planes = torch.zeros((n, c, h * w + 1), dtype=torch.uint8)
-    planes[..., :-1] = x.reshape(n, c, h * w)
-    src_t = torch.from_numpy(src).reshape(n, 1, h * w).expand(n, c, h * w)
-    return torch.gather(planes, 2, src_t).reshape(n, c, h, w)
+    planes = torch.zeros((min(n, _BLOCK), c, h * w + 1), dtype=torch.uint8)
+    for a in range(0, n, _BLOCK):
+        b, k = min(a + _BLOCK, n), m[a : a + _BLOCK]
+        # each (h, w) coordinate from a row part and a column part: one broadcast add each
+        sx = np.floor(k[:, 0] * xs + (k[:, 1] * ys + k[:, 2]))
+        sy = np.floor(k[:, 3] * xs + (k[:, 4] * ys + k[:, 5]))
+        inside = (sx >= 0) & (sx < w) & (sy >= 0) & (sy < h)
+        src = (sy * w + sx).astype(np.int64)
+        src[~inside] = h * w  # the index of the zero after each plane
+        p = planes[: b - a]
+        p[..., :-1] = x[a:b].reshape(b - a, c, h * w)
+        idx = torch.from_numpy(src).reshape(b - a, 1, h * w).expand(b - a, c, h * w)
+        torch.gather(p, 2, idx, out=x[a:b].view(b - a, c, h * w))
+    return x
+
+
+_BLOCK = 8  # samples warped at a time
 
 
 def _maps(n: int) -> np.ndarray:
@@ -192,16 +201,28 @@ def _shear_y(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
     return _affine(x, m)
 
 
+def _translate(x: torch.Tensor, shift: np.ndarray, dim: int) -> torch.Tensor:
+    """Shift along ``dim`` (3: right, 2: down) by whole pixels, zeros shifted in: one slice
+    copy per distinct shift (RandAugment has two, +-m; TrivialAugmentWide at most 62)."""
+    src, out = x.numpy(), np.zeros(tuple(x.shape), np.uint8)
+    size = x.shape[dim]
+    for d in np.unique(shift).astype(int).tolist():
+        keep = size - abs(d)
+        if keep <= 0:
+            continue
+        to: list[Any] = [np.flatnonzero(shift == d), slice(None), slice(None), slice(None)]
+        of = list(to)
+        to[dim], of[dim] = slice(max(d, 0), max(d, 0) + keep), slice(max(-d, 0), max(-d, 0) + keep)
+        out[tuple(to)] = src[tuple(of)]
+    return torch.from_numpy(out)
+
+
 def _translate_x(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
-    m = _maps(len(mag))
-    m[:, 0, 2] = -np.trunc(mag)  # torchvision: translate=[int(magnitude), 0]
-    return _affine(x, m)
+    return _translate(x, np.trunc(mag), 3)  # torchvision: translate=[int(magnitude), 0]
 
 
 def _translate_y(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
-    m = _maps(len(mag))
-    m[:, 1, 2] = -np.trunc(mag)
-    return _affine(x, m)
+    return _translate(x, np.trunc(mag), 2)
 
 
 def _rotate(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
@@ -224,14 +245,13 @@ def _blended(
     x: torch.Tensor, other: Callable[[torch.Tensor], torch.Tensor], mag: np.ndarray
 ) -> torch.Tensor:
     """``x * f + other(x) * (1 - f)`` with ``f = 1 + mag``, clamped and rounded: torchvision's
-    ``_blend`` (PIL's ``ImageEnhance``)."""
+    ``_blend`` (PIL's ``ImageEnhance``); in place, on float32 chunks."""
     f = torch.from_numpy((1.0 + mag).astype(np.float32)).reshape(-1, 1, 1, 1)
-    y = x.float()
-    deg = other(y).mul_(1 - f)
-    y.mul_(f).add_(deg)
-    res = torch.empty_like(x)
-    store(y, res)
-    return res
+    for a, b, y in chunks(x):
+        deg = other(y).mul_(1 - f[a:b])
+        y.mul_(f[a:b]).add_(deg)
+        store(y, x[a:b])
+    return x
 
 
 def _brightness(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
@@ -246,20 +266,22 @@ def _contrast(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
     return _blended(x, mean_gray, mag)
 
 
-def _smoothed(y: torch.Tensor) -> torch.Tensor:
-    """PIL's ``ImageFilter.SMOOTH`` (3 x 3, centre 5, others 1, over 13), rounded; the border
-    pixels kept."""
-    box = y[..., :-2, :] + y[..., 1:-1, :] + y[..., 2:, :]
-    box = box[..., :-2] + box[..., 1:-1] + box[..., 2:]
-    out = y.clone()
-    out[..., 1:-1, 1:-1] = box.add_(y[..., 1:-1, 1:-1], alpha=4.0).div_(13.0).round_()
-    return out
-
-
 def _sharpness(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    """Blend with PIL's ``ImageFilter.SMOOTH`` (3 x 3, centre 5, others 1, over 13; rounded)
+    as ``ImageEnhance.Sharpness``: only the interior, the border pixels are kept."""
     if min(x.shape[-2:]) < 3:
         return x
-    return _blended(x, _smoothed, mag)
+    f = torch.from_numpy((1.0 + mag).astype(np.float32)).reshape(-1, 1, 1, 1)
+    for a, b, y in chunks(x):
+        rows = y[..., :-2, :] + y[..., 1:-1, :]
+        rows += y[..., 2:, :]
+        deg = rows[..., :-2] + rows[..., 1:-1]
+        deg += rows[..., 2:]
+        inner = y[..., 1:-1, 1:-1]
+        deg.add_(inner, alpha=4.0).div_(13.0).round_().mul_(1 - f[a:b])
+        inner.mul_(f[a:b]).add_(deg)
+        store(y, x[a:b])
+    return x
 
 
 def _posterize(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
