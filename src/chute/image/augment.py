@@ -39,7 +39,7 @@ from ..errors import ArgumentError, SchemaError
 from .draws import uniforms
 from .luma import gray, mean_gray
 from .randaugment import RandAugment, TrivialAugmentWide
-from .scratch import chunks, store
+from .scratch import chunks, on_rows, store
 
 __all__ = [
     "AUGMENTS",
@@ -115,11 +115,11 @@ class ColorJitter:
 
 
 def shift_hue(x: torch.Tensor, shift: np.ndarray) -> torch.Tensor:
-    """Rotate the hue of float RGB ``x`` (contiguous, in [0, 255]) by ``shift`` turns (B, 1, 1,
-    1), in place: torchvision's HSV round trip written as ``channel = max - chroma * clamp(d -
-    1, 0, 1)``, ``d`` the distance (in sixths of a turn, around the circle) from the new hue to
-    the channel's own (R 0, G 2, B 4); value and chroma are kept. In numpy ufuncs on the
-    tensor's memory: its comparisons and masked copies are several times faster than torch's."""
+    """Rotate the hue of float RGB ``x`` in [0, 255] by ``shift`` turns (B, 1, 1, 1), in
+    place: torchvision's HSV round trip written as ``channel = max - chroma * clamp(d - 1, 0,
+    1)``, ``d`` the distance (in sixths of a turn, around the circle) from the new hue to the
+    channel's own (R 0, G 2, B 4); value and chroma are kept. In numpy ufuncs on the tensor's
+    memory: numpy's comparisons are several times faster than torch's on CPU."""
     a = x.numpy()
     r, g, b = a[:, 0:1], a[:, 1:2], a[:, 2:3]
     v = np.maximum(np.maximum(r, g), b)
@@ -167,20 +167,21 @@ class Grayscale:
 
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
         """Turn the drawn samples of the uint8 batch ``out`` gray in place; returns it."""
-        on = u[:, 0] < self.p
-        if on.all():
+        on = np.flatnonzero(u[:, 0] < self.p)
+        if len(on) == len(out):
             _to_gray(out)
-        else:
-            for i in np.flatnonzero(on).tolist():
-                _to_gray(out[i : i + 1])
+        elif len(on):
+            on_rows(out, on, _to_gray)
         return out
 
 
-def _to_gray(out: torch.Tensor) -> None:
+def _to_gray(out: torch.Tensor) -> torch.Tensor:
+    """The luma of uint8 RGB ``out`` in its three channels, in place; returns it."""
     for a, b, x in chunks(out):
         g = gray(x)
         store(g, out[a:b, 0:1])
         out[a:b, 1:].copy_(out[a:b, 0:1])
+    return out
 
 
 @dataclass(frozen=True)

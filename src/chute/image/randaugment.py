@@ -7,12 +7,12 @@ They go in an image field's ``decode=`` list after its crop::
     decode={"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip(),
                       chute.RandAugment(num_ops=2, magnitude=9)]}
 
-Each round, the samples that drew the same op are gathered and transformed together: the
-geometric ops (shears, translations, rotation) as one nearest-neighbour affine gather with
-PIL's pixel-centre convention (fill 0), the enhancements (brightness, colour, contrast,
-sharpness) in float32 as PIL's ``ImageEnhance`` and torchvision do, posterize and solarize on
-the uint8 pixels, autocontrast and equalize as per-channel lookup tables (PIL's ``ImageOps``
-rules). Interpolation is nearest and the fill 0, torchvision's defaults.
+Each round, the samples that drew the same op are copied out (numpy row copies), transformed
+together and copied back: shears and rotations as a nearest-neighbour gather with PIL's
+pixel-centre convention, translations as slice copies, the enhancements (brightness, colour,
+contrast, sharpness) on 4 MB float32 chunks as PIL's ``ImageEnhance`` and torchvision do,
+posterize as a bit mask, solarize, autocontrast and equalize as per-channel lookup tables
+(PIL's ``ImageOps`` rules). Interpolation is nearest and the fill 0, torchvision's defaults.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 
 from ..errors import ArgumentError
 from .luma import gray, mean_gray
-from .scratch import chunks, store
+from .scratch import chunks, on_rows, store
 
 __all__ = ["OPS", "RandAugment", "TrivialAugmentWide", "magnitudes"]
 
@@ -54,24 +54,20 @@ _SIGNED = np.array([name in OPS[1:10] for name in OPS])  # shears to sharpness t
 def magnitudes(wide: bool, bins: int, height: int, width: int) -> np.ndarray:
     """``(len(OPS), bins)`` float64: torchvision's magnitude table of each op (RandAugment's,
     or TrivialAugmentWide's when ``wide``), zeros for the ops without one."""
-    lin = np.linspace
-    top = (0.99, 0.99, 32.0, 32.0, 135.0, 0.99) if wide else (0.3, 0.3, None, None, 30.0, 0.9)
-    tx = 32.0 if wide else 150.0 / 331.0 * width
-    ty = 32.0 if wide else 150.0 / 331.0 * height
-    enhance = lin(0.0, top[5], bins)
-    bits = 8 - np.round(np.arange(bins) / ((bins - 1) / (6 if wide else 4)))
+    shear, rotate, enhance, bits = (0.99, 135.0, 0.99, 6) if wide else (0.3, 30.0, 0.9, 4)
+    tx, ty = (32.0, 32.0) if wide else (150.0 / 331.0 * width, 150.0 / 331.0 * height)
     table = {
-        "ShearX": lin(0.0, top[0], bins),
-        "ShearY": lin(0.0, top[1], bins),
-        "TranslateX": lin(0.0, tx, bins),
-        "TranslateY": lin(0.0, ty, bins),
-        "Rotate": lin(0.0, top[4], bins),
-        "Brightness": enhance,
-        "Color": enhance,
-        "Contrast": enhance,
-        "Sharpness": enhance,
-        "Posterize": bits.astype(np.int64).astype(np.float64),
-        "Solarize": lin(255.0, 0.0, bins),
+        "ShearX": np.linspace(0.0, shear, bins),
+        "ShearY": np.linspace(0.0, shear, bins),
+        "TranslateX": np.linspace(0.0, tx, bins),
+        "TranslateY": np.linspace(0.0, ty, bins),
+        "Rotate": np.linspace(0.0, rotate, bins),
+        "Brightness": np.linspace(0.0, enhance, bins),
+        "Color": np.linspace(0.0, enhance, bins),
+        "Contrast": np.linspace(0.0, enhance, bins),
+        "Sharpness": np.linspace(0.0, enhance, bins),
+        "Posterize": 8 - np.round(np.arange(bins) / ((bins - 1) / bits)),  # bits kept
+        "Solarize": np.linspace(255.0, 0.0, bins),  # the threshold
     }
     return np.stack([table.get(name, np.zeros(bins)) for name in OPS])
 
@@ -149,13 +145,13 @@ def apply_ops(out: torch.Tensor, op: np.ndarray, mag: np.ndarray) -> None:
     ``out`` in place, each op once for all the samples that drew it."""
     for k, name in enumerate(OPS[1:], 1):
         sel = np.flatnonzero(op == k)
-        if len(sel):  # numpy's row copies: several times faster than index_select/copy_
-            pixels = out.numpy()
-            rows = torch.from_numpy(np.ascontiguousarray(pixels[sel]))  # ops work in place
-            pixels[sel] = _APPLY[name](rows, mag[sel]).numpy()
+        if len(sel):
+            on_rows(out, sel, _APPLY[name], mag[sel])
 
 
 # ------------------------------------------------------------------ geometric ops
+
+_BLOCK = 8  # samples warped at a time
 
 
 def _affine(x: torch.Tensor, m: np.ndarray) -> torch.Tensor:
@@ -180,9 +176,6 @@ def _affine(x: torch.Tensor, m: np.ndarray) -> torch.Tensor:
         idx = torch.from_numpy(src).reshape(b - a, 1, h * w).expand(b - a, c, h * w)
         torch.gather(p, 2, idx, out=x[a:b].view(b - a, c, h * w))
     return x
-
-
-_BLOCK = 8  # samples warped at a time
 
 
 def _maps(n: int) -> np.ndarray:
