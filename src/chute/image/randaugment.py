@@ -154,44 +154,65 @@ def apply_ops(out: torch.Tensor, op: np.ndarray, mag: np.ndarray) -> None:
 _BLOCK = 8  # samples warped at a time
 
 
-def _affine(x: torch.Tensor, m: np.ndarray) -> torch.Tensor:
-    """Nearest-neighbour warp of uint8 ``x`` (n, C, H, W) by inverse affine maps ``m`` (n, 2,
-    3) from output to input pixel coordinates, sampled at pixel centres as PIL's
-    ``Image.transform(AFFINE, NEAREST)``; outside the input: 0. In place, a few samples at a
-    time (the float64 coordinates of each block stay in cache)."""
+def _gather(x: torch.Tensor, index: Callable[[int, int], np.ndarray]) -> torch.Tensor:
+    """Nearest-neighbour warp of uint8 ``x`` (n, C, H, W) in place: output pixel ``k`` of
+    sample ``i`` takes input pixel ``index(a, b)[i - a, k]`` of its plane (int64, ``H * W``
+    for a zero), asked for a few samples ``a:b`` at a time so each block stays in cache."""
     n, c, h, w = x.shape
-    xs, ys = np.arange(w) + 0.5, np.arange(h)[:, None] + 0.5
-    m = m.reshape(n, 6, 1, 1)
     planes = torch.zeros((min(n, _BLOCK), c, h * w + 1), dtype=torch.uint8)
     for a in range(0, n, _BLOCK):
-        b, k = min(a + _BLOCK, n), m[a : a + _BLOCK]
-        # each (h, w) coordinate from a row part and a column part: one broadcast add each
-        sx = np.floor(k[:, 0] * xs + (k[:, 1] * ys + k[:, 2]))
-        sy = np.floor(k[:, 3] * xs + (k[:, 4] * ys + k[:, 5]))
-        inside = (sx >= 0) & (sx < w) & (sy >= 0) & (sy < h)
-        src = (sy * w + sx).astype(np.int64)
-        src[~inside] = h * w  # the index of the zero after each plane
+        b = min(a + _BLOCK, n)
         p = planes[: b - a]
         p[..., :-1] = x[a:b].reshape(b - a, c, h * w)
-        idx = torch.from_numpy(src).reshape(b - a, 1, h * w).expand(b - a, c, h * w)
-        torch.gather(p, 2, idx, out=x[a:b].view(b - a, c, h * w))
+        src = torch.from_numpy(index(a, b).reshape(b - a, 1, h * w)).expand(b - a, c, h * w)
+        torch.gather(p, 2, src, out=x[a:b].view(b - a, c, h * w))
     return x
 
 
-def _maps(n: int) -> np.ndarray:
-    return np.tile(np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), (n, 1, 1))
+def _affine(x: torch.Tensor, m: np.ndarray) -> torch.Tensor:
+    """Warp by inverse affine maps ``m`` (n, 2, 3) from output to input pixel coordinates,
+    sampled at pixel centres as PIL's ``Image.transform(AFFINE, NEAREST)``; outside: 0."""
+    h, w = x.shape[-2:]
+    xs, ys = np.arange(w) + 0.5, np.arange(h)[:, None] + 0.5
+    m = m.reshape(-1, 6, 1, 1)
+
+    def index(a: int, b: int) -> np.ndarray:
+        k = m[a:b]  # each coordinate from a row part and a column part: one broadcast add
+        sx = np.floor(k[:, 0] * xs + (k[:, 1] * ys + k[:, 2]))
+        sy = np.floor(k[:, 3] * xs + (k[:, 4] * ys + k[:, 5]))
+        src = (sy * w + sx).astype(np.int64)
+        src[(sx < 0) | (sx >= w) | (sy < 0) | (sy >= h)] = h * w
+        return src
+
+    return _gather(x, index)
+
+
+def _shear(x: torch.Tensor, mag: np.ndarray, dim: int) -> torch.Tensor:
+    """Shear about the top-left corner, as torchvision (``center=[0, 0]``): along ``dim`` (3:
+    each row shifted, ShearX; 2: each column, ShearY) output pixel ``i`` of line ``j`` reads
+    input ``i + floor(0.5 + mag * (j + 0.5))``, PIL's pixel-centre nearest sample; outside:
+    0. A whole-pixel shift per line: the index in integers."""
+    h, w = x.shape[-2:]
+    size, lines = (w, h) if dim == 3 else (h, w)
+    shift = np.floor(0.5 + mag[:, None] * (np.arange(lines) + 0.5)).astype(np.int64)
+    ys, xs = np.arange(h)[:, None], np.arange(w)
+
+    def index(a: int, b: int) -> np.ndarray:
+        s = shift[a:b, :, None] if dim == 3 else shift[a:b, None, :]  # per row / per column
+        moved = (xs if dim == 3 else ys) + s  # (b - a, h, w)
+        src = moved * w + xs if dim == 2 else ys * w + moved
+        src[(moved < 0) | (moved >= size)] = h * w
+        return src
+
+    return _gather(x, index)
 
 
 def _shear_x(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
-    m = _maps(len(mag))
-    m[:, 0, 1] = mag  # about the top-left corner, as torchvision (center=[0, 0])
-    return _affine(x, m)
+    return _shear(x, mag, 3)
 
 
 def _shear_y(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
-    m = _maps(len(mag))
-    m[:, 1, 0] = mag
-    return _affine(x, m)
+    return _shear(x, mag, 2)
 
 
 def _translate(x: torch.Tensor, shift: np.ndarray, dim: int) -> torch.Tensor:
