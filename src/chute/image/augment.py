@@ -4,7 +4,8 @@ loader's worker threads, each one's randomness a pure function of (seed, epoch, 
 Two kinds:
 
 - **Per-sample ops** (:class:`ColorJitter`, :class:`Grayscale`, :class:`GaussianBlur`,
-  :class:`RandomErasing`) go in an image field's ``decode=`` list after its crop:
+  :class:`RandomErasing`, and RandAugment / TrivialAugmentWide of
+  :mod:`chute.image.randaugment`) go in an image field's ``decode=`` list after its crop:
   ``decode={"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip(),
   chute.ColorJitter(0.4, 0.4, 0.4), chute.RandomErasing()]}``. Op ``k`` of the list draws
   from stream ``k`` (:func:`chute.image.uniforms`), so a sample's augmentation depends on
@@ -19,8 +20,8 @@ Two kinds:
   rolled by one (as torchvision), the mixing weight drawn from (seed, epoch, the batch's
   first index), so a resumed run mixes exactly as the first one did.
 
-Written with torch's own batched ops (no kernels by hand, no extra dependency: torchvision
-and Kornia cannot share the pinned torch here).
+Written with torch's and numpy's batched ops (no kernels by hand, no extra dependency:
+torchvision and Kornia cannot share the pinned torch here).
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ArgumentError, SchemaError
+from .color import gray, mean_gray, shift_hue
 from .draws import uniforms
-from .luma import gray, mean_gray
 from .randaugment import RandAugment, TrivialAugmentWide
 from .scratch import chunks, on_rows, store
 
@@ -112,44 +113,6 @@ class ColorJitter:
         if self.hue:
             shift_hue(x, (self.hue * (2 * u[:, 3] - 1)).reshape(-1, 1, 1, 1))
         return x
-
-
-def shift_hue(x: torch.Tensor, shift: np.ndarray) -> torch.Tensor:
-    """Rotate the hue of float RGB ``x`` in [0, 255] by ``shift`` turns (B, 1, 1, 1), in
-    place: torchvision's HSV round trip written as ``channel = max - chroma * clamp(d - 1, 0,
-    1)``, ``d`` the distance (in sixths of a turn, around the circle) from the new hue to the
-    channel's own (R 0, G 2, B 4); value and chroma are kept. In numpy ufuncs on the tensor's
-    memory: numpy's comparisons are several times faster than torch's on CPU."""
-    a = x.numpy()
-    r, g, b = a[:, 0:1], a[:, 1:2], a[:, 2:3]
-    v = np.maximum(np.maximum(r, g), b)
-    cr = np.minimum(np.minimum(r, g), b)
-    np.subtract(v, cr, out=cr)
-    inv = np.reciprocal(np.maximum(cr, 1e-6))
-    # hue in sixths, in [-1, 5): blue's formula, then green's and red's blended in where the
-    # channel is the max (red wins ties, then green, as torchvision); blends, not masked
-    # copies: those stall on the unpredictable masks of a photo
-    h = np.subtract(r, g)
-    h *= inv
-    h += 4.0
-    t, is_max = np.empty_like(h), np.empty_like(h)
-    for c, (p, q), base in ((g, (b, r), 2.0), (r, (g, b), 0.0)):
-        np.subtract(p, q, out=t)
-        t *= inv
-        t += base - h
-        np.equal(v, c, out=is_max, casting="unsafe")
-        t *= is_max
-        h += t
-    h += (6.0 * shift).astype(np.float32)  # now in [-4, 8) (|shift| <= 0.5)
-    for c, centre in ((r, 0.0), (g, 2.0), (b, 4.0)):
-        d = np.abs(np.subtract(h, centre, out=inv), out=inv)  # in [0, 12): around the
-        np.minimum(d, np.abs(np.subtract(d, 6.0, out=t), out=t), out=t)  # circle, the least
-        np.minimum(np.subtract(12.0, d, out=d), t, out=t)  # of d, |d - 6| and 12 - d
-        t -= 1.0
-        np.clip(t, 0.0, 1.0, out=t)
-        t *= cr
-        np.subtract(v, t, out=c)
-    return x
 
 
 @dataclass(frozen=True)

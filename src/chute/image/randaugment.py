@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import ArgumentError
-from .luma import gray, mean_gray
+from .color import gray, mean_gray
 from .scratch import chunks, on_rows, store
 
 __all__ = ["OPS", "RandAugment", "TrivialAugmentWide", "magnitudes"]
