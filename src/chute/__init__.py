@@ -50,6 +50,7 @@ from .image.boxes import transform_boxes, transform_points
 from .image.follow import Follow, Geometry
 from .image.normalize import normalize
 from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
+from .image.randaugment import RandAugment, TrivialAugmentWide
 from .loader.dataloader import dataloader
 from .loader.loader import Loader, LoaderStats
 from .order import Order
@@ -102,6 +103,7 @@ __all__ = [
     "Pack",
     "Ragged",
     "RaggedBatch",
+    "RandAugment",
     "RandomErasing",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
@@ -112,6 +114,7 @@ __all__ = [
     "SourceError",
     "StaleIteratorError",
     "String",
+    "TrivialAugmentWide",
     "UnsafePathError",
     "VersionError",
     "Windows",

@@ -109,6 +109,45 @@ def test_random_erasing_erases_one_rectangle_of_the_asked_area() -> None:
     assert np.array_equal(run([chute.RandomErasing(p=0.0)]), src)
 
 
+def test_ops_applied_to_a_drawn_subset_leave_the_others_untouched() -> None:
+    src = batch().numpy()
+    on = uniforms(3, 0, IDX, 1, 1)[:, 0] < 0.5
+    got = run([chute.Grayscale(p=0.5)], seed=3)
+    assert 0 < on.sum() < B
+    for i in range(B):
+        assert np.array_equal(got[i], src[i]) != on[i]
+        assert (got[i, 0] == got[i, 2]).all() == on[i]
+    blur = chute.GaussianBlur(3, sigma=(1.5, 2.0), p=0.5)
+    on = uniforms(3, 0, IDX, 1, blur.draws)[:, 1] < 0.5
+    got = run([blur], seed=3)
+    assert [not np.array_equal(got[i], src[i]) for i in range(B)] == on.tolist()
+
+
+def test_a_sample_is_augmented_alike_in_any_chunk_and_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ops = [chute.ColorJitter(0.4, 0.4, 0.4, 0.2), chute.Grayscale(0.3), chute.GaussianBlur(5)]
+    ops += [chute.RandomErasing(0.5), chute.ColorJitter(0.2)]
+    whole = run(ops)
+    monkeypatch.setattr(chute.image.scratch, "CHUNK_ELEMENTS", 3 * H * W * 2 + 5)  # 2 a chunk
+    assert np.array_equal(run(ops), whole)
+    for i in range(B):
+        one = batch()[i : i + 1]
+        augment([chute.Resize(1), *ops], one, IDX[i : i + 1], 1, 0)
+        assert np.array_equal(one.numpy()[0], whole[i])
+
+
+def test_mixup_blends_each_image_with_the_previous_one() -> None:
+    img = batch()
+    out = chute.MixUp(B, alpha=0.7).apply({"image": img, "label": torch.arange(B)}, IDX, 3, 1)
+    lam = float(out["label"][0, 0])
+    assert 0 < lam < 1
+    x = img.numpy().astype(np.float64)
+    want = np.round(x * lam + np.roll(x, 1, axis=0) * (1 - lam))
+    assert out["image"].dtype == torch.uint8
+    np.testing.assert_allclose(out["image"].numpy(), want, atol=1)
+
+
 def test_bad_augment_arguments() -> None:
     with pytest.raises(chute.ArgumentError, match="hue"):
         chute.ColorJitter(hue=0.7)

@@ -8,6 +8,7 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
 - :mod:`.decode`: ``decode_batch``, ``decode_planned`` (``scaled_boxes``: where it decodes)
 - :mod:`.augment`: ``ColorJitter``, ``Grayscale``, ``GaussianBlur``, ``RandomErasing`` (in
   ``decode=`` lists), ``MixUp``, ``CutMix`` (``transform=``)
+- :mod:`.randaugment`: ``RandAugment``, ``TrivialAugmentWide`` (in ``decode=`` lists)
 - :mod:`.follow`: ``Follow``, ``Geometry`` (fields tied to an image's crop; masks by nearest)
 - :mod:`.boxes`: ``transform_boxes``, ``transform_points`` (into a decoded image's frame)
 - :mod:`.normalize`: ``normalize`` (device side, after ``chute.to_device``)
@@ -52,6 +53,7 @@ from .ops import (
     plan,
     uniforms,
 )
+from .randaugment import RandAugment, TrivialAugmentWide
 
 __all__ = [
     "GEOMETRY_COLUMNS",
@@ -68,11 +70,13 @@ __all__ = [
     "Grayscale",
     "MixUp",
     "Plan",
+    "RandAugment",
     "RandomErasing",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
     "Resize",
     "ScaledBoxes",
+    "TrivialAugmentWide",
     "as_buffers",
     "dct_scales",
     "decode_batch",

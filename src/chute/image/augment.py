@@ -4,38 +4,47 @@ loader's worker threads, each one's randomness a pure function of (seed, epoch, 
 Two kinds:
 
 - **Per-sample ops** (:class:`ColorJitter`, :class:`Grayscale`, :class:`GaussianBlur`,
-  :class:`RandomErasing`) go in an image field's ``decode=`` list after its crop:
+  :class:`RandomErasing`, and RandAugment / TrivialAugmentWide of
+  :mod:`chute.image.randaugment`) go in an image field's ``decode=`` list after its crop:
   ``decode={"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip(),
   chute.ColorJitter(0.4, 0.4, 0.4), chute.RandomErasing()]}``. Op ``k`` of the list draws
   from stream ``k`` (:func:`chute.image.uniforms`), so a sample's augmentation depends on
-  its index only, never on its batch. The uint8 batch is converted to float32 once, every
-  op applied in list order, and rounded back once.
+  its index only, never on its batch. Ops run in list order: :class:`Grayscale` and
+  :class:`RandomErasing` on the uint8 batch itself, only on the samples they draw; each run
+  of float ops (:class:`ColorJitter`, :class:`GaussianBlur`) on float32 chunks of about 4 MB
+  in one reused scratch buffer (:mod:`chute.image.scratch`), rounded back once per run: no
+  whole-batch float copy, every pass in cache.
 - **Batch transforms** (:class:`MixUp`, :class:`CutMix`, or any :class:`BatchTransform`)
   mix samples and labels: ``Loader(..., transform=chute.MixUp(num_classes=10))``. The loader
   calls them with each batch's sample indices, its seed and epoch; partners are the batch
   rolled by one (as torchvision), the mixing weight drawn from (seed, epoch, the batch's
   first index), so a resumed run mixes exactly as the first one did.
 
-Written with torch's own batched ops (no kernels by hand, no extra dependency: torchvision
-and Kornia cannot share the pinned torch here).
+Written with torch's and numpy's batched ops (no kernels by hand, no extra dependency:
+torchvision and Kornia cannot share the pinned torch here).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..errors import ArgumentError, SchemaError
+from .color import gray, mean_gray, shift_hue
 from .draws import uniforms
+from .randaugment import RandAugment, TrivialAugmentWide
+from .scratch import chunks, on_rows, store
 
 __all__ = [
     "AUGMENTS",
+    "Augment",
     "BatchTransform",
     "ColorJitter",
     "CutMix",
@@ -47,16 +56,10 @@ __all__ = [
     "indexed_transform",
 ]
 
-_GRAY = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
-
 
 def _col(v: np.ndarray) -> torch.Tensor:
     """Per-sample numbers as a (B, 1, 1, 1) float32 tensor."""
     return torch.from_numpy(np.asarray(v, np.float32)).reshape(-1, 1, 1, 1)
-
-
-def _gray(x: torch.Tensor) -> torch.Tensor:
-    return (x[:, 0:1] * _GRAY[0] + x[:, 1:2] * _GRAY[1] + x[:, 2:3] * _GRAY[2]).clamp(0, 255)
 
 
 def _range(
@@ -81,6 +84,7 @@ class ColorJitter:
     saturation: float = 0.0
     hue: float = 0.0
     draws = 4
+    uint8 = False  # works on float32 chunks (chute.image.scratch)
 
     def __post_init__(self) -> None:
         _range("brightness", self.brightness, 1.0)
@@ -88,55 +92,27 @@ class ColorJitter:
         _range("saturation", self.saturation, 1.0)
         _range("hue", self.hue, 0.0, 0.5)
 
+    def _factor(self, j: int, u: np.ndarray) -> torch.Tensor:
+        """Column ``j`` of ``u`` as brightness (0), contrast (1) or saturation (2) factors."""
+        name = ("brightness", "contrast", "saturation")[j]
+        lo, hi = _range(name, getattr(self, name), 1.0)
+        return _col(lo + (hi - lo) * u[:, j])
+
     def apply(self, x: torch.Tensor, u: np.ndarray) -> torch.Tensor:
-        for j, (name, v) in enumerate(
-            (
-                ("brightness", self.brightness),
-                ("contrast", self.contrast),
-                ("saturation", self.saturation),
-            )
-        ):
-            if v == 0:
-                continue
-            lo, hi = _range(name, v, 1.0)
-            f = _col(lo + (hi - lo) * u[:, j])
-            if name == "brightness":
-                x = (x * f).clamp(0, 255)
-            elif name == "contrast":
-                mean = _gray(x).mean(dim=(1, 2, 3), keepdim=True)
-                x = (x * f + mean * (1 - f)).clamp(0, 255)
-            else:
-                x = (x * f + _gray(x) * (1 - f)).clamp(0, 255)
+        """Jitter float ``x`` (B, 3, H, W) in [0, 255] in place; returns it."""
+        if self.brightness:
+            x.mul_(self._factor(0, u)).clamp_(0, 255)
+        if self.contrast:
+            f = self._factor(1, u)
+            m = mean_gray(x) * (1 - f)
+            x.mul_(f).add_(m).clamp_(0, 255)
+        if self.saturation:
+            f = self._factor(2, u)
+            g = gray(x).mul_(1 - f)
+            x.mul_(f).add_(g).clamp_(0, 255)
         if self.hue:
-            x = _shift_hue(x, _col(self.hue * (2 * u[:, 3] - 1)))
+            shift_hue(x, (self.hue * (2 * u[:, 3] - 1)).reshape(-1, 1, 1, 1))
         return x
-
-
-def _shift_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """Rotate the hue of float RGB in [0, 255] by ``shift`` turns (torchvision's HSV maths)."""
-    r, g, b = x[:, 0:1] / 255, x[:, 1:2] / 255, x[:, 2:3] / 255
-    maxc, minc = torch.maximum(torch.maximum(r, g), b), torch.minimum(torch.minimum(r, g), b)
-    v, cr = maxc, maxc - minc
-    s = cr / torch.where(maxc == 0, torch.ones_like(maxc), maxc)
-    crd = torch.where(cr == 0, torch.ones_like(cr), cr)
-    rc, gc, bc = (maxc - r) / crd, (maxc - g) / crd, (maxc - b) / crd
-    h = torch.where(maxc == r, bc - gc, torch.where(maxc == g, 2.0 + rc - bc, 4.0 + gc - rc))
-    h = torch.fmod(h / 6.0 + 1.0 + shift, 1.0)
-    i = torch.floor(h * 6.0)
-    f = h * 6.0 - i
-    i = i.to(torch.int64) % 6
-    p, q, t = v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))
-    sel = [i == k for k in range(6)]
-
-    def pick(*c: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros_like(v)
-        for m, ck in zip(sel, c, strict=True):
-            out = torch.where(m, ck, out)
-        return out
-
-    return (
-        torch.cat([pick(v, q, p, p, t, v), pick(t, v, v, q, p, p), pick(p, p, t, v, v, q)], 1) * 255
-    )
 
 
 @dataclass(frozen=True)
@@ -146,14 +122,29 @@ class Grayscale:
 
     p: float = 0.1
     draws = 1
+    uint8 = True  # works on the uint8 batch, only on the samples it turns gray
 
     def __post_init__(self) -> None:
         if not 0 <= self.p <= 1:
             raise ArgumentError(f"Grayscale: p must be in [0, 1], got {self.p}")
 
-    def apply(self, x: torch.Tensor, u: np.ndarray) -> torch.Tensor:
-        on = torch.from_numpy(u[:, 0] < self.p).reshape(-1, 1, 1, 1)
-        return torch.where(on, _gray(x).expand_as(x), x)
+    def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+        """Turn the drawn samples of the uint8 batch ``out`` gray in place; returns it."""
+        on = np.flatnonzero(u[:, 0] < self.p)
+        if len(on) == len(out):
+            _to_gray(out)
+        elif len(on):
+            on_rows(out, on, _to_gray)
+        return out
+
+
+def _to_gray(out: torch.Tensor) -> torch.Tensor:
+    """The luma of uint8 RGB ``out`` in its three channels, in place; returns it."""
+    for a, b, x in chunks(out):
+        g = gray(x)
+        store(g, out[a:b, 0:1])
+        out[a:b, 1:].copy_(out[a:b, 0:1])
+    return out
 
 
 @dataclass(frozen=True)
@@ -165,6 +156,7 @@ class GaussianBlur:
     sigma: tuple[float, float] = (0.1, 2.0)
     p: float = 1.0
     draws = 2
+    uint8 = False  # works on float32 chunks (chute.image.scratch)
 
     def __post_init__(self) -> None:
         k = self.kernel_size
@@ -174,34 +166,46 @@ class GaussianBlur:
             raise ArgumentError(f"GaussianBlur: sigma must be 0 < lo <= hi, got {self.sigma}")
 
     def apply(self, x: torch.Tensor, u: np.ndarray) -> torch.Tensor:
-        b, c, h, w = x.shape
-        k = self.kernel_size
-        sig = self.sigma[0] + (self.sigma[1] - self.sigma[0]) * u[:, 0]
-        r = np.arange(k) - (k - 1) / 2
-        ker = np.exp(-0.5 * (r[None, :] / sig[:, None]) ** 2)
-        ker = np.where((u[:, 1] < self.p)[:, None], ker / ker.sum(1, keepdims=True), r == 0)
-        wt = torch.from_numpy(np.repeat(ker.astype(np.float32), c, axis=0))  # (B*C, k)
-        pad = min(k // 2, h - 1, w - 1)
-        y = x.reshape(1, b * c, h, w)
-        if pad < k // 2:  # reflect padding needs the image larger than the kernel's half
+        """Blur the drawn samples of float ``x`` (B, 3, H, W); returns the result."""
+        h, w = x.shape[-2:]
+        k, r = self.kernel_size, self.kernel_size // 2
+        on = np.flatnonzero(u[:, 1] < self.p)
+        if r == 0 or len(on) == 0 or r > min(h, w) - 1:  # reflect padding needs r < the size
             return x
-        y = F.pad(y, (pad, pad, pad, pad), mode="reflect")
-        y = F.conv2d(y, wt.reshape(b * c, 1, 1, k), groups=b * c)
-        y = F.conv2d(y, wt.reshape(b * c, 1, k, 1), groups=b * c)
-        return y.reshape(b, c, h, w)
+        sig = self.sigma[0] + (self.sigma[1] - self.sigma[0]) * u[on, 0]
+        ker = np.exp(-0.5 * ((np.arange(k) - r)[None, :] / sig[:, None]) ** 2)
+        wt = torch.from_numpy((ker / ker.sum(1, keepdims=True)).astype(np.float32))
+        wt = wt.reshape(-1, 1, 1, 1, k)
+        sel = x if len(on) == len(x) else x[torch.from_numpy(on)]
+        pad = F.pad(sel, (r, r, r, r), mode="reflect")
+        # separable, as k shifted multiply-adds per direction: far cheaper on CPU than a
+        # grouped conv2d with one kernel per sample and channel
+        rows = pad[..., r:-r] * wt[..., r]
+        for j in range(k):
+            if j != r:
+                rows.addcmul_(pad[..., j : j + w], wt[..., j])
+        blur = rows[..., r:-r, :] * wt[..., r]
+        for j in range(k):
+            if j != r:
+                blur.addcmul_(rows[..., j : j + h, :], wt[..., j])
+        if len(on) == len(x):
+            return blur
+        x[torch.from_numpy(on)] = blur
+        return x
 
 
 @dataclass(frozen=True)
 class RandomErasing:
     """torchvision's ``RandomErasing``: with probability ``p``, a rectangle of ``scale`` of
     the area and aspect ratio log-uniform in ``ratio`` (10 tries, else nothing) is set to
-    ``value``."""
+    ``value`` (rounded to a uint8 level)."""
 
     p: float = 0.5
     scale: tuple[float, float] = (0.02, 0.33)
     ratio: tuple[float, float] = (0.3, 3.3)
     value: float = 0.0
     draws = 41  # apply?, then 10 tries x (area, log-ratio, top, left)
+    uint8 = True  # works on the uint8 batch
 
     def __post_init__(self) -> None:
         if not 0 <= self.p <= 1:
@@ -209,8 +213,9 @@ class RandomErasing:
         if not (0 < self.scale[0] <= self.scale[1] <= 1 and 0 < self.ratio[0] <= self.ratio[1]):
             raise ArgumentError(f"RandomErasing: bad scale {self.scale} or ratio {self.ratio}")
 
-    def apply(self, x: torch.Tensor, u: np.ndarray) -> torch.Tensor:
-        b, _, h, w = x.shape
+    def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+        """Erase the drawn rectangles of the uint8 batch ``out`` in place; returns it."""
+        b, _, h, w = out.shape
         t = u[:, 1:].reshape(b, 10, 4)
         area = h * w * (self.scale[0] + (self.scale[1] - self.scale[0]) * t[..., 0])
         lr0, lr1 = math.log(self.ratio[0]), math.log(self.ratio[1])
@@ -222,26 +227,56 @@ class RandomErasing:
         eh, ew, tt = eh[rows, first].astype(int), ew[rows, first].astype(int), t[rows, first]
         top = np.floor(tt[:, 2] * (h - eh + 1)).astype(int)
         left = np.floor(tt[:, 3] * (w - ew + 1)).astype(int)
+        value = int(np.floor(min(max(self.value, 0.0), 255.0) + 0.5))
         for i in np.flatnonzero((u[:, 0] < self.p) & ok.any(axis=1)).tolist():
-            x[i, :, top[i] : top[i] + eh[i], left[i] : left[i] + ew[i]] = self.value
-        return x
+            out[i, :, top[i] : top[i] + eh[i], left[i] : left[i] + ew[i]] = value
+        return out
 
 
-AUGMENTS = (ColorJitter, Grayscale, GaussianBlur, RandomErasing)
+class Augment(Protocol):
+    """A per-sample op of a ``decode=`` list: ``draws`` uniforms per sample, and ``apply(x,
+    u)`` that works on ``x`` in place and returns the result: ``x`` is the uint8 batch when
+    ``uint8`` is true, else float32 chunks of it in [0, 255] (:mod:`chute.image.scratch`)."""
+
+    draws: int
+    uint8: bool
+
+    def apply(self, x: torch.Tensor, u: np.ndarray) -> torch.Tensor: ...
+
+
+AUGMENTS: tuple[type, ...] = (
+    ColorJitter,
+    Grayscale,
+    GaussianBlur,
+    RandomErasing,
+    RandAugment,
+    TrivialAugmentWide,
+)
 """The per-sample ops a ``decode=`` list may hold after its crop."""
 
 
 def augment(ops: Any, out: torch.Tensor, indices: Any, seed: int, epoch: int) -> None:
     """Apply the :data:`AUGMENTS` among ``ops`` (op ``k`` drawing from stream ``k``) to the
-    uint8 ``(B, 3, H, W)`` batch ``out`` in place: in float32, rounded back once."""
-    todo = [(k, op) for k, op in enumerate(ops) if isinstance(op, AUGMENTS)]
-    if not todo or len(out) == 0:
+    uint8 ``(B, 3, H, W)`` batch ``out`` in place, in list order: each run of float ops on
+    float32 chunks of the batch, rounded back once per run; uint8 ops on the batch itself."""
+    if len(out) == 0:
         return
     idx = np.asarray(indices, np.int64).reshape(-1)
-    x = out.float()
-    for k, op in todo:
-        x = op.apply(x, uniforms(seed, epoch, idx, k, op.draws))
-    out.copy_(x.round_().clamp_(0, 255))
+    todo: list[tuple[Augment, np.ndarray]] = []
+    for k, op in enumerate(ops):
+        if isinstance(op, AUGMENTS):
+            aug = cast(Augment, op)
+            todo.append((aug, uniforms(seed, epoch, idx, k, aug.draws)))
+    for on_uint8, group in itertools.groupby(todo, key=lambda t: bool(t[0].uint8)):
+        run = list(group)
+        if on_uint8:
+            for op, u in run:
+                op.apply(out, u)
+            continue
+        for a, b, x in chunks(out):
+            for op, u in run:
+                x = op.apply(x, u[a:b])
+            store(x, out[a:b])
 
 
 class BatchTransform:
@@ -302,12 +337,28 @@ class MixUp(_Mixing):
     def apply(self, batch: dict[str, Any], indices: np.ndarray, seed: int, epoch: int) -> Any:
         img, onehot, rng = self._parts(batch, indices, seed, epoch)
         lam = float(rng.beta(self.alpha, self.alpha))
-        mixed = img.float() * lam + img.roll(1, 0).float() * (1 - lam)
         return {
             **batch,
-            self.image: mixed.round_().to(img.dtype),
+            self.image: _blend(img, lam),
             self.label: onehot * lam + onehot.roll(1, 0) * (1 - lam),
         }
+
+
+def _blend(img: torch.Tensor, lam: float) -> torch.Tensor:
+    """``img * lam + img.roll(1, 0) * (1 - lam)``, rounded: a uint8 batch a float32 chunk at a
+    time (no whole-batch float copy), another dtype in one go."""
+    if img.dtype != torch.uint8:
+        return (img.float() * lam + img.roll(1, 0).float() * (1 - lam)).round_().to(img.dtype)
+    mixed = torch.empty_like(img)
+    for a, b, x in chunks(img):
+        x.mul_(lam)
+        if a == 0:  # the first sample's partner is the last one
+            x[0].add_(img[-1], alpha=1 - lam)
+            x[1:].add_(img[: b - 1], alpha=1 - lam)
+        else:
+            x.add_(img[a - 1 : b - 1], alpha=1 - lam)
+        store(x, mixed[a:b])
+    return mixed
 
 
 class CutMix(_Mixing):

@@ -1,0 +1,123 @@
+"""What each batch augmentation costs next to the decode it follows: one batch of real photo
+JPEGs (``_photos.py``) decoded with ``RandomResizedCrop(size)`` + flip by
+``chute.image.decode_batch``, then each augmentation timed on a copy of that decoded uint8
+batch, both on one thread (``torch.set_num_threads(1)``, as in the loader's worker threads).
+
+Per-sample ops (``decode=`` lists) run through ``chute.image.augment.augment`` with every
+sample augmented (``p=1``, the worst case); MixUp / CutMix through their ``apply``. Each row is
+the best of ``--rounds`` (the machine is shared; the load average is printed) and its cost is
+``augment ms / decode ms`` of the same batch.
+
+    python benchmarks/augment_cost.py [--images 256] [--size 160] [--rounds 5]
+        [--json benchmarks/results/augment_cost.json]
+
+Needs ``pip install 'chute[image]' scikit-image``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from _common import RESULTS, table, write_json
+from _photos import photo_jpegs
+
+import chute
+from chute.image import decode_batch, jpeg_size
+from chute.image.augment import augment
+
+COLUMNS = [
+    ("name", "augmentation", "s"),
+    ("ms", "ms/batch", ".1f"),
+    ("cost_pct", "% of decode", ".0f"),
+]
+
+
+def augmentations() -> dict[str, Any]:
+    """Each augmentation as a user writes it (every per-sample op applied to every sample)."""
+    ops: dict[str, Any] = {
+        "ColorJitter(0.4, 0.4, 0.4)": chute.ColorJitter(0.4, 0.4, 0.4),
+        "ColorJitter(hue=0.1)": chute.ColorJitter(hue=0.1),
+        "ColorJitter(0.4, 0.4, 0.4, 0.1)": chute.ColorJitter(0.4, 0.4, 0.4, 0.1),
+        "Grayscale(p=1)": chute.Grayscale(p=1.0),
+        "GaussianBlur(9)": chute.GaussianBlur(9),
+        "RandomErasing(p=1)": chute.RandomErasing(p=1.0),
+        "RandAugment(2, 9)": chute.RandAugment(2, 9),
+        "TrivialAugmentWide()": chute.TrivialAugmentWide(),
+        "MixUp(10)": chute.MixUp(10),
+        "CutMix(10)": chute.CutMix(10),
+    }
+    return ops
+
+
+def timed(fn: Callable[[], Any], rounds: int) -> float:
+    """Best wall time of ``rounds`` calls, in seconds."""
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--images", type=int, default=256)
+    p.add_argument("--size", type=int, default=160)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--json", default=str(RESULTS / "augment_cost.json"))
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    load = [os.getloadavg()[0]]
+    jpegs = photo_jpegs(args.images)
+    hw = np.array([jpeg_size(j) for j in jpegs], np.int64)
+    idx = np.arange(args.images)
+    crop = [chute.RandomResizedCrop(args.size), chute.RandomHorizontalFlip()]
+    out = np.empty((args.images, 3, args.size, args.size), np.uint8)
+
+    def decode() -> None:
+        decode_batch(jpegs, hw[:, 0], hw[:, 1], crop, idx, 0, 0, out)
+
+    decode_s = timed(decode, args.rounds)
+    decoded = torch.from_numpy(out.copy())
+    labels = torch.from_numpy(idx % 10)
+    rows = [{"name": "decode + RandomResizedCrop + flip", "ms": 1e3 * decode_s, "cost_pct": 100.0}]
+    for name, op in augmentations().items():
+        work = decoded.clone()
+
+        def run(op: Any = op, work: torch.Tensor = work) -> None:
+            work.copy_(decoded)  # a fresh batch each round (the copy is timed too: ~1%)
+            if isinstance(op, chute.BatchTransform):
+                op.apply({"image": work, "label": labels}, idx, 0, 0)
+            else:
+                augment([op], work, idx, 0, 0)
+
+        s = timed(run, args.rounds)
+        rows.append({"name": name, "ms": 1e3 * s, "cost_pct": 100 * s / decode_s})
+        load.append(os.getloadavg()[0])
+    print(table(rows, COLUMNS))
+    print(
+        f"{args.images} photo JPEGs to {args.size}x{args.size}, one thread, best of "
+        f"{args.rounds}; load average {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs"
+    )
+    path = write_json(
+        args.json,
+        {
+            "images": args.images,
+            "size": args.size,
+            "rounds": args.rounds,
+            "load_average": load,
+            "decode_ms": 1e3 * decode_s,
+            "rows": rows,
+        },
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

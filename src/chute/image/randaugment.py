@@ -1,0 +1,358 @@
+"""RandAugment and TrivialAugmentWide on decoded uint8 batches: torchvision's 14 ops and
+magnitude tables, each sample's ops, magnitudes and signs drawn from (seed, epoch, sample
+index) like every op of :mod:`chute.image.augment`.
+
+They go in an image field's ``decode=`` list after its crop::
+
+    decode={"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip(),
+                      chute.RandAugment(num_ops=2, magnitude=9)]}
+
+Each round, the samples that drew the same op are copied out (numpy row copies), transformed
+together and copied back: shears and rotations as a nearest-neighbour gather with PIL's
+pixel-centre convention, translations as slice copies, the enhancements (brightness, colour,
+contrast, sharpness) on 4 MB float32 chunks as PIL's ``ImageEnhance`` and torchvision do,
+posterize as a bit mask, solarize, autocontrast and equalize as per-channel lookup tables
+(PIL's ``ImageOps`` rules). Interpolation is nearest and the fill 0, torchvision's defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import ArgumentError
+from .color import gray, mean_gray
+from .scratch import chunks, on_rows, store
+
+__all__ = ["OPS", "RandAugment", "TrivialAugmentWide", "magnitudes"]
+
+OPS = (
+    "Identity",
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "Rotate",
+    "Brightness",
+    "Color",
+    "Contrast",
+    "Sharpness",
+    "Posterize",
+    "Solarize",
+    "AutoContrast",
+    "Equalize",
+)
+"""torchvision's op set, in its order: a drawn op number indexes this tuple."""
+
+_SIGNED = np.array([name in OPS[1:10] for name in OPS])  # shears to sharpness take a sign
+
+
+def magnitudes(wide: bool, bins: int, height: int, width: int) -> np.ndarray:
+    """``(len(OPS), bins)`` float64: torchvision's magnitude table of each op (RandAugment's,
+    or TrivialAugmentWide's when ``wide``), zeros for the ops without one."""
+    shear, rotate, enhance, bits = (0.99, 135.0, 0.99, 6) if wide else (0.3, 30.0, 0.9, 4)
+    tx, ty = (32.0, 32.0) if wide else (150.0 / 331.0 * width, 150.0 / 331.0 * height)
+    table = {
+        "ShearX": np.linspace(0.0, shear, bins),
+        "ShearY": np.linspace(0.0, shear, bins),
+        "TranslateX": np.linspace(0.0, tx, bins),
+        "TranslateY": np.linspace(0.0, ty, bins),
+        "Rotate": np.linspace(0.0, rotate, bins),
+        "Brightness": np.linspace(0.0, enhance, bins),
+        "Color": np.linspace(0.0, enhance, bins),
+        "Contrast": np.linspace(0.0, enhance, bins),
+        "Sharpness": np.linspace(0.0, enhance, bins),
+        "Posterize": 8 - np.round(np.arange(bins) / ((bins - 1) / bits)),  # bits kept
+        "Solarize": np.linspace(255.0, 0.0, bins),  # the threshold
+    }
+    return np.stack([table.get(name, np.zeros(bins)) for name in OPS])
+
+
+def _check_bins(name: str, bins: int) -> None:
+    if type(bins) is not int or bins < 2:
+        raise ArgumentError(f"{name}: num_magnitude_bins must be an int >= 2, got {bins!r}")
+
+
+@dataclass(frozen=True)
+class RandAugment:
+    """torchvision's ``RandAugment``: ``num_ops`` rounds, each applying one of :data:`OPS`
+    (uniform) at bin ``magnitude`` of ``num_magnitude_bins``, negated with probability 1/2
+    for the signed ops; drawn per sample."""
+
+    num_ops: int = 2
+    magnitude: int = 9
+    num_magnitude_bins: int = 31
+    uint8 = True  # works on the uint8 batch
+
+    def __post_init__(self) -> None:
+        if type(self.num_ops) is not int or self.num_ops < 0:
+            raise ArgumentError(f"RandAugment: num_ops must be an int >= 0, got {self.num_ops!r}")
+        _check_bins("RandAugment", self.num_magnitude_bins)
+        if type(self.magnitude) is not int or not 0 <= self.magnitude < self.num_magnitude_bins:
+            raise ArgumentError(
+                f"RandAugment: magnitude must be an int in [0, {self.num_magnitude_bins}), "
+                f"got {self.magnitude!r}"
+            )
+
+    @property
+    def draws(self) -> int:
+        return 2 * self.num_ops  # per round: the op, the sign
+
+    def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+        """Augment the uint8 batch ``out`` (B, 3, H, W) in place; returns it."""
+        table = magnitudes(False, self.num_magnitude_bins, *out.shape[-2:])[:, self.magnitude]
+        for r in range(self.num_ops):
+            op = _pick(u[:, 2 * r], len(OPS))
+            apply_ops(out, op, table[op] * _sign(op, u[:, 2 * r + 1]))
+        return out
+
+
+@dataclass(frozen=True)
+class TrivialAugmentWide:
+    """torchvision's ``TrivialAugmentWide``: one of :data:`OPS` (uniform) at a magnitude bin
+    uniform in ``num_magnitude_bins`` of its wide table, negated with probability 1/2 for
+    the signed ops; drawn per sample."""
+
+    num_magnitude_bins: int = 31
+    draws = 3  # the op, the bin, the sign
+    uint8 = True  # works on the uint8 batch
+
+    def __post_init__(self) -> None:
+        _check_bins("TrivialAugmentWide", self.num_magnitude_bins)
+
+    def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+        """Augment the uint8 batch ``out`` (B, 3, H, W) in place; returns it."""
+        bins = self.num_magnitude_bins
+        op, b = _pick(u[:, 0], len(OPS)), _pick(u[:, 1], bins)
+        apply_ops(out, op, magnitudes(True, bins, *out.shape[-2:])[op, b] * _sign(op, u[:, 2]))
+        return out
+
+
+def _pick(u: np.ndarray, n: int) -> np.ndarray:
+    return np.minimum((u * n).astype(np.int64), n - 1)
+
+
+def _sign(op: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return np.where(_SIGNED[op] & (u < 0.5), -1.0, 1.0)
+
+
+def apply_ops(out: torch.Tensor, op: np.ndarray, mag: np.ndarray) -> None:
+    """Apply op ``OPS[op[i]]`` at magnitude ``mag[i]`` to sample ``i`` of the uint8 batch
+    ``out`` in place, each op once for all the samples that drew it."""
+    for k, name in enumerate(OPS[1:], 1):
+        sel = np.flatnonzero(op == k)
+        if len(sel):
+            on_rows(out, sel, _APPLY[name], mag[sel])
+
+
+# ------------------------------------------------------------------ geometric ops
+
+_BLOCK = 8  # samples warped at a time
+
+
+def _gather(x: torch.Tensor, index: Callable[[int, int], np.ndarray]) -> torch.Tensor:
+    """Nearest-neighbour warp of uint8 ``x`` (n, C, H, W) in place: output pixel ``k`` of
+    sample ``i`` takes input pixel ``index(a, b)[i - a, k]`` of its plane (int64, ``H * W``
+    for a zero), asked for a few samples ``a:b`` at a time so each block stays in cache."""
+    n, c, h, w = x.shape
+    planes = torch.zeros((min(n, _BLOCK), c, h * w + 1), dtype=torch.uint8)
+    for a in range(0, n, _BLOCK):
+        b = min(a + _BLOCK, n)
+        p = planes[: b - a]
+        p[..., :-1] = x[a:b].reshape(b - a, c, h * w)
+        src = torch.from_numpy(index(a, b).reshape(b - a, 1, h * w)).expand(b - a, c, h * w)
+        torch.gather(p, 2, src, out=x[a:b].view(b - a, c, h * w))
+    return x
+
+
+def _affine(x: torch.Tensor, m: np.ndarray) -> torch.Tensor:
+    """Warp by inverse affine maps ``m`` (n, 2, 3) from output to input pixel coordinates,
+    sampled at pixel centres as PIL's ``Image.transform(AFFINE, NEAREST)``; outside: 0."""
+    h, w = x.shape[-2:]
+    xs, ys = np.arange(w) + 0.5, np.arange(h)[:, None] + 0.5
+    m = m.reshape(-1, 6, 1, 1)
+
+    def index(a: int, b: int) -> np.ndarray:
+        k = m[a:b]  # each coordinate from a row part and a column part: one broadcast add
+        sx = np.floor(k[:, 0] * xs + (k[:, 1] * ys + k[:, 2]))
+        sy = np.floor(k[:, 3] * xs + (k[:, 4] * ys + k[:, 5]))
+        src = (sy * w + sx).astype(np.int64)
+        src[(sx < 0) | (sx >= w) | (sy < 0) | (sy >= h)] = h * w
+        return src
+
+    return _gather(x, index)
+
+
+def _shear(x: torch.Tensor, mag: np.ndarray, dim: int) -> torch.Tensor:
+    """Shear about the top-left corner, as torchvision (``center=[0, 0]``): along ``dim`` (3:
+    each row shifted, ShearX; 2: each column, ShearY) output pixel ``i`` of line ``j`` reads
+    input ``i + floor(0.5 + mag * (j + 0.5))``, PIL's pixel-centre nearest sample; outside:
+    0. A whole-pixel shift per line: the index in integers."""
+    h, w = x.shape[-2:]
+    size, lines = (w, h) if dim == 3 else (h, w)
+    shift = np.floor(0.5 + mag[:, None] * (np.arange(lines) + 0.5)).astype(np.int64)
+    ys, xs = np.arange(h)[:, None], np.arange(w)
+
+    def index(a: int, b: int) -> np.ndarray:
+        s = shift[a:b, :, None] if dim == 3 else shift[a:b, None, :]  # per row / per column
+        moved = (xs if dim == 3 else ys) + s  # (b - a, h, w)
+        src = moved * w + xs if dim == 2 else ys * w + moved
+        src[(moved < 0) | (moved >= size)] = h * w
+        return src
+
+    return _gather(x, index)
+
+
+def _shear_x(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    return _shear(x, mag, 3)
+
+
+def _shear_y(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    return _shear(x, mag, 2)
+
+
+def _translate(x: torch.Tensor, shift: np.ndarray, dim: int) -> torch.Tensor:
+    """Shift along ``dim`` (3: right, 2: down) by whole pixels, zeros shifted in: one slice
+    copy per distinct shift (RandAugment has two, +-m; TrivialAugmentWide at most 62)."""
+    src, out = x.numpy(), np.zeros(tuple(x.shape), np.uint8)
+    size = x.shape[dim]
+    for d in np.unique(shift).astype(int).tolist():
+        keep = size - abs(d)
+        if keep <= 0:
+            continue
+        to: list[Any] = [np.flatnonzero(shift == d), slice(None), slice(None), slice(None)]
+        of = list(to)
+        to[dim], of[dim] = slice(max(d, 0), max(d, 0) + keep), slice(max(-d, 0), max(-d, 0) + keep)
+        out[tuple(to)] = src[tuple(of)]
+    return torch.from_numpy(out)
+
+
+def _translate_x(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    return _translate(x, np.trunc(mag), 3)  # torchvision: translate=[int(magnitude), 0]
+
+
+def _translate_y(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    return _translate(x, np.trunc(mag), 2)
+
+
+def _rotate(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    """Counter-clockwise by ``mag`` degrees about the image centre, as PIL's ``rotate``."""
+    h, w = x.shape[-2:]
+    cx, cy = w / 2.0, h / 2.0
+    a = -np.radians(mag)
+    cos, sin = np.round(np.cos(a), 15), np.round(np.sin(a), 15)
+    m = np.empty((len(mag), 2, 3))
+    m[:, 0, 0], m[:, 0, 1], m[:, 1, 0], m[:, 1, 1] = cos, sin, -sin, cos
+    m[:, 0, 2] = cos * -cx + sin * -cy + cx
+    m[:, 1, 2] = -sin * -cx + cos * -cy + cy
+    return _affine(x, m)
+
+
+# ------------------------------------------------------------------ colour ops
+
+
+def _blended(
+    x: torch.Tensor, other: Callable[[torch.Tensor], torch.Tensor], mag: np.ndarray
+) -> torch.Tensor:
+    """``x * f + other(x) * (1 - f)`` with ``f = 1 + mag``, clamped and rounded: torchvision's
+    ``_blend`` (PIL's ``ImageEnhance``); in place, on float32 chunks."""
+    f = torch.from_numpy((1.0 + mag).astype(np.float32)).reshape(-1, 1, 1, 1)
+    for a, b, y in chunks(x):
+        deg = other(y).mul_(1 - f[a:b])
+        y.mul_(f[a:b]).add_(deg)
+        store(y, x[a:b])
+    return x
+
+
+def _brightness(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    return _blended(x, lambda y: torch.zeros((len(y), 1, 1, 1)), mag)
+
+
+def _color(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    return _blended(x, gray, mag)
+
+
+def _contrast(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    return _blended(x, mean_gray, mag)
+
+
+def _sharpness(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    """Blend with PIL's ``ImageFilter.SMOOTH`` (3 x 3, centre 5, others 1, over 13; rounded)
+    as ``ImageEnhance.Sharpness``: only the interior, the border pixels are kept."""
+    if min(x.shape[-2:]) < 3:
+        return x
+    f = torch.from_numpy((1.0 + mag).astype(np.float32)).reshape(-1, 1, 1, 1)
+    for a, b, y in chunks(x):
+        rows = y[..., :-2, :] + y[..., 1:-1, :]
+        rows += y[..., 2:, :]
+        deg = rows[..., :-2] + rows[..., 1:-1]
+        deg += rows[..., 2:]
+        inner = y[..., 1:-1, 1:-1]
+        deg.add_(inner, alpha=4.0).div_(13.0).round_().mul_(1 - f[a:b])
+        inner.mul_(f[a:b]).add_(deg)
+        store(y, x[a:b])
+    return x
+
+
+def _posterize(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    keep = (256 - 2 ** (8 - mag.astype(np.int64))).astype(np.uint8)  # the top `bits` bits
+    return x.bitwise_and_(torch.from_numpy(keep).reshape(-1, 1, 1, 1))
+
+
+def _solarize(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    """Invert the pixels >= the threshold, as PIL's ``ImageOps.solarize`` (a lookup table)."""
+    v = np.arange(256)
+    luts = np.where(v >= np.asarray(mag)[:, None], 255 - v, v).astype(np.uint8)
+    return _lookup(x, np.repeat(luts[:, None], x.shape[1], axis=1))
+
+
+def _lookup(x: torch.Tensor, luts: np.ndarray) -> torch.Tensor:
+    """``luts[i, c][x[i, c]]`` for uint8 ``x`` (n, C, H, W) and uint8 ``luts`` (n, C, 256), in
+    place: one numpy take per channel plane (no int64 copy of the pixels)."""
+    planes = x.numpy().reshape(-1, x.shape[-2] * x.shape[-1])
+    for plane, lut in zip(planes, luts.reshape(-1, 256), strict=True):
+        np.take(lut, plane, out=plane)
+    return x
+
+
+def _autocontrast(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    """Each channel's range stretched to [0, 255], as PIL's ``ImageOps.autocontrast``."""
+    lo = x.amin(dim=(2, 3)).numpy().astype(np.float64)[..., None]
+    hi = x.amax(dim=(2, 3)).numpy().astype(np.float64)[..., None]
+    scale = 255.0 / np.maximum(hi - lo, 1)
+    v = np.arange(256, dtype=np.float64)
+    luts = np.clip(v * scale - lo * scale, 0, 255).astype(np.uint8)
+    return _lookup(x, np.where(hi > lo, luts, v.astype(np.uint8)))
+
+
+def _equalize(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
+    """Each channel's histogram equalized, as PIL's ``ImageOps.equalize`` (and torchvision)."""
+    planes = x.numpy().reshape(-1, x.shape[-2] * x.shape[-1])
+    hist = np.stack([np.bincount(p, minlength=256) for p in planes])
+    last = 255 - np.argmax(hist[:, ::-1] > 0, axis=1)
+    step = (hist.sum(1) - hist[np.arange(len(hist)), last])[:, None] // 255
+    below = np.cumsum(hist, 1) - hist  # pixels below each level
+    luts = np.minimum((below + step // 2) // np.maximum(step, 1), 255)
+    luts = np.where(step > 0, luts, np.arange(256)).astype(np.uint8)
+    return _lookup(x, luts)
+
+
+_APPLY: dict[str, Callable[[torch.Tensor, np.ndarray], torch.Tensor]] = {
+    "ShearX": _shear_x,
+    "ShearY": _shear_y,
+    "TranslateX": _translate_x,
+    "TranslateY": _translate_y,
+    "Rotate": _rotate,
+    "Brightness": _brightness,
+    "Color": _color,
+    "Contrast": _contrast,
+    "Sharpness": _sharpness,
+    "Posterize": _posterize,
+    "Solarize": _solarize,
+    "AutoContrast": _autocontrast,
+    "Equalize": _equalize,
+}
