@@ -26,37 +26,45 @@ def mean_gray(x: torch.Tensor) -> torch.Tensor:
 
 def shift_hue(x: torch.Tensor, shift: np.ndarray) -> torch.Tensor:
     """Rotate the hue of float RGB ``x`` in [0, 255] by ``shift`` turns (B, 1, 1, 1), in
-    place: torchvision's HSV round trip written as ``channel = max - chroma * clamp(d - 1, 0,
-    1)``, ``d`` the distance (in sixths of a turn, around the circle) from the new hue to the
-    channel's own (R 0, G 2, B 4); value and chroma are kept. In numpy ufuncs on the tensor's
-    memory: numpy's comparisons are several times faster than torch's on CPU."""
+    place, as torchvision's HSV round trip (within one level
+    of the float round trip).
+
+    Value ``v`` and chroma ``c`` are kept; each channel becomes ``v - c * clamp(d - 1, 0, 1)``,
+    ``d`` the distance (in sixths of a turn, around the circle) from the new hue to the
+    channel's own. Written in int16 on eighths of a level: ``x`` rounded to them, then ``c *
+    (hue + 1)`` (no division) and the shift, rounded to one; an int16 pass moves half the
+    bytes of a float32 one."""
     a = x.numpy()
-    r, g, b = a[:, 0:1], a[:, 1:2], a[:, 2:3]
-    v = np.maximum(np.maximum(r, g), b)
-    cr = np.minimum(np.minimum(r, g), b)
-    np.subtract(v, cr, out=cr)
-    inv = np.reciprocal(np.maximum(cr, 1e-6))
-    # hue in sixths, in [-1, 5): blue's formula, then green's and red's blended in where the
-    # channel is the max (red wins ties, then green, as torchvision); blends, not masked
-    # copies: those stall on the unpredictable masks of a photo
-    h = np.subtract(r, g)
-    h *= inv
-    h += 4.0
-    t, is_max = np.empty_like(h), np.empty_like(h)
-    for c, (p, q), base in ((g, (b, r), 2.0), (r, (g, b), 0.0)):
-        np.subtract(p, q, out=t)
-        t *= inv
-        t += base - h
-        np.equal(v, c, out=is_max, casting="unsafe")
-        t *= is_max
-        h += t
-    h += (6.0 * shift).astype(np.float32)  # now in [-4, 8) (|shift| <= 0.5)
-    for c, centre in ((r, 0.0), (g, 2.0), (b, 4.0)):
-        d = np.abs(np.subtract(h, centre, out=inv), out=inv)  # in [0, 12): around the
-        np.minimum(d, np.abs(np.subtract(d, 6.0, out=t), out=t), out=t)  # circle, the least
-        np.minimum(np.subtract(12.0, d, out=d), t, out=t)  # of d, |d - 6| and 12 - d
-        t -= 1.0
-        np.clip(t, 0.0, 1.0, out=t)
-        t *= cr
-        np.subtract(v, t, out=c)
+    a *= 8.0
+    a += 0.5  # a >= 0: the cast below rounds half up, to eighths of a level
+    q = np.empty((3, len(a), 1, *a.shape[2:]), np.int16)
+    for i in range(3):
+        np.copyto(q[i], a[:, i : i + 1], casting="unsafe")
+    r, g, b = q
+    v, c = np.maximum(np.maximum(r, g), b), np.minimum(np.minimum(r, g), b)
+    np.subtract(v, c, out=c)
+    # c * (hue + 1) in [0, 6c): blue's formula, green's where green is the max, red's where red
+    # is (red wins ties, then green, as torchvision)
+    h, t = np.subtract(r, g), np.subtract(b, r)
+    h += 5 * c
+    t += 3 * c
+    np.copyto(h, t, where=v == g)
+    np.subtract(g, b, out=t)
+    t += c
+    np.copyto(h, t, where=v == r)
+    # + c s, s the shift in sixths taken into [0, 6): h in [0, 12c), 12 * 8 * 255 < 2**15
+    cs = np.multiply(c, (6 * shift % 6).astype(np.float32))
+    np.add(h, np.rint(cs, out=cs), out=h, casting="unsafe")
+    h -= (h >= 6 * c) * (6 * c)  # around the circle, into [0, 6c)
+    # d = 3 - e / c, e = ||h - c centre| - 3c|, centres 1, 3, 5 (R, G, B): clamp(d - 1, 0,
+    # 1) = 2 - clamp(e / c, 1, 2), so the channel is v - 2c + clamp(e, c, 2c)
+    base = v - 2 * c + 4  # + 4: rounded half up to whole levels
+    e = np.empty_like(h)
+    for i, centre in enumerate((1, 3, 5)):
+        np.abs(np.subtract(h, centre * c, out=e), out=e)
+        np.abs(np.subtract(e, 3 * c, out=e), out=e)
+        np.minimum(np.maximum(e, c, out=e), 2 * c, out=e)
+        e += base
+        e >>= 3
+        np.copyto(a[:, i : i + 1], e)
     return x
