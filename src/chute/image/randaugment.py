@@ -304,10 +304,14 @@ def _posterize(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
 
 
 def _solarize(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
-    """Invert the pixels >= the threshold, as PIL's ``ImageOps.solarize`` (a lookup table)."""
-    v = np.arange(256)
-    luts = np.where(v >= np.asarray(mag)[:, None], 255 - v, v).astype(np.uint8)
-    return _lookup(x, np.repeat(luts[:, None], x.shape[1], axis=1))
+    """Invert the pixels >= the threshold, as PIL's ``ImageOps.solarize``: ``255 - p`` is
+    ``p ^ 255`` in uint8, so a compare and an xor with the mask as 0 / 255 (no lookup)."""
+    thr = np.minimum(np.ceil(np.asarray(mag)), 255).astype(np.uint8).reshape(-1, 1, 1, 1)
+    p = x.numpy()
+    flip = np.greater_equal(p, thr).view(np.uint8)
+    np.negative(flip, out=flip)  # 1 -> 255
+    np.bitwise_xor(p, flip, out=p)
+    return x
 
 
 def _lookup(x: torch.Tensor, luts: np.ndarray) -> torch.Tensor:
