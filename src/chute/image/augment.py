@@ -84,7 +84,12 @@ class ColorJitter:
     saturation: float = 0.0
     hue: float = 0.0
     draws = 4
-    uint8 = False  # works on float32 chunks (chute.image.scratch)
+
+    @property
+    def uint8(self) -> bool:
+        """A hue jitter alone works on the uint8 batch itself (in int16: no float pass); with
+        brightness, contrast or saturation, on float32 chunks (:mod:`chute.image.scratch`)."""
+        return not (self.brightness or self.contrast or self.saturation)
 
     def __post_init__(self) -> None:
         _range("brightness", self.brightness, 1.0)
@@ -99,7 +104,8 @@ class ColorJitter:
         return _col(lo + (hi - lo) * u[:, j])
 
     def apply(self, x: torch.Tensor, u: np.ndarray) -> torch.Tensor:
-        """Jitter float ``x`` (B, 3, H, W) in [0, 255] in place; returns it."""
+        """Jitter ``x`` (B, 3, H, W) in place, float in [0, 255] or (:attr:`uint8`) the uint8
+        batch; returns it."""
         if self.brightness:
             x.mul_(self._factor(0, u)).clamp_(0, 255)
         if self.contrast:

@@ -24,47 +24,77 @@ def mean_gray(x: torch.Tensor) -> torch.Tensor:
     return (x.mean(dim=(2, 3)) @ torch.tensor(GRAY)).reshape(-1, 1, 1, 1)
 
 
+_HUE_BLOCK = 1 << 17
+"""Pixels of the samples whose hue turns at a time: the int16 planes of a block (256 KB
+each) stay in cache and are reused, no page of a fresh temporary is touched per pass."""
+
+
 def shift_hue(x: torch.Tensor, shift: np.ndarray) -> torch.Tensor:
-    """Rotate the hue of float RGB ``x`` in [0, 255] by ``shift`` turns (B, 1, 1, 1), in
-    place, as torchvision's HSV round trip (within one level
-    of the float round trip).
+    """Rotate the hue of RGB ``x`` (B, 3, H, W) by ``shift`` turns (B, 1, 1, 1) in place, as
+    torchvision's HSV round trip: ``x`` uint8, or float in [0, 255] (rounded to whole levels,
+    within one of the float round trip).
 
     Value ``v`` and chroma ``c`` are kept; each channel becomes ``v - c * clamp(d - 1, 0, 1)``,
     ``d`` the distance (in sixths of a turn, around the circle) from the new hue to the
     channel's own. Written in int16 on eighths of a level: ``x`` rounded to them, then ``c *
     (hue + 1)`` (no division) and the shift, rounded to one; an int16 pass moves half the
-    bytes of a float32 one."""
+    bytes of a float32 one, and uint8 ``x`` needs no float pass at all. A few samples at a
+    time, in buffers allocated once per call."""
     a = x.numpy()
-    a *= 8.0
-    a += 0.5  # a >= 0: the cast below rounds half up, to eighths of a level
-    q = np.empty((3, len(a), 1, *a.shape[2:]), np.int16)
-    for i in range(3):
-        np.copyto(q[i], a[:, i : i + 1], casting="unsafe")
-    r, g, b = q
-    v, c = np.maximum(np.maximum(r, g), b), np.minimum(np.minimum(r, g), b)
-    np.subtract(v, c, out=c)
+    n, _, hh, ww = a.shape
+    per = max(1, _HUE_BLOCK // (hh * ww))
+    k = min(per, n)
+    q = np.empty((11, k, 1, hh, ww), np.int16)
+    mask = np.empty((k, 1, hh, ww), np.bool_)
+    cs = np.empty((k, 1, hh, ww), np.float32)
+    turn = (6 * np.asarray(shift, np.float64) % 6).astype(np.float32).reshape(-1, 1, 1, 1)
+    for s in range(0, n, per):
+        m = min(per, n - s)
+        block, rgb = a[s : s + m], q[:3, :m]
+        if a.dtype == np.uint8:
+            for i, p in enumerate(rgb):
+                np.multiply(block[:, i : i + 1], np.int16(8), out=p)
+        else:
+            block *= 8.0
+            block += 0.5  # block >= 0: the cast rounds half up, to eighths of a level
+            for i, p in enumerate(rgb):
+                np.copyto(p, block[:, i : i + 1], casting="unsafe")
+        _turn(q[:, :m], turn[s : s + m], mask[:m], cs[:m])
+        for i, p in enumerate(rgb):
+            np.copyto(block[:, i : i + 1], p, casting="unsafe")
+    return x
+
+
+def _turn(q: np.ndarray, turn: np.ndarray, mask: np.ndarray, cs: np.ndarray) -> None:
+    """:func:`shift_hue` on int16 ``q`` (11, k, 1, H, W): R, G, B in eighths of a level in,
+    turned and in whole levels out, then scratch; ``turn`` the shift in sixths in [0, 6)."""
+    r, g, b, v, c, c2, c3, c5, h, t, base = q
+    np.maximum(np.maximum(r, g, out=v), b, out=v)
+    np.subtract(v, np.minimum(np.minimum(r, g, out=c), b, out=c), out=c)
+    np.add(c, c, out=c2)
+    np.add(c2, c, out=c3)
+    np.add(c3, c2, out=c5)
     # c * (hue + 1) in [0, 6c): blue's formula, green's where green is the max, red's where red
-    # is (red wins ties, then green, as torchvision)
-    h, t = np.subtract(r, g), np.subtract(b, r)
-    h += 5 * c
-    t += 3 * c
-    np.copyto(h, t, where=v == g)
-    np.subtract(g, b, out=t)
-    t += c
-    np.copyto(h, t, where=v == r)
-    # + c s, s the shift in sixths taken into [0, 6): h in [0, 12c), 12 * 8 * 255 < 2**15
-    cs = np.multiply(c, (6 * shift % 6).astype(np.float32))
-    np.add(h, np.rint(cs, out=cs), out=h, casting="unsafe")
-    h -= (h >= 6 * c) * (6 * c)  # around the circle, into [0, 6c)
+    # is (red wins ties, then green, as torchvision); blended in as h += (t - h) * mask, twice
+    # as fast as a masked copy
+    np.add(np.subtract(r, g, out=h), c5, out=h)
+    for p, (y, z), centre in ((g, (b, r), c3), (r, (g, b), c)):
+        np.add(np.subtract(y, z, out=t), centre, out=t)
+        np.multiply(np.subtract(t, h, out=t), np.equal(v, p, out=mask), out=t)
+        h += t
+    # + c s, s the shift: h in [0, 12c), 12 * 8 * 255 < 2**15
+    np.rint(np.multiply(c, turn, out=cs), out=cs)
+    np.add(h, cs, out=h, casting="unsafe")
+    np.add(c5, c, out=t)  # 6c
+    np.greater_equal(h, t, out=mask)
+    h -= np.multiply(t, mask, out=t)  # around the circle, into [0, 6c)
     # d = 3 - e / c, e = ||h - c centre| - 3c|, centres 1, 3, 5 (R, G, B): clamp(d - 1, 0,
     # 1) = 2 - clamp(e / c, 1, 2), so the channel is v - 2c + clamp(e, c, 2c)
-    base = v - 2 * c + 4  # + 4: rounded half up to whole levels
-    e = np.empty_like(h)
-    for i, centre in enumerate((1, 3, 5)):
-        np.abs(np.subtract(h, centre * c, out=e), out=e)
-        np.abs(np.subtract(e, 3 * c, out=e), out=e)
-        np.minimum(np.maximum(e, c, out=e), 2 * c, out=e)
-        e += base
-        e >>= 3
-        np.copyto(a[:, i : i + 1], e)
-    return x
+    np.subtract(v, c2, out=base)
+    base += 4  # rounded half up to whole levels
+    for p, centre in zip((r, g, b), (c, c3, c5), strict=True):
+        np.abs(np.subtract(h, centre, out=p), out=p)
+        np.abs(np.subtract(p, c3, out=p), out=p)
+        np.minimum(np.maximum(p, c, out=p), c2, out=p)
+        p += base
+        p >>= 3
