@@ -51,24 +51,22 @@ def shift_hue(x: torch.Tensor, shift: np.ndarray) -> torch.Tensor:
     for s in range(0, n, per):
         m = min(per, n - s)
         block, rgb = a[s : s + m], q[:3, :m]
+        planes = np.moveaxis(block, 1, 0)[:, :, None]  # (3, m, 1, H, W), as rgb
         if a.dtype == np.uint8:
-            for i, p in enumerate(rgb):
-                np.multiply(block[:, i : i + 1], np.int16(8), out=p)
+            np.multiply(planes, np.int16(8), out=rgb)
         else:
             block *= 8.0
             block += 0.5  # block >= 0: the cast rounds half up, to eighths of a level
-            for i, p in enumerate(rgb):
-                np.copyto(p, block[:, i : i + 1], casting="unsafe")
+            np.copyto(rgb, planes, casting="unsafe")
         _turn(q[:, :m], turn[s : s + m], mask[:m], cs[:m])
-        for i, p in enumerate(rgb):
-            np.copyto(block[:, i : i + 1], p, casting="unsafe")
+        np.copyto(planes, rgb, casting="unsafe")
     return x
 
 
 def _turn(q: np.ndarray, turn: np.ndarray, mask: np.ndarray, cs: np.ndarray) -> None:
     """:func:`shift_hue` on int16 ``q`` (11, k, 1, H, W): R, G, B in eighths of a level in,
     turned and in whole levels out, then scratch; ``turn`` the shift in sixths in [0, 6)."""
-    r, g, b, v, c, c2, c3, c5, h, t, base = q
+    r, g, b, v, c, c3, c5, c2, h, t, base = q
     np.maximum(np.maximum(r, g, out=v), b, out=v)
     np.subtract(v, np.minimum(np.minimum(r, g, out=c), b, out=c), out=c)
     np.add(c, c, out=c2)
@@ -92,9 +90,9 @@ def _turn(q: np.ndarray, turn: np.ndarray, mask: np.ndarray, cs: np.ndarray) -> 
     # 1) = 2 - clamp(e / c, 1, 2), so the channel is v - 2c + clamp(e, c, 2c)
     np.subtract(v, c2, out=base)
     base += 4  # rounded half up to whole levels
-    for p, centre in zip((r, g, b), (c, c3, c5), strict=True):
-        np.abs(np.subtract(h, centre, out=p), out=p)
-        np.abs(np.subtract(p, c3, out=p), out=p)
-        np.minimum(np.maximum(p, c, out=p), c2, out=p)
-        p += base
-        p >>= 3
+    rgb = q[:3]  # the three channels at once, against their centres c, 3c, 5c
+    np.abs(np.subtract(h, q[4:7], out=rgb), out=rgb)
+    np.abs(np.subtract(rgb, c3, out=rgb), out=rgb)
+    np.minimum(np.maximum(rgb, c, out=rgb), c2, out=rgb)
+    rgb += base
+    rgb >>= 3
