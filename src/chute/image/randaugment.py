@@ -317,7 +317,7 @@ def _sharpness(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
         np.add(y[:m], smooth[:m], out=y[:m])
         yb = y[:m]
         yb += 0.5
-        np.minimum(np.maximum(yb, 0.5, out=yb), 255.5, out=yb)
+        np.clip(yb, 0.5, 255.5, out=yb)  # several times faster than maximum + minimum here
         out = yb.reshape(m, c, h, w)[..., 1:-1, 1:-1]
         np.copyto(pixels[a : a + m, :, 1:-1, 1:-1], out, casting="unsafe")
     return x
