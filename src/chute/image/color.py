@@ -82,7 +82,8 @@ def _turn(q: np.ndarray, turn: np.ndarray, mask: np.ndarray, cs: np.ndarray) -> 
         h += t
     # + c s, s the shift: h in [0, 12c), 12 * 8 * 255 < 2**15
     np.rint(np.multiply(c, turn, out=cs), out=cs)
-    np.add(h, cs, out=h, casting="unsafe")
+    np.copyto(t, cs, casting="unsafe")  # then an int16 add: twice as fast as a mixed one
+    h += t
     np.add(c5, c, out=t)  # 6c
     np.greater_equal(h, t, out=mask)
     h -= np.multiply(t, mask, out=t)  # around the circle, into [0, 6c)
