@@ -154,18 +154,31 @@ def apply_ops(out: torch.Tensor, op: np.ndarray, mag: np.ndarray) -> None:
 _BLOCK = 8  # samples warped at a time
 
 
-def _gather(x: torch.Tensor, index: Callable[[int, int], np.ndarray]) -> torch.Tensor:
-    """Nearest-neighbour warp of uint8 ``x`` (n, C, H, W) in place: output pixel ``k`` of
-    sample ``i`` takes input pixel ``index(a, b)[i - a, k]`` of its plane (int64, ``H * W``
-    for a zero), asked for a few samples ``a:b`` at a time so each block stays in cache."""
+def _gather(
+    x: torch.Tensor, keys: np.ndarray, index: Callable[[np.ndarray], np.ndarray]
+) -> torch.Tensor:
+    """Nearest-neighbour warp of uint8 ``x`` (n, C, H, W) in place, sample ``i`` by the warp
+    ``keys[i]`` (a row of numbers): output pixel ``k`` takes input pixel ``index(key)[k]`` of
+    its plane (int64, ``H * W`` for a zero). Each distinct warp's index is made once (the ops
+    draw few magnitudes: RandAugment two, +-m) and gathered for all its samples, a few at a
+    time so each block stays in cache."""
     n, c, h, w = x.shape
+    warps, which = np.unique(keys.reshape(n, -1), axis=0, return_inverse=True)
+    which = which.reshape(-1)
     planes = torch.zeros((min(n, _BLOCK), c, h * w + 1), dtype=torch.uint8)
-    for a in range(0, n, _BLOCK):
-        b = min(a + _BLOCK, n)
-        p = planes[: b - a]
-        p[..., :-1] = x[a:b].reshape(b - a, c, h * w)
-        src = torch.from_numpy(index(a, b).reshape(b - a, 1, h * w)).expand(b - a, c, h * w)
-        torch.gather(p, 2, src, out=x[a:b].view(b - a, c, h * w))
+    pixels = x.numpy()
+    for u, key in enumerate(warps):
+        src = torch.from_numpy(index(key).reshape(1, 1, h * w))
+        rows = np.flatnonzero(which == u)
+        group = x if len(rows) == n else torch.from_numpy(pixels[rows])  # numpy's row copy
+        for a in range(0, len(group), _BLOCK):
+            b = min(a + _BLOCK, len(group))
+            p = planes[: b - a]
+            p[..., :-1] = group[a:b].reshape(b - a, c, h * w)
+            out = group[a:b].view(b - a, c, h * w)
+            torch.gather(p, 2, src.expand(b - a, c, h * w), out=out)
+        if len(rows) != n:
+            pixels[rows] = group.numpy()
     return x
 
 
@@ -174,17 +187,15 @@ def _affine(x: torch.Tensor, m: np.ndarray) -> torch.Tensor:
     sampled at pixel centres as PIL's ``Image.transform(AFFINE, NEAREST)``; outside: 0."""
     h, w = x.shape[-2:]
     xs, ys = np.arange(w) + 0.5, np.arange(h)[:, None] + 0.5
-    m = m.reshape(-1, 6, 1, 1)
 
-    def index(a: int, b: int) -> np.ndarray:
-        k = m[a:b]  # each coordinate from a row part and a column part: one broadcast add
-        sx = np.floor(k[:, 0] * xs + (k[:, 1] * ys + k[:, 2]))
-        sy = np.floor(k[:, 3] * xs + (k[:, 4] * ys + k[:, 5]))
+    def index(k: np.ndarray) -> np.ndarray:
+        sx = np.floor(k[0] * xs + (k[1] * ys + k[2]))  # a row part plus a column part
+        sy = np.floor(k[3] * xs + (k[4] * ys + k[5]))
         src = (sy * w + sx).astype(np.int64)
         src[(sx < 0) | (sx >= w) | (sy < 0) | (sy >= h)] = h * w
         return src
 
-    return _gather(x, index)
+    return _gather(x, m, index)
 
 
 def _shear(x: torch.Tensor, mag: np.ndarray, dim: int) -> torch.Tensor:
@@ -194,17 +205,16 @@ def _shear(x: torch.Tensor, mag: np.ndarray, dim: int) -> torch.Tensor:
     0. A whole-pixel shift per line: the index in integers."""
     h, w = x.shape[-2:]
     size, lines = (w, h) if dim == 3 else (h, w)
-    shift = np.floor(0.5 + mag[:, None] * (np.arange(lines) + 0.5)).astype(np.int64)
     ys, xs = np.arange(h)[:, None], np.arange(w)
 
-    def index(a: int, b: int) -> np.ndarray:
-        s = shift[a:b, :, None] if dim == 3 else shift[a:b, None, :]  # per row / per column
-        moved = (xs if dim == 3 else ys) + s  # (b - a, h, w)
+    def index(m: np.ndarray) -> np.ndarray:
+        shift = np.floor(0.5 + m[0] * (np.arange(lines) + 0.5)).astype(np.int64)
+        moved = xs + shift[:, None] if dim == 3 else ys + shift  # per row / per column
         src = moved * w + xs if dim == 2 else ys * w + moved
         src[(moved < 0) | (moved >= size)] = h * w
         return src
 
-    return _gather(x, index)
+    return _gather(x, mag, index)
 
 
 def _shear_x(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
