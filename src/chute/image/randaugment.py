@@ -323,9 +323,9 @@ def _sharpness(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
         sf += 6
         np.floor_divide(sf, 13, out=sf)
         # x * f + smooth * (1 - f) as smooth + f * (x - smooth), rounded half up and clamped
-        np.multiply(np.subtract(q[:m], smooth[:m], out=cols[:m]), f[a : a + m], out=y[:m])
-        np.add(y[:m], smooth[:m], out=y[:m])
         yb = y[:m]
+        np.multiply(np.subtract(q[:m], smooth[:m], out=cols[:m]), f[a : a + m], out=yb)
+        np.add(yb, smooth[:m], out=yb)
         yb += 0.5
         np.clip(yb, 0.5, 255.5, out=yb)  # several times faster than maximum + minimum here
         out = yb.reshape(m, c, h, w)[..., 1:-1, 1:-1]
