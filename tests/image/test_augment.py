@@ -239,3 +239,18 @@ def test_augmentations_are_refused_on_the_device(photos: Path) -> None:
     ops = [chute.RandomResizedCrop(24, device="cuda"), chute.ColorJitter(0.2)]
     with pytest.raises(chute.ArgumentError, match=r"after chute\.to_device"):
         chute.Loader(chute.open(photos), 4, decode={"image": ops})
+
+
+def test_gaussian_blur_of_any_sigma_matches_a_numpy_convolution() -> None:
+    """Small sigmas use fewer taps (the outer ones are negligible): still within a level."""
+    op = chute.GaussianBlur(9, sigma=(0.1, 1.0))
+    got = run([op])
+    sig = 0.1 + 0.9 * uniforms(1, 0, IDX, 1, op.draws)[:, 0]
+    k = np.exp(-0.5 * ((np.arange(9) - 4)[None, :] / sig[:, None]) ** 2)
+    k /= k.sum(1, keepdims=True)
+    k = k[:, :, None, None, None]
+    x = np.pad(batch().numpy().astype(np.float64), ((0, 0), (0, 0), (4, 4), (4, 4)), "reflect")
+    rows = sum(k[:, j] * x[..., :, j : j + W] for j in range(9))
+    want = sum(k[:, j] * rows[..., j : j + H, :] for j in range(9))
+    np.testing.assert_allclose(got, np.round(want), atol=1)
+    assert sig.min() < 0.65 < 0.75 < sig.max()  # 2 and 3 of the 4 taps either side

@@ -9,11 +9,12 @@ Two kinds:
   ``decode={"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip(),
   chute.ColorJitter(0.4, 0.4, 0.4), chute.RandomErasing()]}``. Op ``k`` of the list draws
   from stream ``k`` (:func:`chute.image.uniforms`), so a sample's augmentation depends on
-  its index only, never on its batch. Ops run in list order: :class:`Grayscale` and
-  :class:`RandomErasing` on the uint8 batch itself, only on the samples they draw; each run
-  of float ops (:class:`ColorJitter`, :class:`GaussianBlur`) on float32 chunks of about 4 MB
-  in one reused scratch buffer (:mod:`chute.image.scratch`), rounded back once per run: no
-  whole-batch float copy, every pass in cache.
+  its index only, never on its batch. Ops run in list order: :class:`Grayscale`,
+  :class:`RandomErasing`, :class:`GaussianBlur` (:mod:`chute.image.blur`) and a hue jitter
+  alone on the uint8 batch itself, only on the samples they draw; each run of float ops
+  (:class:`ColorJitter` with brightness, contrast or saturation) on float32 chunks of about
+  4 MB in one reused scratch buffer (:mod:`chute.image.scratch`), rounded back once per run:
+  no whole-batch float copy, every pass in cache.
 - **Batch transforms** (:class:`MixUp`, :class:`CutMix`, or any :class:`BatchTransform`)
   mix samples and labels: ``Loader(..., transform=chute.MixUp(num_classes=10))``. The loader
   calls them with each batch's sample indices, its seed and epoch; partners are the batch
@@ -37,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ArgumentError, SchemaError
+from .blur import blur, gaussian_taps
 from .color import gray, mean_gray, shift_hue
 from .draws import uniforms
 from .randaugment import RandAugment, TrivialAugmentWide
@@ -84,7 +86,12 @@ class ColorJitter:
     saturation: float = 0.0
     hue: float = 0.0
     draws = 4
-    uint8 = False  # works on float32 chunks (chute.image.scratch)
+
+    @property
+    def uint8(self) -> bool:
+        """A hue jitter alone works on the uint8 batch itself (in int16: no float pass); with
+        brightness, contrast or saturation, on float32 chunks (:mod:`chute.image.scratch`)."""
+        return not (self.brightness or self.contrast or self.saturation)
 
     def __post_init__(self) -> None:
         _range("brightness", self.brightness, 1.0)
@@ -99,7 +106,8 @@ class ColorJitter:
         return _col(lo + (hi - lo) * u[:, j])
 
     def apply(self, x: torch.Tensor, u: np.ndarray) -> torch.Tensor:
-        """Jitter float ``x`` (B, 3, H, W) in [0, 255] in place; returns it."""
+        """Jitter ``x`` (B, 3, H, W) in place, float in [0, 255] or (:attr:`uint8`) the uint8
+        batch; returns it."""
         if self.brightness:
             x.mul_(self._factor(0, u)).clamp_(0, 255)
         if self.contrast:
@@ -156,7 +164,7 @@ class GaussianBlur:
     sigma: tuple[float, float] = (0.1, 2.0)
     p: float = 1.0
     draws = 2
-    uint8 = False  # works on float32 chunks (chute.image.scratch)
+    uint8 = True  # works on the uint8 batch, a few samples at a time (chute.image.blur)
 
     def __post_init__(self) -> None:
         k = self.kernel_size
@@ -165,33 +173,17 @@ class GaussianBlur:
         if not 0 < self.sigma[0] <= self.sigma[1]:
             raise ArgumentError(f"GaussianBlur: sigma must be 0 < lo <= hi, got {self.sigma}")
 
-    def apply(self, x: torch.Tensor, u: np.ndarray) -> torch.Tensor:
-        """Blur the drawn samples of float ``x`` (B, 3, H, W); returns the result."""
-        h, w = x.shape[-2:]
-        k, r = self.kernel_size, self.kernel_size // 2
+    def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+        """Blur the drawn samples of the uint8 batch ``out`` (B, 3, H, W) in place; returns
+        it."""
+        h, w = out.shape[-2:]
+        r = self.kernel_size // 2
         on = np.flatnonzero(u[:, 1] < self.p)
         if r == 0 or len(on) == 0 or r > min(h, w) - 1:  # reflect padding needs r < the size
-            return x
+            return out
         sig = self.sigma[0] + (self.sigma[1] - self.sigma[0]) * u[on, 0]
-        ker = np.exp(-0.5 * ((np.arange(k) - r)[None, :] / sig[:, None]) ** 2)
-        wt = torch.from_numpy((ker / ker.sum(1, keepdims=True)).astype(np.float32))
-        wt = wt.reshape(-1, 1, 1, 1, k)
-        sel = x if len(on) == len(x) else x[torch.from_numpy(on)]
-        pad = F.pad(sel, (r, r, r, r), mode="reflect")
-        # separable, as k shifted multiply-adds per direction: far cheaper on CPU than a
-        # grouped conv2d with one kernel per sample and channel
-        rows = pad[..., r:-r] * wt[..., r]
-        for j in range(k):
-            if j != r:
-                rows.addcmul_(pad[..., j : j + w], wt[..., j])
-        blur = rows[..., r:-r, :] * wt[..., r]
-        for j in range(k):
-            if j != r:
-                blur.addcmul_(rows[..., j : j + h, :], wt[..., j])
-        if len(on) == len(x):
-            return blur
-        x[torch.from_numpy(on)] = blur
-        return x
+        blur(out, on, gaussian_taps(self.kernel_size, sig))
+        return out
 
 
 @dataclass(frozen=True)

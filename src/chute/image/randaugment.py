@@ -154,18 +154,31 @@ def apply_ops(out: torch.Tensor, op: np.ndarray, mag: np.ndarray) -> None:
 _BLOCK = 8  # samples warped at a time
 
 
-def _gather(x: torch.Tensor, index: Callable[[int, int], np.ndarray]) -> torch.Tensor:
-    """Nearest-neighbour warp of uint8 ``x`` (n, C, H, W) in place: output pixel ``k`` of
-    sample ``i`` takes input pixel ``index(a, b)[i - a, k]`` of its plane (int64, ``H * W``
-    for a zero), asked for a few samples ``a:b`` at a time so each block stays in cache."""
+def _gather(
+    x: torch.Tensor, keys: np.ndarray, index: Callable[[np.ndarray], np.ndarray]
+) -> torch.Tensor:
+    """Nearest-neighbour warp of uint8 ``x`` (n, C, H, W) in place, sample ``i`` by the warp
+    ``keys[i]`` (a row of numbers): output pixel ``k`` takes input pixel ``index(key)[k]`` of
+    its plane (int64, ``H * W`` for a zero). Each distinct warp's index is made once (the ops
+    draw few magnitudes: RandAugment two, +-m) and gathered for all its samples, a few at a
+    time so each block stays in cache."""
     n, c, h, w = x.shape
+    warps, which = np.unique(keys.reshape(n, -1), axis=0, return_inverse=True)
+    which = which.reshape(-1)
     planes = torch.zeros((min(n, _BLOCK), c, h * w + 1), dtype=torch.uint8)
-    for a in range(0, n, _BLOCK):
-        b = min(a + _BLOCK, n)
-        p = planes[: b - a]
-        p[..., :-1] = x[a:b].reshape(b - a, c, h * w)
-        src = torch.from_numpy(index(a, b).reshape(b - a, 1, h * w)).expand(b - a, c, h * w)
-        torch.gather(p, 2, src, out=x[a:b].view(b - a, c, h * w))
+    pixels = x.numpy()
+    for u, key in enumerate(warps):
+        src = torch.from_numpy(index(key).reshape(1, 1, h * w))
+        rows = np.flatnonzero(which == u)
+        group = x if len(rows) == n else torch.from_numpy(pixels[rows])  # numpy's row copy
+        for a in range(0, len(group), _BLOCK):
+            b = min(a + _BLOCK, len(group))
+            p = planes[: b - a]
+            p[..., :-1] = group[a:b].reshape(b - a, c, h * w)
+            out = group[a:b].view(b - a, c, h * w)
+            torch.gather(p, 2, src.expand(b - a, c, h * w), out=out)
+        if len(rows) != n:
+            pixels[rows] = group.numpy()
     return x
 
 
@@ -174,17 +187,15 @@ def _affine(x: torch.Tensor, m: np.ndarray) -> torch.Tensor:
     sampled at pixel centres as PIL's ``Image.transform(AFFINE, NEAREST)``; outside: 0."""
     h, w = x.shape[-2:]
     xs, ys = np.arange(w) + 0.5, np.arange(h)[:, None] + 0.5
-    m = m.reshape(-1, 6, 1, 1)
 
-    def index(a: int, b: int) -> np.ndarray:
-        k = m[a:b]  # each coordinate from a row part and a column part: one broadcast add
-        sx = np.floor(k[:, 0] * xs + (k[:, 1] * ys + k[:, 2]))
-        sy = np.floor(k[:, 3] * xs + (k[:, 4] * ys + k[:, 5]))
+    def index(k: np.ndarray) -> np.ndarray:
+        sx = np.floor(k[0] * xs + (k[1] * ys + k[2]))  # a row part plus a column part
+        sy = np.floor(k[3] * xs + (k[4] * ys + k[5]))
         src = (sy * w + sx).astype(np.int64)
         src[(sx < 0) | (sx >= w) | (sy < 0) | (sy >= h)] = h * w
         return src
 
-    return _gather(x, index)
+    return _gather(x, m, index)
 
 
 def _shear(x: torch.Tensor, mag: np.ndarray, dim: int) -> torch.Tensor:
@@ -194,17 +205,16 @@ def _shear(x: torch.Tensor, mag: np.ndarray, dim: int) -> torch.Tensor:
     0. A whole-pixel shift per line: the index in integers."""
     h, w = x.shape[-2:]
     size, lines = (w, h) if dim == 3 else (h, w)
-    shift = np.floor(0.5 + mag[:, None] * (np.arange(lines) + 0.5)).astype(np.int64)
     ys, xs = np.arange(h)[:, None], np.arange(w)
 
-    def index(a: int, b: int) -> np.ndarray:
-        s = shift[a:b, :, None] if dim == 3 else shift[a:b, None, :]  # per row / per column
-        moved = (xs if dim == 3 else ys) + s  # (b - a, h, w)
+    def index(m: np.ndarray) -> np.ndarray:
+        shift = np.floor(0.5 + m[0] * (np.arange(lines) + 0.5)).astype(np.int64)
+        moved = xs + shift[:, None] if dim == 3 else ys + shift  # per row / per column
         src = moved * w + xs if dim == 2 else ys * w + moved
         src[(moved < 0) | (moved >= size)] = h * w
         return src
 
-    return _gather(x, index)
+    return _gather(x, mag, index)
 
 
 def _shear_x(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
@@ -280,21 +290,46 @@ def _contrast(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
     return _blended(x, mean_gray, mag)
 
 
+_SHARPEN_BLOCK = 1 << 18
+"""Pixels (all channels) of the samples sharpened at a time: a block's buffers stay in cache."""
+
+
 def _sharpness(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
     """Blend with PIL's ``ImageFilter.SMOOTH`` (3 x 3, centre 5, others 1, over 13; rounded)
-    as ``ImageEnhance.Sharpness``: only the interior, the border pixels are kept."""
-    if min(x.shape[-2:]) < 3:
+    as ``ImageEnhance.Sharpness``: only the interior, the border pixels are kept. The filter
+    in int16 (13 times it is at most 3315, and ``(s + 6) // 13`` rounds it: 13 is odd, no
+    ties), only the blend in float32; a few samples at a time in buffers made once, each pass
+    over a block's pixels as one flat run (the neighbours are at offsets 1 and ``W``; what
+    it computes across a border is never kept)."""
+    n, c, h, w = x.shape
+    if min(h, w) < 3:
         return x
-    f = torch.from_numpy((1.0 + mag).astype(np.float32)).reshape(-1, 1, 1, 1)
-    for a, b, y in chunks(x):
-        rows = y[..., :-2, :] + y[..., 1:-1, :]
-        rows += y[..., 2:, :]
-        deg = rows[..., :-2] + rows[..., 1:-1]
-        deg += rows[..., 2:]
-        inner = y[..., 1:-1, 1:-1]
-        deg.add_(inner, alpha=4.0).div_(13.0).round_().mul_(1 - f[a:b])
-        inner.mul_(f[a:b]).add_(deg)
-        store(y, x[a:b])
+    f = (1.0 + mag).astype(np.float32).reshape(-1, 1)
+    pixels = x.numpy()
+    per = max(1, _SHARPEN_BLOCK // (c * h * w))
+    k = min(per, n)
+    q, cols, smooth = np.empty((3, k, c * h * w), np.int16)
+    y = np.empty((k, c * h * w), np.float32)
+    for a in range(0, n, per):
+        m = min(per, n - a)
+        size, mid = m * c * h * w, slice(w + 1, m * c * h * w - w - 1)
+        qf, vf, sf = q[:m].reshape(-1), cols[:m].reshape(-1), smooth[:m].reshape(-1)
+        np.copyto(q[:m], pixels[a : a + m].reshape(m, -1))
+        np.add(qf[: size - 2 * w], qf[w : size - w], out=vf[: size - 2 * w])
+        vf[: size - 2 * w] += qf[2 * w :]  # column sums, centred one row down
+        np.add(vf[: size - 2 * w - 2], vf[1 : size - 2 * w - 1], out=sf[mid])
+        sf[mid] += vf[2 : size - 2 * w]
+        sf[mid] += np.left_shift(qf[mid], 2, out=vf[mid])  # + 4 centres: 13 times the filter
+        sf += 6
+        np.floor_divide(sf, 13, out=sf)
+        # x * f + smooth * (1 - f) as smooth + f * (x - smooth), rounded half up and clamped
+        yb = y[:m]
+        np.multiply(np.subtract(q[:m], smooth[:m], out=cols[:m]), f[a : a + m], out=yb)
+        np.add(yb, smooth[:m], out=yb)
+        yb += 0.5
+        np.clip(yb, 0.5, 255.5, out=yb)  # several times faster than maximum + minimum here
+        out = yb.reshape(m, c, h, w)[..., 1:-1, 1:-1]
+        np.copyto(pixels[a : a + m, :, 1:-1, 1:-1], out, casting="unsafe")
     return x
 
 
@@ -304,10 +339,14 @@ def _posterize(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
 
 
 def _solarize(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
-    """Invert the pixels >= the threshold, as PIL's ``ImageOps.solarize`` (a lookup table)."""
-    v = np.arange(256)
-    luts = np.where(v >= np.asarray(mag)[:, None], 255 - v, v).astype(np.uint8)
-    return _lookup(x, np.repeat(luts[:, None], x.shape[1], axis=1))
+    """Invert the pixels >= the threshold, as PIL's ``ImageOps.solarize``: ``255 - p`` is
+    ``p ^ 255`` in uint8, so a compare and an xor with the mask as 0 / 255 (no lookup)."""
+    thr = np.minimum(np.ceil(np.asarray(mag)), 255).astype(np.uint8).reshape(-1, 1, 1, 1)
+    p = x.numpy()
+    flip = np.greater_equal(p, thr).view(np.uint8)
+    np.negative(flip, out=flip)  # 1 -> 255
+    np.bitwise_xor(p, flip, out=p)
+    return x
 
 
 def _lookup(x: torch.Tensor, luts: np.ndarray) -> torch.Tensor:
@@ -331,8 +370,8 @@ def _autocontrast(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
 
 def _equalize(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
     """Each channel's histogram equalized, as PIL's ``ImageOps.equalize`` (and torchvision)."""
-    planes = x.numpy().reshape(-1, x.shape[-2] * x.shape[-1])
-    hist = np.stack([np.bincount(p, minlength=256) for p in planes])
+    planes = x.reshape(-1, x.shape[-2] * x.shape[-1])  # torch's bincount: faster on uint8
+    hist = torch.stack([torch.bincount(p, minlength=256) for p in planes]).numpy()
     last = 255 - np.argmax(hist[:, ::-1] > 0, axis=1)
     step = (hist.sum(1) - hist[np.arange(len(hist)), last])[:, None] // 255
     below = np.cumsum(hist, 1) - hist  # pixels below each level
