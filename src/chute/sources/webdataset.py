@@ -58,6 +58,7 @@ from .base import Batch, FieldsArg, Source, check_name, expand_braces, expand_pa
 from .encoding import SKIP_HINT, check_on_error
 
 MAX_MEMBER_BYTES = 256 << 20  # a bigger member is refused before it is read
+BYTES, STRING = fmt.Bytes(), fmt.String()  # compared with each member's field, made once
 KEY = "__key__"
 INT_EXTENSIONS = ("cls", "cls2", "index", "id", "label")
 TEXT_EXTENSIONS = ("txt", "text", "caption", "json", "jsonl")
@@ -204,13 +205,13 @@ class WebDatasetSource(Source):
         if field.encodes:
             done = field.encode_source(data, self.on_error, where)
             return _Reason(done) if isinstance(done, str) else done
-        if field == fmt.Bytes():
+        if field == BYTES:
             return data
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             return self._fail(f"{where}: not UTF-8 text ({exc})")
-        if field == fmt.String():
+        if field == STRING:
             return text
         try:
             return int(text.strip())

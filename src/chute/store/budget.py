@@ -43,6 +43,7 @@ BUDGET = ".chute-budget"
 LOCK = f"{BUDGET}/lock"
 RESERVED = f"{BUDGET}/reserved"
 MAX_RECORD = 32  # a reservation holds one decimal byte count
+_TRY_EX = fcntl.LOCK_EX | fcntl.LOCK_NB  # taken at once or not at all: never wait on a pin
 
 
 def cache_budget(value: int | str | None) -> int | None:
@@ -136,6 +137,3 @@ class Budget:
             with contextlib.suppress(ValueError, TypeError):
                 total += max(0, int(data or b"0"))
         return total
-
-
-_TRY_EX = fcntl.LOCK_EX | fcntl.LOCK_NB
