@@ -24,7 +24,9 @@ IDX = np.array([5, 0, 17, 3, 9, 11])
 
 
 def batch() -> torch.Tensor:
-    return torch.from_numpy(np.stack([picture(H, W, s).transpose(2, 0, 1) for s in range(B)]))
+    """Contiguous (B, 3, H, W), as ``augment`` hands its ops."""
+    pictures = [picture(H, W, s).transpose(2, 0, 1) for s in range(B)]
+    return torch.from_numpy(np.ascontiguousarray(np.stack(pictures)))
 
 
 def pil(x: np.ndarray) -> Image.Image:

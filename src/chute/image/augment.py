@@ -9,25 +9,23 @@ Two kinds:
   ``decode={"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip(),
   chute.ColorJitter(0.4, 0.4, 0.4), chute.RandomErasing()]}``. Op ``k`` of the list draws
   from stream ``k`` (:func:`chute.image.uniforms`), so a sample's augmentation depends on
-  its index only, never on its batch. Ops run in list order: :class:`Grayscale`,
-  :class:`RandomErasing`, :class:`GaussianBlur` (:mod:`chute.image.blur`) and a hue jitter
-  alone on the uint8 batch itself, only on the samples they draw; each run of float ops
-  (:class:`ColorJitter` with brightness, contrast or saturation) on float32 chunks of about
-  4 MB in one reused scratch buffer (:mod:`chute.image.scratch`), rounded back once per run:
-  no whole-batch float copy, every pass in cache.
+  its index only, never on its batch. Ops run in list order on the uint8 batch itself, only
+  on the samples they draw; the per-pixel ones (colour, blur, RandAugment's) through the
+  compiled kernels of :mod:`chute.image.kernels`, one pass per op, without the GIL.
 - **Batch transforms** (:class:`MixUp`, :class:`CutMix`, or any :class:`BatchTransform`)
   mix samples and labels: ``Loader(..., transform=chute.MixUp(num_classes=10))``. The loader
   calls them with each batch's sample indices, its seed and epoch; partners are the batch
   rolled by one (as torchvision), the mixing weight drawn from (seed, epoch, the batch's
   first index), so a resumed run mixes exactly as the first one did.
 
-Written with torch's and numpy's batched ops (no kernels by hand, no extra dependency:
-torchvision and Kornia cannot share the pinned torch here).
+The kernels are numba (in the ``image`` extra, as FFCV does): torch's and numpy's batched
+ops make one pass over the batch per elementary op, and a full ``ColorJitter`` cost four
+times as much that way. Kornia and torchvision's functional ops are torch ops too (and
+torchvision cannot share the pinned torch here).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,10 +37,10 @@ import torch.nn.functional as F
 
 from ..errors import ArgumentError, SchemaError
 from .blur import blur, gaussian_taps
-from .color import gray, mean_gray, shift_hue
 from .draws import uniforms
+from .kernels import load
 from .randaugment import RandAugment, TrivialAugmentWide
-from .scratch import chunks, on_rows, store
+from .scratch import chunks, store
 
 __all__ = [
     "AUGMENTS",
@@ -57,11 +55,6 @@ __all__ = [
     "augment",
     "indexed_transform",
 ]
-
-
-def _col(v: np.ndarray) -> torch.Tensor:
-    """Per-sample numbers as a (B, 1, 1, 1) float32 tensor."""
-    return torch.from_numpy(np.asarray(v, np.float32)).reshape(-1, 1, 1, 1)
 
 
 def _range(
@@ -87,40 +80,24 @@ class ColorJitter:
     hue: float = 0.0
     draws = 4
 
-    @property
-    def uint8(self) -> bool:
-        """A hue jitter alone works on the uint8 batch itself (in int16: no float pass); with
-        brightness, contrast or saturation, on float32 chunks (:mod:`chute.image.scratch`)."""
-        return not (self.brightness or self.contrast or self.saturation)
-
     def __post_init__(self) -> None:
         _range("brightness", self.brightness, 1.0)
         _range("contrast", self.contrast, 1.0)
         _range("saturation", self.saturation, 1.0)
         _range("hue", self.hue, 0.0, 0.5)
 
-    def _factor(self, j: int, u: np.ndarray) -> torch.Tensor:
+    def _factor(self, j: int, u: np.ndarray) -> np.ndarray:
         """Column ``j`` of ``u`` as brightness (0), contrast (1) or saturation (2) factors."""
         name = ("brightness", "contrast", "saturation")[j]
         lo, hi = _range(name, getattr(self, name), 1.0)
-        return _col(lo + (hi - lo) * u[:, j])
+        return lo + (hi - lo) * u[:, j]
 
-    def apply(self, x: torch.Tensor, u: np.ndarray) -> torch.Tensor:
-        """Jitter ``x`` (B, 3, H, W) in place, float in [0, 255] or (:attr:`uint8`) the uint8
-        batch; returns it."""
-        if self.brightness:
-            x.mul_(self._factor(0, u)).clamp_(0, 255)
-        if self.contrast:
-            f = self._factor(1, u)
-            m = mean_gray(x) * (1 - f)
-            x.mul_(f).add_(m).clamp_(0, 255)
-        if self.saturation:
-            f = self._factor(2, u)
-            g = gray(x).mul_(1 - f)
-            x.mul_(f).add_(g).clamp_(0, 255)
-        if self.hue:
-            shift_hue(x, (self.hue * (2 * u[:, 3] - 1)).reshape(-1, 1, 1, 1))
-        return x
+    def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+        """Jitter the uint8 batch ``out`` (B, 3, H, W) in place; returns it."""
+        hue = self.hue * (2 * u[:, 3] - 1)
+        rows = np.arange(len(out))
+        load("color").adjust(out.numpy(), rows, *(self._factor(j, u) for j in range(3)), hue)
+        return out
 
 
 @dataclass(frozen=True)
@@ -130,7 +107,6 @@ class Grayscale:
 
     p: float = 0.1
     draws = 1
-    uint8 = True  # works on the uint8 batch, only on the samples it turns gray
 
     def __post_init__(self) -> None:
         if not 0 <= self.p <= 1:
@@ -139,20 +115,10 @@ class Grayscale:
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
         """Turn the drawn samples of the uint8 batch ``out`` gray in place; returns it."""
         on = np.flatnonzero(u[:, 0] < self.p)
-        if len(on) == len(out):
-            _to_gray(out)
-        elif len(on):
-            on_rows(out, on, _to_gray)
+        if len(on):
+            one, zero = np.ones(len(on)), np.zeros(len(on))
+            load("color").adjust(out.numpy(), on, one, one, zero, zero)  # saturation 0
         return out
-
-
-def _to_gray(out: torch.Tensor) -> torch.Tensor:
-    """The luma of uint8 RGB ``out`` in its three channels, in place; returns it."""
-    for a, b, x in chunks(out):
-        g = gray(x)
-        store(g, out[a:b, 0:1])
-        out[a:b, 1:].copy_(out[a:b, 0:1])
-    return out
 
 
 @dataclass(frozen=True)
@@ -164,7 +130,6 @@ class GaussianBlur:
     sigma: tuple[float, float] = (0.1, 2.0)
     p: float = 1.0
     draws = 2
-    uint8 = True  # works on the uint8 batch, a few samples at a time (chute.image.blur)
 
     def __post_init__(self) -> None:
         k = self.kernel_size
@@ -197,7 +162,6 @@ class RandomErasing:
     ratio: tuple[float, float] = (0.3, 3.3)
     value: float = 0.0
     draws = 41  # apply?, then 10 tries x (area, log-ratio, top, left)
-    uint8 = True  # works on the uint8 batch
 
     def __post_init__(self) -> None:
         if not 0 <= self.p <= 1:
@@ -226,12 +190,10 @@ class RandomErasing:
 
 
 class Augment(Protocol):
-    """A per-sample op of a ``decode=`` list: ``draws`` uniforms per sample, and ``apply(x,
-    u)`` that works on ``x`` in place and returns the result: ``x`` is the uint8 batch when
-    ``uint8`` is true, else float32 chunks of it in [0, 255] (:mod:`chute.image.scratch`)."""
+    """A per-sample op of a ``decode=`` list: ``draws`` uniforms per sample, and ``apply(out,
+    u)`` that works on the contiguous uint8 batch ``out`` in place and returns it."""
 
     draws: int
-    uint8: bool
 
     def apply(self, x: torch.Tensor, u: np.ndarray) -> torch.Tensor: ...
 
@@ -249,26 +211,17 @@ AUGMENTS: tuple[type, ...] = (
 
 def augment(ops: Any, out: torch.Tensor, indices: Any, seed: int, epoch: int) -> None:
     """Apply the :data:`AUGMENTS` among ``ops`` (op ``k`` drawing from stream ``k``) to the
-    uint8 ``(B, 3, H, W)`` batch ``out`` in place, in list order: each run of float ops on
-    float32 chunks of the batch, rounded back once per run; uint8 ops on the batch itself."""
+    uint8 ``(B, 3, H, W)`` batch ``out`` in place, in list order."""
     if len(out) == 0:
         return
     idx = np.asarray(indices, np.int64).reshape(-1)
-    todo: list[tuple[Augment, np.ndarray]] = []
+    work = out if out.is_contiguous() else out.contiguous()  # the kernels' layout
     for k, op in enumerate(ops):
         if isinstance(op, AUGMENTS):
             aug = cast(Augment, op)
-            todo.append((aug, uniforms(seed, epoch, idx, k, aug.draws)))
-    for on_uint8, group in itertools.groupby(todo, key=lambda t: bool(t[0].uint8)):
-        run = list(group)
-        if on_uint8:
-            for op, u in run:
-                op.apply(out, u)
-            continue
-        for a, b, x in chunks(out):
-            for op, u in run:
-                x = op.apply(x, u[a:b])
-            store(x, out[a:b])
+            aug.apply(work, uniforms(seed, epoch, idx, k, aug.draws))
+    if work is not out:
+        out.copy_(work)
 
 
 class BatchTransform:

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from ..errors import ArgumentError
-from .color import gray, mean_gray
-from .scratch import chunks, on_rows, store
+from .kernels import load
+from .scratch import on_rows
 
 __all__ = ["OPS", "RandAugment", "TrivialAugmentWide", "magnitudes"]
 
@@ -86,7 +86,6 @@ class RandAugment:
     num_ops: int = 2
     magnitude: int = 9
     num_magnitude_bins: int = 31
-    uint8 = True  # works on the uint8 batch
 
     def __post_init__(self) -> None:
         if type(self.num_ops) is not int or self.num_ops < 0:
@@ -119,7 +118,6 @@ class TrivialAugmentWide:
 
     num_magnitude_bins: int = 31
     draws = 3  # the op, the bin, the sign
-    uint8 = True  # works on the uint8 batch
 
     def __post_init__(self) -> None:
         _check_bins("TrivialAugmentWide", self.num_magnitude_bins)
@@ -141,12 +139,21 @@ def _sign(op: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 def apply_ops(out: torch.Tensor, op: np.ndarray, mag: np.ndarray) -> None:
-    """Apply op ``OPS[op[i]]`` at magnitude ``mag[i]`` to sample ``i`` of the uint8 batch
-    ``out`` in place, each op once for all the samples that drew it."""
+    """Apply op ``OPS[op[i]]`` at magnitude ``mag[i]`` to sample ``i`` of the contiguous uint8
+    batch ``out`` in place, each op once for all the samples that drew it."""
     for k, name in enumerate(OPS[1:], 1):
         sel = np.flatnonzero(op == k)
-        if len(sel):
+        if len(sel) and name in _BLENDS:  # a factor of the colour kernel
+            f = np.ones((3, len(sel)))
+            f[_BLENDS.index(name)] = 1.0 + mag[sel]
+            load("color").adjust(out.numpy(), sel, *f, np.zeros(len(sel)))
+        elif len(sel):
             on_rows(out, sel, _APPLY[name], mag[sel])
+
+
+_BLENDS = ("Brightness", "Contrast", "Color")
+"""PIL's ``ImageEnhance`` blends at factor ``1 + magnitude`` with black, the mean luma and
+each pixel's luma: torchvision's brightness, contrast and saturation adjustments."""
 
 
 # ------------------------------------------------------------------ geometric ops
@@ -265,31 +272,6 @@ def _rotate(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
 # ------------------------------------------------------------------ colour ops
 
 
-def _blended(
-    x: torch.Tensor, other: Callable[[torch.Tensor], torch.Tensor], mag: np.ndarray
-) -> torch.Tensor:
-    """``x * f + other(x) * (1 - f)`` with ``f = 1 + mag``, clamped and rounded: torchvision's
-    ``_blend`` (PIL's ``ImageEnhance``); in place, on float32 chunks."""
-    f = torch.from_numpy((1.0 + mag).astype(np.float32)).reshape(-1, 1, 1, 1)
-    for a, b, y in chunks(x):
-        deg = other(y).mul_(1 - f[a:b])
-        y.mul_(f[a:b]).add_(deg)
-        store(y, x[a:b])
-    return x
-
-
-def _brightness(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
-    return _blended(x, lambda y: torch.zeros((len(y), 1, 1, 1)), mag)
-
-
-def _color(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
-    return _blended(x, gray, mag)
-
-
-def _contrast(x: torch.Tensor, mag: np.ndarray) -> torch.Tensor:
-    return _blended(x, mean_gray, mag)
-
-
 _SHARPEN_BLOCK = 1 << 18
 """Pixels (all channels) of the samples sharpened at a time: a block's buffers stay in cache."""
 
@@ -386,9 +368,6 @@ _APPLY: dict[str, Callable[[torch.Tensor, np.ndarray], torch.Tensor]] = {
     "TranslateX": _translate_x,
     "TranslateY": _translate_y,
     "Rotate": _rotate,
-    "Brightness": _brightness,
-    "Color": _color,
-    "Contrast": _contrast,
     "Sharpness": _sharpness,
     "Posterize": _posterize,
     "Solarize": _solarize,
