@@ -5,6 +5,8 @@ exact resume."""
 from __future__ import annotations
 
 import colorsys
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -251,3 +253,21 @@ def test_gaussian_blur_of_any_sigma_matches_a_numpy_convolution() -> None:
     want = sum(k[:, j] * rows[..., j : j + H, :] for j in range(9))
     np.testing.assert_allclose(got, np.round(want), atol=1)
     assert sig.min() < 0.65 < 0.75 < sig.max()  # 2 and 3 of the 4 taps either side
+
+
+def test_without_numba_chute_imports_and_an_augmentation_says_how_to_install_it() -> None:
+    code = """
+import sys
+import chute
+assert "numba" not in sys.modules, "import chute imported numba"
+sys.modules["numba"] = None  # as if it were not installed
+import numpy as np, torch
+from chute.image.augment import augment
+try:
+    augment([chute.ColorJitter(0.4)], torch.zeros((2, 3, 8, 8), dtype=torch.uint8), [0, 1], 0, 0)
+except chute.MissingDependencyError as e:
+    print(e)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'chute[image]'" in done.stdout
