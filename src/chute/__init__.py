@@ -47,7 +47,7 @@ from .image.augment import (
     RandomErasing,
 )
 from .image.boxes import transform_boxes, transform_points
-from .image.follow import Follow, Geometry
+from .image.follow import Follow, Geometry, View
 from .image.normalize import normalize
 from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .image.randaugment import RandAugment, TrivialAugmentWide
@@ -117,6 +117,7 @@ __all__ = [
     "TrivialAugmentWide",
     "UnsafePathError",
     "VersionError",
+    "View",
     "Windows",
     "WorkerError",
     "WriteError",

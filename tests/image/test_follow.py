@@ -243,3 +243,73 @@ def test_transformed_boxes_bound_the_drawn_box_in_the_decoded_mask(tmp_path: Pat
             continue
         drawn = np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1])
         np.testing.assert_allclose(drawn, got[j].numpy(), atol=1.0)
+
+
+def test_views_decode_the_same_image_with_their_own_draws(seg: Path) -> None:
+    ds = chute.open(seg)
+    glob = [chute.RandomResizedCrop(24, scale=(0.4, 1.0)), chute.RandomHorizontalFlip()]
+    local = [chute.RandomResizedCrop(12, scale=(0.05, 0.4)), chute.RandomHorizontalFlip()]
+    decode = {
+        "image": glob,
+        "global_2": chute.View("image", glob),
+        "local_1": chute.View("image", [*local, chute.ColorJitter(0.4, 0.4, 0.4, 0.1)]),
+        "local_2": chute.View("image", local),
+        "mask": chute.Follow("local_2"),
+        "geo": chute.Geometry("global_2"),
+    }
+    loader = chute.Loader(ds, 6, seed=3, num_workers=2, decode=decode)
+    assert loader.dataset.schema["local_1"] == chute.fields.Tensor((3, 12, 12), "uint8")
+    seen = 0
+    for b in loader:
+        idx = b["label"].numpy()
+        assert b["image"].shape[1:] == b["global_2"].shape[1:] == (3, 24, 24)
+        assert b["local_1"].shape[1:] == b["local_2"].shape[1:] == (3, 12, 12)
+        assert not torch.equal(b["image"], b["global_2"])  # same ops, other draws
+        sizes = ds.gather(idx)["image"].sizes.numpy()
+        for name, ops in (("global_2", glob), ("local_2", local)):
+            # a view is its field decoded with its own ops at its own seed
+            seed = chute.image.follow.view_seed(3, name)
+            want = np.empty(tuple(b[name].shape), np.uint8)
+            enc = ds.gather(idx)["image"]
+            chute.image.decode_batch(enc, sizes[:, 0], sizes[:, 1], ops, idx, seed, 0, want)
+            np.testing.assert_array_equal(want, b[name].numpy(), err_msg=name)
+        p = plan(glob, sizes[:, 0], sizes[:, 1], idx, chute.image.follow.view_seed(3, "global_2"))
+        np.testing.assert_array_equal(b["geo"].numpy()[:, :4], p.boxes)
+        p = plan(local, sizes[:, 0], sizes[:, 1], idx, chute.image.follow.view_seed(3, "local_2"))
+        for j, i in enumerate(idx):
+            want = pil_nearest(_mask(*_sizes()[i], int(i)), p.boxes[j], p.size, bool(p.flips[j]))
+            np.testing.assert_array_equal(b["mask"][j].numpy(), want, err_msg=f"sample {i}")
+        seen += len(idx)
+    assert seen == N
+    one = loader.dataset[4]
+    assert one["local_1"].shape == (3, 12, 12) and one["image"].shape == (3, 24, 24)
+
+
+def test_views_alone_resume_exactly(seg: Path) -> None:
+    decode = {"a": chute.View("image", [RRC]), "b": chute.View("copy", ORDERS["flip-rrc"])}
+
+    def make() -> chute.Loader:
+        return chute.Loader(chute.open(seg), 4, seed=2, num_workers=2, decode=decode)
+
+    full = [(b["a"].clone(), b["b"].clone()) for b in make()]
+    loader = make()
+    it = iter(loader)
+    next(it)
+    resumed = make()
+    resumed.load_state_dict(loader.state_dict())
+    rest = [(b["a"], b["b"]) for b in resumed]
+    assert len(rest) == len(full) - 1
+    for (a, b), (c, d) in zip(full[1:], rest, strict=True):
+        assert torch.equal(a, c) and torch.equal(b, d)
+
+
+def test_view_errors(seg: Path) -> None:
+    ds = chute.open(seg)
+    with pytest.raises(chute.SchemaError, match="name the view field differently"):
+        chute.Loader(ds, 4, decode={"mask": chute.View("image", [RRC])})
+    with pytest.raises(chute.SchemaError, match=r"View\('label', \.\.\.\).*image fields"):
+        chute.Loader(ds, 4, decode={"v": chute.View("label", [RRC])})
+    with pytest.raises(chute.ArgumentError, match="field name"):
+        chute.View(None, [RRC])  # type: ignore[arg-type]
+    with pytest.raises(chute.ArgumentError):
+        chute.Loader(ds, 4, decode={"v": chute.View("image", [])})

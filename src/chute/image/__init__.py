@@ -9,7 +9,9 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
 - :mod:`.augment`: ``ColorJitter``, ``Grayscale``, ``GaussianBlur``, ``RandomErasing`` (in
   ``decode=`` lists), ``MixUp``, ``CutMix`` (``transform=``)
 - :mod:`.randaugment`: ``RandAugment``, ``TrivialAugmentWide`` (in ``decode=`` lists)
-- :mod:`.follow`: ``Follow``, ``Geometry`` (fields tied to an image's crop; masks by nearest)
+- :mod:`.follow`: ``Follow``, ``Geometry`` (fields tied to an image's crop; masks by
+  nearest), ``View`` (the image decoded again with ops of its own: multi-crop)
+- :mod:`.kernels`: the compiled per-pixel kernels of the augmentations (numba)
 - :mod:`.boxes`: ``transform_boxes``, ``transform_points`` (into a decoded image's frame)
 - :mod:`.normalize`: ``normalize`` (device side, after ``chute.to_device``)
 - :mod:`.on_device`: ``DeviceImages``, decoded by ``chute.to_device`` (ops with ``device=``)
@@ -40,7 +42,7 @@ from .decode import (
     plan_slice,
     scaled_boxes,
 )
-from .follow import GEOMETRY_COLUMNS, Follow, Geometry, resize_nearest
+from .follow import GEOMETRY_COLUMNS, Follow, Geometry, View, resize_nearest
 from .normalize import normalize
 from .on_device import DeviceImages
 from .ops import (
@@ -77,6 +79,7 @@ __all__ = [
     "Resize",
     "ScaledBoxes",
     "TrivialAugmentWide",
+    "View",
     "as_buffers",
     "dct_scales",
     "decode_batch",

@@ -1,15 +1,19 @@
-"""Fields tied to an image field's geometry: ``decode={"image": ops, "mask": Follow("image"),
-"geometry": Geometry("image")}``.
+"""Fields tied to an image field: ``decode={"image": ops, "mask": Follow("image"),
+"geometry": Geometry("image"), "local": View("image", ops)}``.
 
 The crop, output size and flip of each sample are planned once, for the field that has the
 ops (:func:`chute.image.plan`), and applied to every field that follows it: a
 :class:`chute.fields.Mask` is resized by nearest neighbour (class ids are copied, never
 blended), another :class:`chute.fields.Image` bilinearly as the leader. :class:`Geometry` puts
 the plan itself into the batch, for boxes and keypoints (:func:`chute.transform_boxes`).
+A :class:`View` is the other way round: the same stored image decoded again with ops of its
+own (multi-crop training: two global views and several local ones of each image).
 """
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +22,15 @@ import numpy as np
 from ..errors import ArgumentError
 from .ops import Plan
 
-__all__ = ["GEOMETRY_COLUMNS", "Follow", "Geometry", "geometry", "resize_nearest"]
+__all__ = [
+    "GEOMETRY_COLUMNS",
+    "Follow",
+    "Geometry",
+    "View",
+    "geometry",
+    "resize_nearest",
+    "view_seed",
+]
 
 GEOMETRY_COLUMNS = ("left", "top", "right", "bottom", "out_height", "out_width", "flip")
 """The columns of a :class:`Geometry` field, per sample: the crop box in stored pixels
@@ -52,6 +64,27 @@ class Geometry:
 
     def __post_init__(self) -> None:
         _leader(self.field, "Geometry")
+
+
+@dataclass(frozen=True)
+class View:
+    """A batch field decoded from image field ``field``'s stored image with ops of its own
+    (crop, flip, augmentations): ``decode={"image": global_ops, "local_1": View("image",
+    local_ops), "local_2": View("image", local_ops)}``. Each view draws its own random
+    numbers (its name salts the seed), so two views with the same ops differ; the view's
+    name must not be a field of the dataset."""
+
+    field: str
+    ops: Sequence[Any]
+
+    def __post_init__(self) -> None:
+        _leader(self.field, "View")
+
+
+def view_seed(seed: int, name: str) -> int:
+    """The seed of view ``name``'s draws: the loader's, salted by the name (stable across
+    runs and processes, unlike ``hash``)."""
+    return (seed ^ (zlib.crc32(name.encode()) << 32)) & 0xFFFFFFFFFFFFFFFF
 
 
 def geometry(p: Plan, out: np.ndarray) -> np.ndarray:

@@ -15,6 +15,10 @@ applied to the fields that follow it (a :class:`chute.fields.Mask` by nearest ne
 does not have) carries the plan itself, float64 ``(B, 7)`` (see :mod:`chute.image.follow`),
 for :func:`chute.transform_boxes`. The op order of the leader is the only one there is.
 
+Views. ``decode={"image": ops, "local": chute.View("image", local_ops)}``: ``"local"`` (a
+name the dataset does not have) is ``"image"``'s stored image decoded again with its own ops
+and its own draws (:func:`chute.image.follow.view_seed`), from the same gathered bytes.
+
 Where it runs. In :class:`~chute.Loader` the gather, and so the decode, runs in the worker
 threads: simplejpeg's decode, the resize (torch's or PIL's) and numpy's copy release the GIL
 (see :mod:`chute.image.decode`); a pass's first and last batches are split across threads
@@ -47,7 +51,15 @@ from .. import format as fmt
 from .._torch import as_numpy, empty_buffers
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
 from ..image.augment import AUGMENTS, augment
-from ..image.follow import GEOMETRY_COLUMNS, Follow, Geometry, geometry, resize_nearest
+from ..image.follow import (
+    GEOMETRY_COLUMNS,
+    Follow,
+    Geometry,
+    View,
+    geometry,
+    resize_nearest,
+    view_seed,
+)
 from ..image.on_device import DeviceImages, check_device, decode_images
 from ..image.ops import Plan, check_ops, plan
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
@@ -91,11 +103,18 @@ class Decoded:
         self.sizes: dict[str, tuple[int, int]] = {}
         self.on_device: dict[str, str] = {}  # fields decoded by to_device (image/on_device.py)
         self.tied: dict[str, Follow | Geometry] = {}  # fields that take a leader's plan
+        self.views: dict[str, str] = {}  # view name -> the image field it decodes
         for name, field_ops in ops.items():
             if isinstance(field_ops, (Follow, Geometry)):
                 self.tied[name] = field_ops
                 continue
-            self._check_image(name, "ops")
+            if isinstance(field_ops, View):
+                self._check_new(name, f"View({field_ops.field!r}, ...)")
+                self._check_image(field_ops.field, f"View({field_ops.field!r}, ...)")
+                self.views[name] = field_ops.field
+                field_ops = field_ops.ops
+            else:
+                self._check_image(name, "ops")
             checked = check_ops(field_ops)
             self.ops[name] = checked
             geo = next(op for op in checked if hasattr(op, "out_size"))
@@ -106,6 +125,11 @@ class Decoded:
                     f"with device={geo.device!r}; apply them after chute.to_device"
                 )
             device = check_device(geo.device, f"decode={{{name!r}: {type(geo).__name__}}}")
+            if device is not None and name in self.views:
+                raise ArgumentError(
+                    f"decode={{{name!r}: View(...)}}: a view is decoded in the loader's "
+                    f"workers, not with device={geo.device!r}"
+                )
             if device is not None:
                 self.on_device[name] = device
         self.seed = int(seed)
@@ -115,6 +139,8 @@ class Decoded:
             k: fmt.Tensor((3, *self.sizes[k]), "uint8") if self._here(k) else f
             for k, f in ds.schema.items()
         }
+        for name in self.views:
+            self._schema[name] = fmt.Tensor((3, *self.sizes[name]), "uint8")
         for name, tie in self.tied.items():
             self._schema[name] = self._tie_field(name, tie)
 
@@ -128,6 +154,18 @@ class Decoded:
                 f"{' or '.join(kinds)} fields ({images})"
             )
 
+    def _check_new(self, name: str, what: str) -> None:
+        """A batch field that ``decode=`` adds must not shadow a field of the dataset."""
+        if name in self.dataset.schema:
+            raise SchemaError(
+                f"decode={{{name!r}: {what}}}: the dataset has a field {name!r}; name the "
+                f"{what.split('(')[0].lower()} field differently"
+            )
+
+    def _seed(self, name: str) -> int:
+        """The seed of field ``name``'s draws: the loader's, a view's salted by its name."""
+        return view_seed(self.seed, name) if name in self.views else self.seed
+
     def _tie_field(self, name: str, tie: Follow | Geometry) -> fmt.Field:
         """The batch field of ``decode={name: tie}``, checked against its leader."""
         what = f"{type(tie).__name__}({tie.field!r})"
@@ -138,11 +176,7 @@ class Decoded:
             )
         h, w = self.sizes[tie.field]
         if isinstance(tie, Geometry):
-            if name in self.dataset.schema:
-                raise SchemaError(
-                    f"decode={{{name!r}: {what}}}: the dataset has a field {name!r}; name the "
-                    "geometry field differently"
-                )
+            self._check_new(name, what)
             return fmt.Tensor((len(GEOMETRY_COLUMNS),), "float64")
         self._check_image(name, what, ("image", "mask"))
         f = self.dataset.schema[name]
@@ -179,6 +213,7 @@ class Decoded:
         return {
             **{k: got[k][0] if k in mine else v for k, v in sample.items()},
             **{k: got[k][0] for k, t in self.tied.items() if isinstance(t, Geometry)},
+            **{k: got[k][0] for k in self.views},
         }
 
     def gather(
@@ -197,14 +232,15 @@ class Decoded:
         idx = np.where(idx < 0, idx + len(self), idx)
         plans: dict[str, tuple[np.ndarray, Plan]] = {}  # planned once, for every tied field
         bad: set[int] = set()  # positions whose image is corrupt (on_error="skip")
+        enc = {name: batch[self.views.get(name, name)] for name in self.ops}  # still encoded
         for name in self.ops:
-            plans[name] = self._plan(name, batch[name], idx, epoch)
+            plans[name] = self._plan(name, enc[name], idx, epoch)
             if name in self.on_device:
-                batch[name] = self._planned(name, batch[name], idx, plans[name])
+                batch[name] = self._planned(name, enc[name], idx, plans[name])
                 continue
             dst = None if out is None else out.get(name)
-            batch[name] = self._decode(name, batch[name], idx, plans[name], dst, bad)
-            augment(self.ops[name], batch[name], idx, self.seed, epoch)
+            batch[name] = self._decode(name, enc[name], idx, plans[name], dst, bad)
+            augment(self.ops[name], batch[name], idx, self._seed(name), epoch)
         if bad:
             return self.gather(self._replaced(idx, bad), out, pad)
         for name, tie in self.tied.items():
@@ -281,7 +317,7 @@ class Decoded:
     def _plan(self, name: str, enc: Any, idx: np.ndarray, epoch: int) -> tuple[np.ndarray, Plan]:
         """The stored (height, width) of each image of ``enc``, and field ``name``'s plan."""
         sizes = enc.sizes.numpy()
-        return sizes, plan(self.ops[name], sizes[:, 0], sizes[:, 1], idx, self.seed, epoch)
+        return sizes, plan(self.ops[name], sizes[:, 0], sizes[:, 1], idx, self._seed(name), epoch)
 
     def _planned(
         self, name: str, enc: Any, idx: np.ndarray, planned: tuple[np.ndarray, Plan]
@@ -344,7 +380,9 @@ class Decoded:
         return view
 
     def _where(self, name: str) -> str:
-        return f"{getattr(self.dataset, 'path', self.dataset)}: field {name!r}"
+        field = self.views.get(name, name)
+        view = f" (view {name!r})" if name in self.views else ""
+        return f"{getattr(self.dataset, 'path', self.dataset)}: field {field!r}{view}"
 
     def _dataset_index(self, exc: ChuteError) -> str:
         """The error's message; its sample index is a position in a Subset: say so."""
