@@ -65,6 +65,37 @@ def timed(fn: Callable[[], Any], rounds: int) -> float:
     return best
 
 
+class Batch:
+    """One batch of ``images`` photo JPEGs, its decode (``RandomResizedCrop(size)`` + flip by
+    ``decode_batch``) and the decoded uint8 batch that each augmentation is timed on."""
+
+    def __init__(self, images: int, size: int):
+        jpegs = photo_jpegs(images)
+        hw = np.array([jpeg_size(j) for j in jpegs], np.int64)
+        self.idx = np.arange(images)
+        crop = [chute.RandomResizedCrop(size), chute.RandomHorizontalFlip()]
+        out = np.empty((images, 3, size, size), np.uint8)
+        self.decode = lambda: decode_batch(jpegs, hw[:, 0], hw[:, 1], crop, self.idx, 0, 0, out)
+        self.decode()
+        self.decoded = torch.from_numpy(out.copy())
+        self.work = self.decoded.clone()
+        self.labels = torch.from_numpy(self.idx % 10)
+
+    def augment(self, op: Any) -> None:
+        """``op`` on a fresh copy of the decoded batch (the copy is timed too: ~1%)."""
+        self.work.copy_(self.decoded)
+        if isinstance(op, chute.BatchTransform):
+            op.apply({"image": self.work, "label": self.labels}, self.idx, 0, 0)
+        else:
+            augment([op], self.work, self.idx, 0, 0)
+
+    def cost_pct(self, op: Any, rounds: int) -> float:
+        """``op``'s best time over the decode's best time, in percent, measured side by side."""
+        self.augment(op)  # compiles its kernels, if any
+        decode_s = timed(self.decode, rounds)
+        return 100 * timed(lambda: self.augment(op), rounds) / decode_s
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--images", type=int, default=256)
@@ -74,30 +105,12 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     load = [os.getloadavg()[0]]
-    jpegs = photo_jpegs(args.images)
-    hw = np.array([jpeg_size(j) for j in jpegs], np.int64)
-    idx = np.arange(args.images)
-    crop = [chute.RandomResizedCrop(args.size), chute.RandomHorizontalFlip()]
-    out = np.empty((args.images, 3, args.size, args.size), np.uint8)
-
-    def decode() -> None:
-        decode_batch(jpegs, hw[:, 0], hw[:, 1], crop, idx, 0, 0, out)
-
-    decode_s = timed(decode, args.rounds)
-    decoded = torch.from_numpy(out.copy())
-    labels = torch.from_numpy(idx % 10)
+    batch = Batch(args.images, args.size)
+    decode_s = timed(batch.decode, args.rounds)
     rows = [{"name": "decode + RandomResizedCrop + flip", "ms": 1e3 * decode_s, "cost_pct": 100.0}]
     for name, op in augmentations().items():
-        work = decoded.clone()
-
-        def run(op: Any = op, work: torch.Tensor = work) -> None:
-            work.copy_(decoded)  # a fresh batch each round (the copy is timed too: ~1%)
-            if isinstance(op, chute.BatchTransform):
-                op.apply({"image": work, "label": labels}, idx, 0, 0)
-            else:
-                augment([op], work, idx, 0, 0)
-
-        s = timed(run, args.rounds)
+        batch.augment(op)  # compiles its kernels, if any
+        s = timed(lambda op=op: batch.augment(op), args.rounds)
         rows.append({"name": name, "ms": 1e3 * s, "cost_pct": 100 * s / decode_s})
         load.append(os.getloadavg()[0])
     print(table(rows, COLUMNS))

@@ -32,7 +32,10 @@ is the steady state of a training run):
 * ``images Loader / bare decode``: ``chute.Loader(decode={"image": [RandomResizedCrop(160),
   RandomHorizontalFlip()]})`` over the bare decode + crop + resize loop of
   ``benchmarks/images.py``, 2 threads each, on ``--images`` photos (needs simplejpeg and
-  scikit-image; skipped with the reason otherwise).
+  scikit-image; skipped with the reason otherwise);
+* ``... % of decode``: the heaviest batch augmentations (a full ``ColorJitter``,
+  ``GaussianBlur(9)``, ``RandAugment(2, 9)``) on a decoded batch of 256 photos against the
+  decode itself (``benchmarks/augment_cost.py``), one thread each, against a budget of 20%.
 """
 
 from __future__ import annotations
@@ -269,6 +272,25 @@ def images_row(folder: Path, n: int) -> Row | str:
     return Row("images Loader / bare decode, 2 threads", ratio(top, bare, n, n), floor=0.85)
 
 
+def augment_rows() -> list[Row] | str:
+    """The augmentation cost rows, or why they are skipped."""
+    try:
+        import simplejpeg  # noqa: F401
+        from augment_cost import Batch
+    except ImportError as exc:
+        return f"augmentation rows skipped: {exc} (pip install 'chute[image]' scikit-image)"
+    batch = Batch(BS, 160)
+    ops = {
+        "ColorJitter(.4, .4, .4, .1)": chute.ColorJitter(0.4, 0.4, 0.4, 0.1),
+        "GaussianBlur(9)": chute.GaussianBlur(9),
+        "RandAugment(2, 9)": chute.RandAugment(2, 9),
+    }
+    return [
+        Row(f"{name} % of decode", lambda op=op: batch.cost_pct(op, 3), ceiling=20)
+        for name, op in ops.items()
+    ]
+
+
 # ------------------------------------------------------------------ the run
 
 
@@ -305,11 +327,11 @@ def main() -> None:
             dataloader_row(cifar),
             per_sample_row(folder, int(scale * 20_000)),
         ]
-        images = images_row(folder, max(BS, int(scale * args.images)))
-        if isinstance(images, str):
-            notes.append(images)
-        else:
-            rows.append(images)
+        for extra in (images_row(folder, max(BS, int(scale * args.images))), augment_rows()):
+            if isinstance(extra, str):
+                notes.append(extra)
+            else:
+                rows.extend(extra if isinstance(extra, list) else [extra])
         rows = [r for r in rows if not any(s in r.name for s in args.skip)]
         for k in range(args.max_rounds):
             todo = [r for r in rows if k < args.rounds or r.verdict() != "ok"]
