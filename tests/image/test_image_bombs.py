@@ -4,7 +4,10 @@ Each is a chute error (or a skipped file) before any large allocation, never a M
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -54,6 +57,13 @@ _row = recorded(
             "image: stored size over the limit",
             "header and stored size both 30000x30000; ds[i], Loader",
             "FormatError naming the sample, before any buffer is sized",
+        ),
+        "test_kernels_stay_inside_the_batch_on_any_shape": (
+            "image: augmentation kernels on odd shapes",
+            "every augmentation (colour, blur of any sigma, erasing, each RandAugment op at "
+            "magnitudes 0-30) on 1x1, one-row, one-column, tall and wide batches, with "
+            "numba's bounds checks on",
+            "no index outside the batch (an IndexError would fail the run)",
         ),
         "test_symlink_loops_in_a_folder_end": (
             "image: symlink loops",
@@ -193,3 +203,27 @@ def test_symlink_loops_in_a_folder_end(tmp_path: Path) -> None:
     # each class's walk visits a real folder once, under its first name in sorted order; a
     # class folder that links to another lists the files again, as torchvision's does
     assert folder.files == [("cat/a/x.jpg", 0), ("dog/a/x.jpg", 1)]
+
+
+def test_kernels_stay_inside_the_batch_on_any_shape(tmp_path: Path) -> None:
+    """numba does not check indices: every op on odd shapes (1 x 1, one row, one column, tall,
+    wide, one sample) with numba's bounds checks on, in a fresh process and kernel cache."""
+    code = """
+import numpy as np, torch, chute
+from chute.image.augment import augment
+ops = [chute.ColorJitter(0.5, 0.5, 0.5, 0.5), chute.Grayscale(1.0), chute.GaussianBlur(9),
+       chute.GaussianBlur(3, sigma=(5.0, 9.0)), chute.RandomErasing(1.0),
+       chute.TrivialAugmentWide()] + [chute.RandAugment(1, m) for m in (0, 9, 30)]
+rng = np.random.default_rng(0)
+for b, h, w in [(1, 1, 1), (3, 1, 7), (2, 9, 1), (2, 2, 2), (4, 3, 40), (2, 41, 5), (1, 17, 16)]:
+    x = torch.from_numpy(rng.integers(0, 256, (b, 3, h, w), dtype=np.uint8))
+    for seed in range(12):  # enough draws that every RandAugment op runs on every shape
+        for op in ops:
+            augment([op], x, np.arange(b), seed, 0)
+print("ok")
+"""
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
