@@ -157,33 +157,25 @@ Op = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 
 
 IndexOf = Callable[[np.ndarray], np.ndarray]
-"""A warp's key to its index: each output pixel's input pixel in its plane, ``H * W`` for 0."""
+"""Distinct warps' keys (a row each) to their index (uint32, a row each): each output pixel's
+input pixel in its plane, ``H * W`` for 0."""
 
 
 def _warp(x: np.ndarray, rows: np.ndarray, keys: np.ndarray, index: IndexOf) -> None:
     """Nearest-neighbour warp of samples ``rows`` of ``x`` in place, sample ``rows[i]`` by the
     warp ``keys[i]`` (a row of numbers): output pixel ``k`` takes input pixel
-    ``index(key)[k]`` of its plane (``H * W`` for the fill, 0). Each distinct warp's index is
-    made once (the ops draw few magnitudes: RandAugment two, +-m) and shared by its samples."""
+    ``index(warps)[u, k]`` of its plane (``H * W`` for the fill, 0), ``warps[u]`` the sample's
+    key. Each distinct warp's index is made once (the ops draw few magnitudes: RandAugment
+    two, +-m) and shared by its samples."""
     warps, which = np.unique(keys.reshape(len(rows), -1), axis=0, return_inverse=True)
-    table = np.stack([index(key) for key in warps]).astype(np.uint32).reshape(len(warps), -1)
-    load("warp").gather(x, rows, which.reshape(-1), table)
+    load("warp").gather(x, rows, which.reshape(-1), index(warps))
 
 
 def _affine(x: np.ndarray, rows: np.ndarray, m: np.ndarray) -> None:
     """Warp by inverse affine maps ``m`` (n, 2, 3) from output to input pixel coordinates,
     sampled at pixel centres as PIL's ``Image.transform(AFFINE, NEAREST)``; outside: 0."""
     h, w = x.shape[-2:]
-    xs, ys = np.arange(w) + 0.5, np.arange(h)[:, None] + 0.5
-
-    def index(k: np.ndarray) -> np.ndarray:
-        sx = np.floor(k[0] * xs + (k[1] * ys + k[2]))  # a row part plus a column part
-        sy = np.floor(k[3] * xs + (k[4] * ys + k[5]))
-        src = (sy * w + sx).astype(np.int64)
-        src[(sx < 0) | (sx >= w) | (sy < 0) | (sy >= h)] = h * w
-        return src
-
-    _warp(x, rows, m, index)
+    _warp(x, rows, m, lambda k: load("warp").affine_index(k.reshape(-1, 2, 3), h, w))
 
 
 def _shear(x: np.ndarray, rows: np.ndarray, mag: np.ndarray, dim: int) -> None:
@@ -192,15 +184,11 @@ def _shear(x: np.ndarray, rows: np.ndarray, mag: np.ndarray, dim: int) -> None:
     input ``i + floor(0.5 + mag * (j + 0.5))``, PIL's pixel-centre nearest sample; outside:
     0. A whole-pixel shift per line: the index in integers."""
     h, w = x.shape[-2:]
-    size, lines = (w, h) if dim == 3 else (h, w)
-    ys, xs = np.arange(h)[:, None], np.arange(w)
+    lines = np.arange(h if dim == 3 else w) + 0.5
 
-    def index(m: np.ndarray) -> np.ndarray:
-        shift = np.floor(0.5 + m[0] * (np.arange(lines) + 0.5)).astype(np.int64)
-        moved = xs + shift[:, None] if dim == 3 else ys + shift  # per row / per column
-        src = moved * w + xs if dim == 2 else ys * w + moved
-        src[(moved < 0) | (moved >= size)] = h * w
-        return src
+    def index(keys: np.ndarray) -> np.ndarray:
+        shifts = np.floor(0.5 + keys[:, :1] * lines).astype(np.int64)
+        return load("warp").shear_index(shifts, h, w, dim == 3)
 
     _warp(x, rows, mag, index)
 

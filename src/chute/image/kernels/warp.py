@@ -31,3 +31,39 @@ def gather(x: np.ndarray, rows: np.ndarray, which: np.ndarray, index: np.ndarray
             out_r[p] = r[q]
             out_g[p] = g[q]
             out_b[p] = b[q]
+
+
+@njit(cache=True, nogil=True)
+def affine_index(m: np.ndarray, h: int, w: int) -> np.ndarray:
+    """The :func:`gather` index (uint32, ``(len(m), h * w)``) of each inverse affine map
+    ``m[u]`` (2, 3) from output to input pixel coordinates, sampled at pixel centres as PIL's
+    ``Image.transform(AFFINE, NEAREST)``: input ``floor(a * (x + .5) + (b * (y + .5) + c))``
+    across, likewise down; ``h * w`` outside."""
+    index = np.empty((len(m), h * w), np.uint32)
+    for u in range(len(m)):
+        for y in range(h):
+            across = m[u, 0, 1] * (y + 0.5) + m[u, 0, 2]  # a row part plus a column part
+            down = m[u, 1, 1] * (y + 0.5) + m[u, 1, 2]
+            for x in range(w):
+                sx = np.floor(m[u, 0, 0] * (x + 0.5) + across)
+                sy = np.floor(m[u, 1, 0] * (x + 0.5) + down)
+                inside = 0 <= sx < w and 0 <= sy < h
+                index[u, y * w + x] = np.int64(sy * w + sx) if inside else h * w
+    return index
+
+
+@njit(cache=True, nogil=True)
+def shear_index(shifts: np.ndarray, h: int, w: int, across: bool) -> np.ndarray:
+    """The :func:`gather` index (uint32, ``(len(shifts), h * w)``) of each shear by whole
+    pixels per line, ``shifts[u]``: output pixel ``(y, x)`` reads input
+    ``(y, x + shifts[u, y])`` when ``across`` (each row shifted), else
+    ``(y + shifts[u, x], x)`` (each column); ``h * w`` outside."""
+    index = np.empty((len(shifts), h * w), np.uint32)
+    for u in range(len(shifts)):
+        for y in range(h):
+            for x in range(w):
+                sy = y if across else y + shifts[u, x]
+                sx = x + shifts[u, y] if across else x
+                inside = 0 <= sx < w and 0 <= sy < h
+                index[u, y * w + x] = sy * w + sx if inside else h * w
+    return index
