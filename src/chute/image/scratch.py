@@ -4,13 +4,12 @@ an op runs in cache and no whole-batch float copy is made."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 
-__all__ = ["CHUNK_ELEMENTS", "chunks", "on_rows", "store"]
+__all__ = ["CHUNK_ELEMENTS", "chunks", "store"]
 
 CHUNK_ELEMENTS = 1 << 20
 """float32 elements of a scratch chunk (4 MB): small enough for the cache of a core."""
@@ -35,13 +34,3 @@ def store(x: torch.Tensor, out: torch.Tensor) -> None:
     times slower)."""
     x.add_(0.5).clamp_(0.5, 255.5)
     np.copyto(out.numpy(), x.numpy(), casting="unsafe")
-
-
-def on_rows(
-    out: torch.Tensor, rows: np.ndarray, fn: Callable[..., torch.Tensor], *args: Any
-) -> None:
-    """``out[rows] = fn(out[rows], *args)`` for a CPU tensor ``out`` (samples first), through
-    numpy's row copies (several times faster than torch's ``index_select`` /
-    ``index_copy_``); ``fn`` gets a contiguous copy, which it may change in place and return."""
-    pixels = out.numpy()
-    pixels[rows] = fn(torch.from_numpy(np.ascontiguousarray(pixels[rows])), *args).numpy()

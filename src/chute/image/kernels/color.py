@@ -14,7 +14,7 @@ GRAY = (0.2989, 0.587, 0.114)
 """ITU-R 601-2 luma weights, torchvision's ``rgb_to_grayscale``."""
 
 _R, _G, _B = (np.float32(w) for w in GRAY)
-_ZERO, _ONE, _SIX = np.float32(0.0), np.float32(1.0), np.float32(6.0)
+_ZERO, _HALF, _ONE, _SIX = (np.float32(v) for v in (0.0, 0.5, 1.0, 6.0))
 
 
 @njit(cache=True, nogil=True, fastmath=True)
@@ -31,6 +31,42 @@ def _spoke(hue: float, centre: float, value: float, chroma: float) -> float:
     d = hue - centre + np.float32(3.0)
     d = abs(d - _SIX * np.floor(d * np.float32(1.0 / 6.0)) - np.float32(3.0))
     return value - chroma * min(max(d - _ONE, _ZERO), _ONE)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _blend(r: float, g: float, bl: float, b: float, c: float, mean: float, s: float) -> tuple:
+    """The colour ``r, g, bl`` after brightness ``b``, contrast ``c`` (to ``mean``, the mean
+    luma times ``1 - c``) and saturation ``s``, each clamped to [0, 255]."""
+    r, g, bl = _clamp(r * b), _clamp(g * b), _clamp(bl * b)
+    r, g, bl = _clamp(r * c + mean), _clamp(g * c + mean), _clamp(bl * c + mean)
+    luma = (_R * r + _G * g + _B * bl) * (_ONE - s)
+    return _clamp(r * s + luma), _clamp(g * s + luma), _clamp(bl * s + luma)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _turn(r: float, g: float, bl: float, turn: float) -> tuple:
+    """The colour ``r, g, bl`` with its hue turned by ``turn`` sixths, value and chroma kept."""
+    v = max(max(r, g), bl)
+    chroma = v - min(min(r, g), bl)
+    inv = _ONE / max(chroma, np.float32(1e-6))
+    # the hue in sixths: red's formula where red is the max, then green's (ties as
+    # torchvision), else blue's
+    hh = np.float32(4.0) + (r - g) * inv
+    hh = np.float32(2.0) + (bl - r) * inv if v == g else hh
+    hh = (g - bl) * inv if v == r else hh
+    hh += turn
+    hh -= _SIX * np.floor(hh * np.float32(1.0 / 6.0))
+    return (
+        _spoke(hh, _ZERO, v, chroma),
+        _spoke(hh, np.float32(2.0), v, chroma),
+        _spoke(hh, np.float32(4.0), v, chroma),
+    )
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _round(r: float, g: float, bl: float) -> tuple:
+    """``r, g, bl`` (in [0, 255]) rounded half up to uint8: the cast truncates."""
+    return np.uint8(r + _HALF), np.uint8(g + _HALF), np.uint8(bl + _HALF)
 
 
 @njit(cache=True, nogil=True, fastmath=True)
@@ -62,25 +98,12 @@ def adjust(
                 r, g, bl = _clamp(px[0, p] * b), _clamp(px[1, p] * b), _clamp(px[2, p] * b)
                 total += _R * r + _G * g + _B * bl
             mean = np.float32(total / n) * (_ONE - c)
-        for p in range(n):
-            r, g, bl = _clamp(px[0, p] * b), _clamp(px[1, p] * b), _clamp(px[2, p] * b)
-            r, g, bl = _clamp(r * c + mean), _clamp(g * c + mean), _clamp(bl * c + mean)
-            luma = (_R * r + _G * g + _B * bl) * (_ONE - s)
-            r, g, bl = _clamp(r * s + luma), _clamp(g * s + luma), _clamp(bl * s + luma)
-            if turn != _ZERO:
-                v = max(max(r, g), bl)
-                chroma = v - min(min(r, g), bl)
-                inv = _ONE / max(chroma, np.float32(1e-6))
-                # the hue in sixths: red's formula where red is the max, then green's (ties
-                # as torchvision), else blue's
-                hh = np.float32(4.0) + (r - g) * inv
-                hh = np.float32(2.0) + (bl - r) * inv if v == g else hh
-                hh = (g - bl) * inv if v == r else hh
-                hh += turn
-                hh -= _SIX * np.floor(hh * np.float32(1.0 / 6.0))
-                r = _spoke(hh, _ZERO, v, chroma)
-                g = _spoke(hh, np.float32(2.0), v, chroma)
-                bl = _spoke(hh, np.float32(4.0), v, chroma)
-            half = np.float32(0.5)  # >= 0: the cast rounds half up
-            px[0, p], px[1, p] = np.uint8(r + half), np.uint8(g + half)
-            px[2, p] = np.uint8(bl + half)
+        if turn == _ZERO:  # its own loop: the hue turn's branches would keep it scalar
+            for p in range(n):
+                r, g, bl = _blend(px[0, p], px[1, p], px[2, p], b, c, mean, s)
+                px[0, p], px[1, p], px[2, p] = _round(r, g, bl)
+        else:
+            for p in range(n):
+                r, g, bl = _blend(px[0, p], px[1, p], px[2, p], b, c, mean, s)
+                r, g, bl = _turn(r, g, bl, turn)
+                px[0, p], px[1, p], px[2, p] = _round(r, g, bl)

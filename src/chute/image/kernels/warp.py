@@ -1,0 +1,69 @@
+"""The warp kernel: RandAugment's shears, translations and rotations as a nearest-neighbour
+gather, each output pixel reading the input pixel a precomputed index names (the index made
+once per distinct warp, shared by all the samples that drew it)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["gather"]
+
+
+@njit(cache=True, nogil=True)
+def gather(x: np.ndarray, rows: np.ndarray, which: np.ndarray, index: np.ndarray) -> None:
+    """Warp samples ``rows`` of the uint8 RGB batch ``x`` (B, 3, H, W) in place: pixel ``p``
+    of each channel of sample ``rows[j]`` takes pixel ``index[which[j], p]`` of the same
+    channel (uint32 into the ``H * W`` pixels of a plane; ``H * W`` itself: the fill, 0).
+    The three channels in one loop, so each index is read once; unsigned, so numba adds no
+    negative-index wraparound."""
+    _, _, h, w = x.shape
+    n = h * w
+    src = np.zeros((3, n + 1), np.uint8)  # the sample and the fill
+    for j in range(len(rows)):
+        px = x[rows[j]].reshape(3, n)
+        k = index[which[j]]
+        r, g, b, out_r, out_g, out_b = src[0], src[1], src[2], px[0], px[1], px[2]
+        for p in range(n):  # a loop: numba's 2-D slice copy is slower
+            r[p], g[p], b[p] = out_r[p], out_g[p], out_b[p]
+        for p in range(n):
+            q = k[p]
+            out_r[p] = r[q]
+            out_g[p] = g[q]
+            out_b[p] = b[q]
+
+
+@njit(cache=True, nogil=True)
+def affine_index(m: np.ndarray, h: int, w: int) -> np.ndarray:
+    """The :func:`gather` index (uint32, ``(len(m), h * w)``) of each inverse affine map
+    ``m[u]`` (2, 3) from output to input pixel coordinates, sampled at pixel centres as PIL's
+    ``Image.transform(AFFINE, NEAREST)``: input ``floor(a * (x + .5) + (b * (y + .5) + c))``
+    across, likewise down; ``h * w`` outside."""
+    index = np.empty((len(m), h * w), np.uint32)
+    for u in range(len(m)):
+        for y in range(h):
+            across = m[u, 0, 1] * (y + 0.5) + m[u, 0, 2]  # a row part plus a column part
+            down = m[u, 1, 1] * (y + 0.5) + m[u, 1, 2]
+            for x in range(w):
+                sx = np.floor(m[u, 0, 0] * (x + 0.5) + across)
+                sy = np.floor(m[u, 1, 0] * (x + 0.5) + down)
+                inside = 0 <= sx < w and 0 <= sy < h
+                index[u, y * w + x] = np.int64(sy * w + sx) if inside else h * w
+    return index
+
+
+@njit(cache=True, nogil=True)
+def shear_index(shifts: np.ndarray, h: int, w: int, across: bool) -> np.ndarray:
+    """The :func:`gather` index (uint32, ``(len(shifts), h * w)``) of each shear by whole
+    pixels per line, ``shifts[u]``: output pixel ``(y, x)`` reads input
+    ``(y, x + shifts[u, y])`` when ``across`` (each row shifted), else
+    ``(y + shifts[u, x], x)`` (each column); ``h * w`` outside."""
+    index = np.empty((len(shifts), h * w), np.uint32)
+    for u in range(len(shifts)):
+        for y in range(h):
+            for x in range(w):
+                sy = y if across else y + shifts[u, x]
+                sx = x + shifts[u, y] if across else x
+                inside = 0 <= sx < w and 0 <= sy < h
+                index[u, y * w + x] = sy * w + sx if inside else h * w
+    return index
