@@ -8,8 +8,12 @@ sample augmented (``p=1``, the worst case); MixUp / CutMix through their ``apply
 the best of ``--rounds`` (the machine is shared; the load average is printed) and its cost is
 ``augment ms / decode ms`` of the same batch.
 
-    python benchmarks/augment_cost.py [--images 256] [--size 160] [--rounds 5]
+    python benchmarks/augment_cost.py [--images 256] [--size 160] [--rounds 5] [--kornia]
         [--json benchmarks/results/augment_cost.json]
+
+``--kornia`` adds a column: Kornia's batched augmentation of the same name on the same batch
+(converted to float in [0, 1] and back to uint8, as a uint8 pipeline has to), timed alike
+(``pip install kornia``; it runs with the pinned torch).
 
 Needs ``pip install 'chute[image]' scikit-image``.
 """
@@ -36,6 +40,10 @@ COLUMNS = [
     ("ms", "ms/batch", ".1f"),
     ("cost_pct", "% of decode", ".0f"),
 ]
+KORNIA_COLUMNS = [
+    ("kornia_pct", "Kornia % of decode", ".0f"),
+    ("kornia_x", "Kornia / chute", ".1f"),
+]
 
 
 def augmentations() -> dict[str, Any]:
@@ -53,6 +61,27 @@ def augmentations() -> dict[str, Any]:
         "CutMix(10)": chute.CutMix(10),
     }
     return ops
+
+
+def kornia_peers() -> dict[str, Any]:
+    """Kornia's counterparts of :func:`augmentations`, every sample augmented."""
+    import kornia.augmentation as K
+
+    return {
+        "ColorJitter(0.4, 0.4, 0.4)": K.ColorJitter(0.4, 0.4, 0.4, p=1.0),
+        "ColorJitter(hue=0.1)": K.ColorJitter(hue=0.1, p=1.0),
+        "ColorJitter(0.4, 0.4, 0.4, 0.1)": K.ColorJitter(0.4, 0.4, 0.4, 0.1, p=1.0),
+        "Grayscale(p=1)": K.RandomGrayscale(p=1.0),
+        "GaussianBlur(9)": K.RandomGaussianBlur((9, 9), (0.1, 2.0), p=1.0),
+        "RandomErasing(p=1)": K.RandomErasing(p=1.0),
+        "RandAugment(2, 9)": K.auto.RandAugment(n=2, m=9),
+        "TrivialAugmentWide()": K.auto.TrivialAugment(),
+    }
+
+
+def on_uint8(aug: Any, x: torch.Tensor) -> torch.Tensor:
+    """Kornia's ``aug`` on the uint8 batch ``x``: to float in [0, 1] and back, rounded."""
+    return aug(x.float().div_(255)).mul_(255).add_(0.5).clamp_(0, 255).to(torch.uint8)
 
 
 def timed(fn: Callable[[], Any], rounds: int) -> float:
@@ -101,8 +130,10 @@ def main() -> None:
     p.add_argument("--images", type=int, default=256)
     p.add_argument("--size", type=int, default=160)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--kornia", action="store_true", help="add Kornia's augmentations")
     p.add_argument("--json", default=str(RESULTS / "augment_cost.json"))
     args = p.parse_args()
+    peers = kornia_peers() if args.kornia else {}
     torch.set_num_threads(1)
     load = [os.getloadavg()[0]]
     batch = Batch(args.images, args.size)
@@ -112,8 +143,11 @@ def main() -> None:
         batch.augment(op)  # compiles its kernels, if any
         s = timed(lambda op=op: batch.augment(op), args.rounds)
         rows.append({"name": name, "ms": 1e3 * s, "cost_pct": 100 * s / decode_s})
+        if name in peers:
+            k = timed(lambda aug=peers[name]: on_uint8(aug, batch.decoded), args.rounds)
+            rows[-1].update(kornia_pct=100 * k / decode_s, kornia_x=k / s)
         load.append(os.getloadavg()[0])
-    print(table(rows, COLUMNS))
+    print(table(rows, COLUMNS + (KORNIA_COLUMNS if peers else [])))
     print(
         f"{args.images} photo JPEGs to {args.size}x{args.size}, one thread, best of "
         f"{args.rounds}; load average {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs"
