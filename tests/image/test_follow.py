@@ -307,8 +307,10 @@ def test_view_errors(seg: Path) -> None:
     ds = chute.open(seg)
     with pytest.raises(chute.SchemaError, match="name the view field differently"):
         chute.Loader(ds, 4, decode={"mask": chute.View("image", [RRC])})
-    with pytest.raises(chute.SchemaError, match=r"View\('label', \.\.\.\).*image fields"):
+    with pytest.raises(chute.SchemaError, match=r"\{'v': View\('label', \.\.\.\)\}.*image fields"):
         chute.Loader(ds, 4, decode={"v": chute.View("label", [RRC])})
+    with pytest.raises(chute.SchemaError, match=r"\{'v': View\('nope', .*\)\}: no field 'nope'"):
+        chute.Loader(ds, 4, decode={"v": chute.View("nope", [RRC])})
     with pytest.raises(chute.ArgumentError, match="field name"):
         chute.View(None, [RRC])  # type: ignore[arg-type]
     with pytest.raises(chute.ArgumentError):

@@ -110,7 +110,7 @@ class Decoded:
                 continue
             if isinstance(field_ops, View):
                 self._check_new(name, f"View({field_ops.field!r}, ...)")
-                self._check_image(field_ops.field, f"View({field_ops.field!r}, ...)")
+                self._check_image(name, f"View({field_ops.field!r}, ...)", field=field_ops.field)
                 self.views[name] = field_ops.field
                 field_ops = field_ops.ops
             else:
@@ -144,10 +144,14 @@ class Decoded:
         for name, tie in self.tied.items():
             self._schema[name] = self._tie_field(name, tie)
 
-    def _check_image(self, name: str, what: str, kinds: tuple[str, ...] = ("image",)) -> None:
-        f = self.dataset.schema.get(name)
+    def _check_image(
+        self, name: str, what: str, kinds: tuple[str, ...] = ("image",), field: str | None = None
+    ) -> None:
+        """``decode={name: what}`` reads dataset field ``field`` (``name`` itself by default),
+        which must be of one of ``kinds``."""
+        f = self.dataset.schema.get(field or name)
         if f is None or f.kind not in kinds:
-            found = "no such field" if f is None else f"a {f.kind} field"
+            found = f"no field {field or name!r}" if f is None else f"a {f.kind} field"
             images = [k for k, v in self.dataset.schema.items() if v.kind in kinds]
             raise SchemaError(
                 f"decode={{{name!r}: {what}}}: {found}; it takes the dataset's "
