@@ -61,8 +61,8 @@ _row = recorded(
         "test_kernels_stay_inside_the_batch_on_any_shape": (
             "image: augmentation kernels on odd shapes",
             "every augmentation (colour, blur of any sigma, erasing, each RandAugment op at "
-            "magnitudes 0-30) on 1x1, one-row, one-column, tall and wide batches, with "
-            "numba's bounds checks on",
+            "magnitudes 0-30, MixUp, CutMix) on 1x1, one-row, one-column, tall and wide "
+            "batches, with numba's bounds checks on",
             "no index outside the batch (an IndexError would fail the run)",
         ),
         "test_symlink_loops_in_a_folder_end": (
@@ -220,6 +220,9 @@ for b, h, w in [(1, 1, 1), (3, 1, 7), (2, 9, 1), (2, 2, 2), (4, 3, 40), (2, 41, 
     for seed in range(12):  # enough draws that every RandAugment op runs on every shape
         for op in ops:
             augment([op], x, np.arange(b), seed, 0)
+        labels = torch.zeros(b, dtype=torch.long)
+        for mixing in (chute.MixUp(3), chute.CutMix(3)):
+            mixing.apply({"image": x, "label": labels}, np.arange(b), seed, 0)
 print("ok")
 """
     env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}

@@ -40,7 +40,6 @@ from .blur import blur, gaussian_taps
 from .draws import uniforms
 from .kernels import load
 from .randaugment import RandAugment, TrivialAugmentWide
-from .scratch import chunks, store
 
 __all__ = [
     "AUGMENTS",
@@ -290,19 +289,13 @@ class MixUp(_Mixing):
 
 
 def _blend(img: torch.Tensor, lam: float) -> torch.Tensor:
-    """``img * lam + img.roll(1, 0) * (1 - lam)``, rounded: a uint8 batch a float32 chunk at a
-    time (no whole-batch float copy), another dtype in one go."""
-    if img.dtype != torch.uint8:
+    """``img * lam + img.roll(1, 0) * (1 - lam)``, rounded: a uint8 batch on the CPU in one
+    compiled pass (:mod:`chute.image.kernels.mix`), another dtype or device by torch."""
+    if img.dtype != torch.uint8 or img.device.type != "cpu":
         return (img.float() * lam + img.roll(1, 0).float() * (1 - lam)).round_().to(img.dtype)
-    mixed = torch.empty_like(img)
-    for a, b, x in chunks(img):
-        x.mul_(lam)
-        if a == 0:  # the first sample's partner is the last one
-            x[0].add_(img[-1], alpha=1 - lam)
-            x[1:].add_(img[: b - 1], alpha=1 - lam)
-        else:
-            x.add_(img[a - 1 : b - 1], alpha=1 - lam)
-        store(x, mixed[a:b])
+    src = img.contiguous()
+    mixed = torch.empty_like(src)
+    load("mix").mix(src.numpy(), lam, mixed.numpy())
     return mixed
 
 
@@ -319,8 +312,9 @@ class CutMix(_Mixing):
         r = math.sqrt(1.0 - lam)
         x0, x1 = max(cx - int(r * w / 2), 0), min(cx + int(r * w / 2), w)
         y0, y1 = max(cy - int(r * h / 2), 0), min(cy + int(r * h / 2), h)
-        out = img.clone()
-        out[..., y0:y1, x0:x1] = img.roll(1, 0)[..., y0:y1, x0:x1]
+        out = img.clone()  # the box from the previous image (the last one's into the first)
+        out[1:, ..., y0:y1, x0:x1] = img[:-1, ..., y0:y1, x0:x1]
+        out[:1, ..., y0:y1, x0:x1] = img[-1:, ..., y0:y1, x0:x1]
         kept = 1.0 - (x1 - x0) * (y1 - y0) / (w * h)
         return {
             **batch,
