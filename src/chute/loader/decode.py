@@ -109,7 +109,7 @@ class Decoded:
                 self.tied[name] = field_ops
                 continue
             if isinstance(field_ops, View):
-                self._check_new(name, f"View({field_ops.field!r}, ...)")
+                self._check_new(name, f"View({field_ops.field!r}, ...)", "view")
                 self._check_image(name, f"View({field_ops.field!r}, ...)", field=field_ops.field)
                 self.views[name] = field_ops.field
                 field_ops = field_ops.ops
@@ -136,11 +136,9 @@ class Decoded:
         self.epoch = int(epoch)
         self.threads = 1  # that decode a batch (see with_split)
         self._schema: dict[str, fmt.Field] = {  # a field decoded on the device stays encoded
-            k: fmt.Tensor((3, *self.sizes[k]), "uint8") if self._here(k) else f
-            for k, f in ds.schema.items()
+            **ds.schema,  # decoded fields keep their place; views come after
+            **{k: fmt.Tensor((3, *self.sizes[k]), "uint8") for k in self.ops if self._here(k)},
         }
-        for name in self.views:
-            self._schema[name] = fmt.Tensor((3, *self.sizes[name]), "uint8")
         for name, tie in self.tied.items():
             self._schema[name] = self._tie_field(name, tie)
 
@@ -158,12 +156,12 @@ class Decoded:
                 f"{' or '.join(kinds)} fields ({images})"
             )
 
-    def _check_new(self, name: str, what: str) -> None:
+    def _check_new(self, name: str, what: str, kind: str) -> None:
         """A batch field that ``decode=`` adds must not shadow a field of the dataset."""
         if name in self.dataset.schema:
             raise SchemaError(
                 f"decode={{{name!r}: {what}}}: the dataset has a field {name!r}; name the "
-                f"{what.split('(')[0].lower()} field differently"
+                f"{kind} field differently"
             )
 
     def _seed(self, name: str) -> int:
@@ -180,7 +178,7 @@ class Decoded:
             )
         h, w = self.sizes[tie.field]
         if isinstance(tie, Geometry):
-            self._check_new(name, what)
+            self._check_new(name, what, "geometry")
             return fmt.Tensor((len(GEOMETRY_COLUMNS),), "float64")
         self._check_image(name, what, ("image", "mask"))
         f = self.dataset.schema[name]
