@@ -105,6 +105,11 @@ class StaleIteratorError(ChuteError, RuntimeError):
     ``set_epoch`` or ``load_state_dict``): a loader runs one pass at a time."""
 
 
+class FrameworkError(ChuteError, RuntimeError):
+    """A training framework drives a chute loader in a way that would drop, repeat or alter
+    samples (see ``chute/loader/samplers.py``); the message says what to do instead."""
+
+
 class MissingDependencyError(ChuteError, ImportError):
     """An optional dependency is needed; the message says which extra to install."""
 

@@ -18,7 +18,7 @@ from ..errors import ArgumentError, ChuteError, SchemaError, WorkerError
 from ..order.steps import Steps
 from ..reader.gather import head
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
-from ..reader.images import EncodedImages, decode_sample
+from ..reader.samples import split_batch
 from .handoff import Handoff
 
 Sample = dict[str, Any]
@@ -140,30 +140,6 @@ class BatchDataset(torch.utils.data.Dataset):
         if self._rows is None:
             self._rows = {k: (t.dtype, tuple(t.shape[1:])) for k, t in ds.empty_batch(1).items()}
         return {k: (dt, (b, *shape)) for k, (dt, shape) in self._rows.items()}
-
-
-def split_batch(
-    ds: Gatherable, batch: dict[str, Any], indices: Sequence[int] | np.ndarray
-) -> list[Sample]:
-    """The samples of ``batch`` (``ds.gather(indices)``), each as ``ds[i]`` returns it: views of
-    the batch's fresh tensors (one row or one ragged slice each; writable, and nothing else
-    refers to that memory), ``str``, and images decoded (as ``ds[i]`` does, the error naming
-    the field and sample)."""
-    columns: list[Sequence[Any]] = []
-    for name, col in batch.items():
-        if isinstance(col, torch.Tensor):
-            columns.append(col.unbind(0))
-        elif isinstance(col, EncodedImages):
-            columns.append(
-                [
-                    decode_sample(col.sample(k).numpy(), col.sizes[k].numpy(), ds, name, int(i))
-                    for k, i in enumerate(indices)
-                ]
-            )
-        else:  # a RaggedBatch (a view per sample) or a list of str
-            columns.append(list(col))
-    names = list(batch)
-    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
 
 
 def _stack(batch: Sequence[torch.Tensor], *, collate_fn_map: Any = None) -> torch.Tensor:

@@ -93,6 +93,7 @@ from .decode import with_decode
 from .handoff import Handoff
 from .passes import OnePass, make_order, unknown_keywords
 from .processes import death_message, exited_workers, worker_init
+from .samplers import EpochSampler, StepBatches
 
 __all__ = ["BatchDataset", "ChuteDataLoader", "OrderBatchSampler", "dataloader"]
 
@@ -110,21 +111,32 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
     """
 
     def __init__(self, dataset: BatchDataset, order: Steps, **kwargs: Any) -> None:
+        self.order = order
+        self.batches = dataset
+        self._own_pass = False  # iter() is starting torch's iterator
         # index arrays, not lists (__getitems__ takes both); with the epoch for a chute.Mix
         ds = dataset.dataset
-        sampler = OrderBatchSampler(
-            order, isinstance(ds, PerEpoch), ds if isinstance(ds, Prefetching) else None
-        )
+        with_epoch = isinstance(ds, PerEpoch)
+        source = ds if isinstance(ds, Prefetching) else None
+        # torch iterates this rank's batches; frameworks see every rank's, step by step, and
+        # a DistributedSampler: the NOTE of chute/loader/samplers.py
+        self._rank_batches = OrderBatchSampler(order, with_epoch, source)
+        sampler = EpochSampler(self)
+        steps = StepBatches(self, sampler, with_epoch, source, lambda: self._own_pass)
         kwargs["worker_init_fn"] = functools.partial(worker_init, kwargs.get("worker_init_fn"))
         torch.utils.data.DataLoader.__init__(
             self,
             dataset,  # type: ignore[arg-type]
-            batch_sampler=sampler,  # type: ignore[arg-type]
+            batch_sampler=steps,  # type: ignore[arg-type]
             collate_fn=as_is,
             **kwargs,
         )
-        self.order = order
-        self.batches = dataset
+        object.__setattr__(self, "sampler", sampler)  # torch's default one is unused
+
+    @property
+    def _index_sampler(self) -> OrderBatchSampler:  # type: ignore[override]
+        """What torch's iterator draws batches from: this rank's (``chute/_compat.py``)."""
+        return self._rank_batches
 
     _name = "DataLoader"
 
@@ -137,17 +149,21 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
             context = self.multiprocessing_context or torch.multiprocessing.get_context()
             slots = (self.prefetch_factor or 2) + 1  # what torch sends a worker ahead, + 1
             self.batches.handoff = Handoff(self.num_workers, slots, context)
-        if threading.current_thread() is not threading.main_thread() or previous is None:
-            it = super().__iter__()
-        else:
-            interrupted: list[int] = []  # a SIGINT while the workers start: see the NOTE
-            signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
-            try:
+        self._own_pass = True  # StepBatches refuses to be iterated now: see its doc
+        try:
+            if threading.current_thread() is not threading.main_thread() or previous is None:
                 it = super().__iter__()
-            finally:
-                signal.signal(signal.SIGINT, previous)
-                if interrupted:  # the previous handler (default: KeyboardInterrupt) gets it now
-                    signal.raise_signal(signal.SIGINT)
+            else:
+                interrupted: list[int] = []  # a SIGINT while the workers start: see the NOTE
+                signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+                try:
+                    it = super().__iter__()
+                finally:
+                    signal.signal(signal.SIGINT, previous)
+                    if interrupted:  # the previous handler (default: KeyboardInterrupt) now
+                        signal.raise_signal(signal.SIGINT)
+        finally:
+            self._own_pass = False
         consumed = _Consumed(it, progress, self)
         self._track(consumed)
         return consumed

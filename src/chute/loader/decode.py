@@ -63,6 +63,7 @@ from ..image.follow import (
 from ..image.on_device import DeviceImages, check_device, decode_images
 from ..image.ops import Plan, check_ops, plan
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
+from ..reader.samples import ReadsBatches
 
 __all__ = [
     "FIRST_SPLIT",
@@ -75,7 +76,7 @@ __all__ = [
 ]
 
 
-class Decoded:
+class Decoded(ReadsBatches):
     """``ds`` with the image fields of ``ops`` decoded by their decode ops (a Gatherable:
     ``len``, ``schema``, ``gather``, ``empty_batch``, ``ds[i]``). Made by :func:`with_decode`."""
 

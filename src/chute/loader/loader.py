@@ -29,6 +29,7 @@ from ..reader.subset import loadable
 from ..reader.truncate import Truncated
 from .decode import with_decode
 from .passes import OnePass, make_order, unknown_keywords
+from .samplers import EpochSampler, LoaderBatches
 from .threads import LoaderIter, Run
 
 __all__ = ["Loader", "LoaderStats"]
@@ -214,6 +215,9 @@ class Loader(OnePass):
             epoch_size=epoch_size,
             replacement=replacement,
         )
+        # what a framework finds: the NOTE of chute/loader/samplers.py
+        self.sampler = EpochSampler(self)
+        self.batch_sampler = LoaderBatches(self, self.sampler, self._not_plain())
         self.group, self._items = self._geometry()
         self._buffers: Buffers | None = None  # made on the first iter()
         self._last: Run | None = None
@@ -231,6 +235,19 @@ class Loader(OnePass):
             group = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, batch_bytes)))
         ahead = max(-(-self.prefetch // group), self.num_workers)
         return group, -(-keep // group) + ahead
+
+    def _not_plain(self) -> str | None:
+        """What a DataLoader reading ``self.dataset`` with ``__getitems__`` and torch's
+        collate cannot do as this Loader does, or None (see ``LoaderBatches``)."""
+        if self.transform is not None:
+            return "run its transform="
+        if self.pad is not None:
+            return "pad its batches (pad=)"
+        if isinstance(self.dataset, PerEpoch):
+            return "draw its per-epoch samples (decode= crops, chute.mix)"
+        if self.dataset.empty_batch(1).keys() != self.dataset.schema.keys():
+            return "collate its variable-size and string fields into the same batches"
+        return None
 
     @property
     def batch_size(self) -> int:

@@ -11,6 +11,7 @@ and what this rank's batches of the rest are (:meth:`Steps.plan`).
 
 from __future__ import annotations
 
+import copy
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -127,6 +128,20 @@ class Steps(ABC):
         if self.finished and not self._chosen:
             self._start(self._epoch + 1)
         return self._advance(self._epoch)
+
+    def rank_plans(self) -> list[Sequence[np.ndarray]]:
+        """Every rank's :meth:`plan` (rank ``r``'s at index ``r``), at this position: the
+        same number of batches each. For a stack that shards the batches itself
+        (``chute/loader/samplers.py``)."""
+        plans: list[Sequence[np.ndarray]] = []
+        for r in range(self.world_size):
+            other = self if r == self.rank else copy.copy(self)
+            if other is not self:
+                other.rank = r
+                if "_plan" in vars(other):  # a subclass's cached plan is of self.rank
+                    vars(other)["_plan"] = None
+            plans.append(other.plan())
+        return plans
 
     def _advance(self, epoch: int) -> Iterator[np.ndarray]:
         total = self._units(epoch)

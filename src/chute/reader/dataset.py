@@ -37,13 +37,14 @@ from ..errors import ArgumentError
 from ..format.kind import Sampler
 from .files import Part, Snapshot, check, snapshot
 from .gather import FieldPart, Piece, Split, check_gather_args, check_indices, out_of_range
+from .samples import ReadsBatches
 
 Batch = dict[str, Any]
 Reader = tuple[str, Sampler, dict[str, np.ndarray], FieldPart]
 """What ``ds[i]`` reads of one field in one part: name, sampler, the part's arrays, files."""
 
 
-class Dataset(torch.utils.data.Dataset):
+class Dataset(ReadsBatches, torch.utils.data.Dataset):
     """A chute dataset on disk: ``len(ds)``, ``ds[i]``, ``ds[a:b]``, ``ds.gather(indices)``.
 
     Create with :func:`chute.open`. ``ds[i]`` and ``ds[a:b]`` give fresh tensors (fixed and

@@ -65,6 +65,7 @@ from ..order.counts import source_counts
 from ..order.permute import Permutation
 from .dataset import Dataset
 from .gather import check_gather_args, check_indices
+from .samples import ReadsBatches
 from .subset import SubsetDataset, loadable
 from .tokens import tokens_per_sample
 
@@ -104,7 +105,7 @@ _KEEP_PERMS = 64  # Permutations a Mix keeps (a few per source and epoch are in 
 _KEEP_LOCATED = 4  # chunks of positions a Mix keeps located (~32k positions each)
 
 
-class Mix:
+class Mix(ReadsBatches):
     """Several chute datasets as one, exact counts per source per epoch (see the module doc).
 
     ``len(mix)`` is the epoch size; ``mix.sources`` the names (``batch["source"]`` indexes it);

@@ -52,6 +52,7 @@ from ..batch import RaggedBatch, pad_batch
 from ..errors import ArgumentValueError
 from ..order.permute import Permutation
 from .gather import check_gather_args, check_indices, out_rows, segments
+from .samples import ReadsBatches
 from .tokens import TokenStream
 from .windows import token_id
 
@@ -93,7 +94,7 @@ def pack(
     )
 
 
-class Pack:
+class Pack(ReadsBatches):
     """Packed rows of documents (made by :func:`pack`): ``len()``, ``gather``, ``rows[i]``,
     ``schema``; :attr:`padding` is the plan's share of padding tokens."""
 

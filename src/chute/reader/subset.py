@@ -25,11 +25,12 @@ from .. import format as fmt
 from ..errors import ArgumentError, ArgumentValueError
 from .gather import check_indices
 from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
+from .samples import ReadsBatches
 
 __all__ = ["SubsetDataset", "loadable"]
 
 
-class SubsetDataset:
+class SubsetDataset(ReadsBatches):
     """Samples ``indices`` of chute dataset ``dataset``, in that order, as a dataset of their
     own: ``len()``, ``gather(positions)``, ``sub[i]``, ``schema``, ``empty_batch``.
 

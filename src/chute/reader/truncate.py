@@ -21,6 +21,7 @@ from .._args import check_int
 from ..batch import RaggedBatch, as_signed, pad_batch
 from .gather import segments
 from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
+from .samples import ReadsBatches
 
 __all__ = ["Truncated", "truncate_batch"]
 
@@ -40,7 +41,7 @@ def truncate_batch(rb: RaggedBatch, max_length: int) -> RaggedBatch:
     return RaggedBatch(values, torch.from_numpy(new), rb.shapes)
 
 
-class Truncated:
+class Truncated(ReadsBatches):
     """``ds`` with its Ragged fields cut to ``max_length`` rows a sample (see the module
     doc): a Gatherable, as ``ds`` is."""
 

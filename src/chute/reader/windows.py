@@ -43,6 +43,7 @@ from .._arrays import distinct
 from .._torch import empty_buffers, to_torch
 from ..errors import ArgumentError, ArgumentValueError
 from .gather import check_gather_args, check_indices, out_rows, segments
+from .samples import ReadsBatches
 from .tokens import TokenStream
 
 __all__ = ["Windows", "token_id", "windows"]
@@ -86,7 +87,7 @@ def windows(
     )
 
 
-class Windows:
+class Windows(ReadsBatches):
     """Windows over a token field (made by :func:`windows`): ``len()``, ``gather``, ``w[i]``,
     ``schema`` (the field as ``(length,)`` rows, plus ``document_ids`` / ``positions``)."""
 
