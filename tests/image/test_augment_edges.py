@@ -199,7 +199,7 @@ def test_degenerate_batches(op: Any, record_property: Record) -> None:
         augment([op], x, np.arange(b), 0, 0)
         op.apply(x, uniforms(0, 0, np.arange(b), 0, op.draws))
         outcomes["empty: no-op"] += 1
-    for c in (1, 4):
+    for c, planes in ((1, "1 channel"), (4, "4 channels")):
         x = images(2, c)
         if isinstance(op, (chute.GaussianBlur, chute.RandomErasing)):
             rgb = images(2, 3)  # each plane on its own: as the first planes of an RGB batch
@@ -207,7 +207,7 @@ def test_degenerate_batches(op: Any, record_property: Record) -> None:
             augment([op], x, [5, 6], 0, 0)
             augment([op], rgb, [5, 6], 0, 0)
             assert torch.equal(x[:, : min(c, 3)], rgb[:, : min(c, 3)])
-            outcomes[f"{c} channels: done"] += 1
+            outcomes[f"{planes}: done"] += 1
         elif isinstance(op, chute.Grayscale) and c == 1:
             before = x.clone()
             augment([op], x, [5, 6], 0, 0)
@@ -218,7 +218,7 @@ def test_degenerate_batches(op: Any, record_property: Record) -> None:
                 ArgumentValueError, match=rf"{name(op)} takes .*uint8 \(B, (1 or )?3,"
             ):
                 augment([op], x, [5, 6], 0, 0)
-            outcomes[f"{c} channels: ArgumentValueError"] += 1
+            outcomes[f"{planes}: ArgumentValueError"] += 1
     for bad in (images(2).float(), images(2).numpy()):
         with pytest.raises(ArgumentError, match="augment takes a uint8"):
             augment([op], bad, [0, 1], 0, 0)
@@ -249,7 +249,8 @@ def test_mixing_degenerate_batches(mixing: Any, record_property: Record) -> None
         "image: MixUp / CutMix on degenerate batches",
         f"{name(mixing)} on 0 samples, 0 rows, 0 columns; images that are a list",
         4,
-        "the batch as it is, labels one-hot (CutMix raised numpy's ValueError); SchemaError",
+        "the batch as it is, labels one-hot (CutMix raised numpy's ValueError on 0 rows or "
+        "columns); SchemaError",
     )
 
 
