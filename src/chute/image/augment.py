@@ -227,8 +227,9 @@ AUGMENTS: tuple[type, ...] = (
 
 def augment(ops: Any, out: torch.Tensor, indices: Any, seed: int, epoch: int) -> None:
     """Apply the :data:`AUGMENTS` among ``ops`` (op ``k`` drawing from stream ``k``) to the
-    uint8 ``(B, 3, H, W)`` batch ``out`` in place, in list order; ``indices``: the samples'
-    indices in the dataset, one per sample (>= 0), which their draws depend on."""
+    uint8 ``(B, C, H, W)`` batch ``out`` in place, in list order (each op says which ``C`` it
+    takes; a batch without pixels is left as it is); ``indices``: the samples' indices in the
+    dataset, one per sample (>= 0), which their draws depend on."""
     check_batch("augment", out, None, contiguous=False)
     idx = np.asarray(indices).reshape(-1)
     if idx.dtype.kind not in "iu" and idx.size:
