@@ -47,6 +47,7 @@ OTHER = [
     "store/test_store_hostile.py",
     "store/test_store_clouds_faults.py",
     "image/test_image_bombs.py",
+    "image/test_augment_edges.py",
     "sources/test_converters_hostile.py",
     "reader/test_descriptors.py",
     "order/test_order_state_checks.py",

@@ -148,11 +148,11 @@ def test_mixup_blends_each_image_with_the_previous_one() -> None:
 
 
 def test_bad_augment_arguments() -> None:
-    with pytest.raises(chute.ArgumentError, match="hue"):
+    with pytest.raises(chute.ArgumentValueError, match="hue"):
         chute.ColorJitter(hue=0.7)
-    with pytest.raises(chute.ArgumentError, match="kernel_size"):
+    with pytest.raises(chute.ArgumentValueError, match="kernel_size"):
         chute.GaussianBlur(4)
-    with pytest.raises(chute.ArgumentError, match="num_classes"):
+    with pytest.raises(chute.ArgumentValueError, match="num_classes"):
         chute.MixUp(0)
 
 

@@ -62,8 +62,11 @@ _row = recorded(
             "image: augmentation kernels on odd shapes",
             "every augmentation (colour, blur of any sigma, erasing, each RandAugment op at "
             "magnitudes 0-30, MixUp, CutMix) on 1x1, one-row, one-column, tall and wide "
-            "batches, with numba's bounds checks on",
-            "no index outside the batch (an IndexError would fail the run)",
+            "batches, with numba's bounds checks on; each per-sample op also given 3 more "
+            "indices than samples, and draws for 3 more samples",
+            "no index outside the batch (an IndexError would fail the run); the extra "
+            "indices and draws an ArgumentValueError before any kernel runs (wrote past the "
+            "batch before: SIGSEGV / SIGABRT)",
         ),
         "test_symlink_loops_in_a_folder_end": (
             "image: symlink loops",
@@ -207,9 +210,11 @@ def test_symlink_loops_in_a_folder_end(tmp_path: Path) -> None:
 
 def test_kernels_stay_inside_the_batch_on_any_shape(tmp_path: Path) -> None:
     """numba does not check indices: every op on odd shapes (1 x 1, one row, one column, tall,
-    wide, one sample) with numba's bounds checks on, in a fresh process and kernel cache."""
+    wide, one sample) with numba's bounds checks on, in a fresh process and kernel cache; more
+    indices or draws than samples are refused before the kernels."""
     code = """
 import numpy as np, torch, chute
+from chute.image import uniforms
 from chute.image.augment import augment
 ops = [chute.ColorJitter(0.5, 0.5, 0.5, 0.5), chute.Grayscale(1.0), chute.GaussianBlur(9),
        chute.GaussianBlur(3, sigma=(5.0, 9.0)), chute.RandomErasing(1.0),
@@ -220,6 +225,14 @@ for b, h, w in [(1, 1, 1), (3, 1, 7), (2, 9, 1), (2, 2, 2), (4, 3, 40), (2, 41, 
     for seed in range(12):  # enough draws that every RandAugment op runs on every shape
         for op in ops:
             augment([op], x, np.arange(b), seed, 0)
+            for wrong in (lambda: augment([op], x, np.arange(b + 3), seed, 0),
+                          lambda: op.apply(x, uniforms(seed, 0, np.arange(b + 3), 0, op.draws))):
+                try:
+                    wrong()
+                except chute.ArgumentValueError:
+                    pass
+                else:
+                    raise AssertionError(f"{op} took more indices than samples")
         labels = torch.zeros(b, dtype=torch.long)
         for mixing in (chute.MixUp(3), chute.CutMix(3)):
             mixing.apply({"image": x, "label": labels}, np.arange(b), seed, 0)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chute import ArgumentError
+from chute import ArgumentError, ArgumentValueError
 from chute.image import (
     CenterCrop,
     RandomHorizontalFlip,
@@ -118,7 +118,7 @@ def test_bad_ops_and_arguments() -> None:
         plan([Resize(4), "flip"], [1], [1], [0])
     with pytest.raises(ArgumentError, match="size"):
         RandomResizedCrop(0)
-    with pytest.raises(ArgumentError, match="scale"):
+    with pytest.raises(ArgumentValueError, match="scale"):
         RandomResizedCrop(8, scale=(0.5, 0.1))
     with pytest.raises(ArgumentError, match="length"):
         plan(Resize(4), [1, 2], [1], [0])

@@ -154,11 +154,11 @@ def test_no_rounds_is_identity() -> None:
 
 
 def test_bad_arguments() -> None:
-    with pytest.raises(chute.ArgumentError, match="magnitude"):
+    with pytest.raises(chute.ArgumentValueError, match="magnitude"):
         chute.RandAugment(magnitude=31)
-    with pytest.raises(chute.ArgumentError, match="num_ops"):
+    with pytest.raises(chute.ArgumentValueError, match="num_ops"):
         chute.RandAugment(num_ops=-1)
-    with pytest.raises(chute.ArgumentError, match="num_magnitude_bins"):
+    with pytest.raises(chute.ArgumentValueError, match="num_magnitude_bins"):
         chute.TrivialAugmentWide(num_magnitude_bins=1)
 
 

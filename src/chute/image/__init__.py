@@ -7,11 +7,12 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
   ``plan``
 - :mod:`.decode`: ``decode_batch``, ``decode_planned`` (``scaled_boxes``: where it decodes)
 - :mod:`.augment`: ``ColorJitter``, ``Grayscale``, ``GaussianBlur``, ``RandomErasing`` (in
-  ``decode=`` lists), ``MixUp``, ``CutMix`` (``transform=``)
+  ``decode=`` lists); :mod:`.mixing`: ``MixUp``, ``CutMix`` (``transform=``)
 - :mod:`.randaugment`: ``RandAugment``, ``TrivialAugmentWide`` (in ``decode=`` lists)
 - :mod:`.follow`: ``Follow``, ``Geometry`` (fields tied to an image's crop; masks by
   nearest), ``View`` (the image decoded again with ops of its own: multi-crop)
-- :mod:`.kernels`: the compiled per-pixel kernels of the augmentations (numba)
+- :mod:`.kernels`: the compiled per-pixel kernels of the augmentations (numba), which check
+  no index; :mod:`.checks` checks what reaches them
 - :mod:`.boxes`: ``transform_boxes``, ``transform_points`` (into a decoded image's frame)
 - :mod:`.normalize`: ``normalize`` (device side, after ``chute.to_device``)
 - :mod:`.on_device`: ``DeviceImages``, decoded by ``chute.to_device`` (ops with ``device=``)
@@ -22,15 +23,7 @@ are :class:`chute.EncodedImages` (``chute/reader/images.py``); ``decode=`` in th
 (:func:`chute.from_image_folder`, ``chute convert``).
 """
 
-from .augment import (
-    BatchTransform,
-    ColorJitter,
-    CutMix,
-    GaussianBlur,
-    Grayscale,
-    MixUp,
-    RandomErasing,
-)
+from .augment import ColorJitter, GaussianBlur, Grayscale, RandomErasing
 from .boxes import transform_boxes, transform_points
 from .codec import EncodedImage, decode_image, encode_image, is_jpeg, jpeg_size
 from .decode import (
@@ -43,6 +36,7 @@ from .decode import (
     scaled_boxes,
 )
 from .follow import GEOMETRY_COLUMNS, Follow, Geometry, View, resize_nearest
+from .mixing import BatchTransform, CutMix, MixUp
 from .normalize import normalize
 from .on_device import DeviceImages
 from .ops import (

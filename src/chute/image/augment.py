@@ -12,11 +12,9 @@ Two kinds:
   its index only, never on its batch. Ops run in list order on the uint8 batch itself, only
   on the samples they draw; the per-pixel ones (colour, blur, RandAugment's) through the
   compiled kernels of :mod:`chute.image.kernels`, one pass per op, without the GIL.
-- **Batch transforms** (:class:`MixUp`, :class:`CutMix`, or any :class:`BatchTransform`)
-  mix samples and labels: ``Loader(..., transform=chute.MixUp(num_classes=10))``. The loader
-  calls them with each batch's sample indices, its seed and epoch; partners are the batch
-  rolled by one (as torchvision), the mixing weight drawn from (seed, epoch, the batch's
-  first index), so a resumed run mixes exactly as the first one did.
+- **Batch transforms** (:class:`MixUp`, :class:`CutMix`, or any :class:`BatchTransform`, of
+  :mod:`chute.image.mixing`) mix samples and labels:
+  ``Loader(..., transform=chute.MixUp(num_classes=10))``.
 
 The kernels are numba (in the ``image`` extra, as FFCV does): torch's and numpy's batched
 ops make one pass over the batch per elementary op, and a full ``ColorJitter`` cost four
@@ -27,18 +25,18 @@ torchvision cannot share the pinned torch here).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from ..errors import ArgumentError, SchemaError
+from ..errors import ArgumentError, ArgumentValueError
 from .blur import blur, gaussian_taps
+from .checks import check_batch, check_draws, integer, number, pair, probability
 from .draws import uniforms
 from .kernels import load
+from .mixing import BatchTransform, CutMix, MixUp, indexed_transform
 from .randaugment import RandAugment, TrivialAugmentWide
 
 __all__ = [
@@ -56,15 +54,9 @@ __all__ = [
 ]
 
 
-def _range(
-    name: str, value: float, centre: float, bound: float | None = None
-) -> tuple[float, float]:
-    if not value >= 0:
-        raise ArgumentError(f"ColorJitter: {name} must be >= 0, got {value}")
-    lo, hi = centre - value, centre + value
-    if bound is not None and value > bound:
-        raise ArgumentError(f"ColorJitter: {name} must be <= {bound}, got {value}")
-    return (max(lo, 0.0), hi)
+def _range(name: str, value: float, centre: float, bound: float = math.inf) -> tuple[float, float]:
+    v = number("ColorJitter", name, value, 0.0, bound)
+    return (max(centre - v, 0.0), centre + v)
 
 
 @dataclass(frozen=True)
@@ -93,6 +85,8 @@ class ColorJitter:
 
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
         """Jitter the uint8 batch ``out`` (B, 3, H, W) in place; returns it."""
+        if _empty("ColorJitter", out, u, self.draws, (3,)):
+            return out
         hue = self.hue * (2 * u[:, 3] - 1)
         rows = np.arange(len(out))
         load("color").adjust(out.numpy(), rows, *(self._factor(j, u) for j in range(3)), hue)
@@ -108,11 +102,13 @@ class Grayscale:
     draws = 1
 
     def __post_init__(self) -> None:
-        if not 0 <= self.p <= 1:
-            raise ArgumentError(f"Grayscale: p must be in [0, 1], got {self.p}")
+        probability("Grayscale", "p", self.p)
 
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
-        """Turn the drawn samples of the uint8 batch ``out`` gray in place; returns it."""
+        """Turn the drawn samples of the uint8 batch ``out`` (B, 3, H, W) gray in place;
+        returns it. A one-channel batch is gray already: returned as it is."""
+        if _empty("Grayscale", out, u, self.draws, (1, 3)) or out.shape[1] == 1:
+            return out
         on = np.flatnonzero(u[:, 0] < self.p)
         if len(on):
             one, zero = np.ones(len(on)), np.zeros(len(on))
@@ -123,7 +119,9 @@ class Grayscale:
 @dataclass(frozen=True)
 class GaussianBlur:
     """torchvision's ``GaussianBlur``: an odd ``kernel_size`` Gaussian with sigma uniform in
-    ``sigma`` per sample, reflect-padded; applied with probability ``p``."""
+    ``sigma`` per sample, reflect-padded; applied with probability ``p``. Reflect padding
+    needs the kernel's radius below the image's height and width: images smaller than that
+    are left as they are (torchvision raises)."""
 
     kernel_size: int = 9
     sigma: tuple[float, float] = (0.1, 2.0)
@@ -131,15 +129,17 @@ class GaussianBlur:
     draws = 2
 
     def __post_init__(self) -> None:
-        k = self.kernel_size
-        if type(k) is not int or k < 1 or k % 2 == 0:
-            raise ArgumentError(f"GaussianBlur: kernel_size must be an odd positive int, got {k!r}")
-        if not 0 < self.sigma[0] <= self.sigma[1]:
-            raise ArgumentError(f"GaussianBlur: sigma must be 0 < lo <= hi, got {self.sigma}")
+        k = integer("GaussianBlur", "kernel_size", self.kernel_size, 1, _MAX_KERNEL)
+        if k % 2 == 0:
+            raise ArgumentValueError(f"GaussianBlur: kernel_size must be odd, got {k}")
+        pair("GaussianBlur", "sigma", self.sigma)
+        probability("GaussianBlur", "p", self.p)
 
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
-        """Blur the drawn samples of the uint8 batch ``out`` (B, 3, H, W) in place; returns
+        """Blur the drawn samples of the uint8 batch ``out`` (B, C, H, W) in place; returns
         it."""
+        if _empty("GaussianBlur", out, u, self.draws, None):
+            return out
         h, w = out.shape[-2:]
         r = self.kernel_size // 2
         on = np.flatnonzero(u[:, 1] < self.p)
@@ -154,7 +154,7 @@ class GaussianBlur:
 class RandomErasing:
     """torchvision's ``RandomErasing``: with probability ``p``, a rectangle of ``scale`` of
     the area and aspect ratio log-uniform in ``ratio`` (10 tries, else nothing) is set to
-    ``value`` (rounded to a uint8 level)."""
+    ``value`` (a level in [0, 255], rounded half up)."""
 
     p: float = 0.5
     scale: tuple[float, float] = (0.02, 0.33)
@@ -163,13 +163,16 @@ class RandomErasing:
     draws = 41  # apply?, then 10 tries x (area, log-ratio, top, left)
 
     def __post_init__(self) -> None:
-        if not 0 <= self.p <= 1:
-            raise ArgumentError(f"RandomErasing: p must be in [0, 1], got {self.p}")
-        if not (0 < self.scale[0] <= self.scale[1] <= 1 and 0 < self.ratio[0] <= self.ratio[1]):
-            raise ArgumentError(f"RandomErasing: bad scale {self.scale} or ratio {self.ratio}")
+        probability("RandomErasing", "p", self.p)
+        pair("RandomErasing", "scale", self.scale, 0.0, 1.0)
+        pair("RandomErasing", "ratio", self.ratio)
+        number("RandomErasing", "value", self.value, 0.0, 255.0)
 
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
-        """Erase the drawn rectangles of the uint8 batch ``out`` in place; returns it."""
+        """Erase the drawn rectangles of the uint8 batch ``out`` (B, C, H, W) in place;
+        returns it."""
+        if _empty("RandomErasing", out, u, self.draws, None):
+            return out
         b, _, h, w = out.shape
         t = u[:, 1:].reshape(b, 10, 4)
         area = h * w * (self.scale[0] + (self.scale[1] - self.scale[0]) * t[..., 0])
@@ -182,10 +185,24 @@ class RandomErasing:
         eh, ew, tt = eh[rows, first].astype(int), ew[rows, first].astype(int), t[rows, first]
         top = np.floor(tt[:, 2] * (h - eh + 1)).astype(int)
         left = np.floor(tt[:, 3] * (w - ew + 1)).astype(int)
-        value = int(np.floor(min(max(self.value, 0.0), 255.0) + 0.5))
+        value = int(np.floor(self.value + 0.5))
         for i in np.flatnonzero((u[:, 0] < self.p) & ok.any(axis=1)).tolist():
             out[i, :, top[i] : top[i] + eh[i], left[i] : left[i] + ew[i]] = value
         return out
+
+
+_MAX_KERNEL = 1023
+"""The largest Gaussian kernel: a radius of 511 pixels."""
+
+
+def _empty(
+    op: str, out: torch.Tensor, u: np.ndarray, draws: int, channels: tuple[int, ...] | None
+) -> bool:
+    """Check ``out`` and ``u`` for ``op``'s ``apply`` (:mod:`chute.image.checks`); whether
+    the batch has no pixel (nothing to do)."""
+    check_batch(op, out, channels)
+    check_draws(op, out, u, draws)
+    return out.numel() == 0
 
 
 class Augment(Protocol):
@@ -210,10 +227,26 @@ AUGMENTS: tuple[type, ...] = (
 
 def augment(ops: Any, out: torch.Tensor, indices: Any, seed: int, epoch: int) -> None:
     """Apply the :data:`AUGMENTS` among ``ops`` (op ``k`` drawing from stream ``k``) to the
-    uint8 ``(B, 3, H, W)`` batch ``out`` in place, in list order."""
-    if len(out) == 0:
+    uint8 ``(B, C, H, W)`` batch ``out`` in place, in list order (each op says which ``C`` it
+    takes; a batch without pixels is left as it is); ``indices``: the samples' indices in the
+    dataset, one per sample (>= 0), which their draws depend on."""
+    check_batch("augment", out, None, contiguous=False)
+    idx = np.asarray(indices).reshape(-1)
+    if idx.dtype.kind not in "iu" and idx.size:
+        raise ArgumentError(f"augment: indices must be integers, got {idx.dtype}")
+    if len(idx) != len(out):
+        raise ArgumentValueError(
+            f"augment: {len(idx)} indices for a batch of {len(out)} samples; give each "
+            "sample's index in the dataset"
+        )
+    if out.numel() == 0:
         return
-    idx = np.asarray(indices, np.int64).reshape(-1)
+    if idx.min() < 0:
+        raise ArgumentValueError(
+            f"augment: index {int(idx.min())} is negative; give each sample's index in the "
+            "dataset (>= 0)"
+        )
+    idx = idx.astype(np.int64, copy=False)
     work = out if out.is_contiguous() else out.contiguous()  # the kernels' layout
     for k, op in enumerate(ops):
         if isinstance(op, AUGMENTS):
@@ -221,103 +254,3 @@ def augment(ops: Any, out: torch.Tensor, indices: Any, seed: int, epoch: int) ->
             aug.apply(work, uniforms(seed, epoch, idx, k, aug.draws))
     if work is not out:
         out.copy_(work)
-
-
-class BatchTransform:
-    """A batch transform that sees each batch's sample indices, the loader's seed and the
-    epoch: ``Loader(transform=...)`` calls ``apply(batch, indices, seed, epoch)``, so its
-    randomness can be a pure function of them (exact resume). Subclass it for your own."""
-
-    def apply(self, batch: dict[str, Any], indices: np.ndarray, seed: int, epoch: int) -> Any:
-        raise NotImplementedError
-
-
-def indexed_transform(
-    transform: Callable[..., Any] | None, seed: int
-) -> Callable[[dict[str, Any], np.ndarray, int], Any] | None:
-    """``transform=`` as the loader's workers call it: ``f(batch, indices, epoch)``."""
-    if transform is None:
-        return None
-    if isinstance(transform, BatchTransform):
-        bt = transform
-        return lambda batch, indices, epoch: bt.apply(batch, indices, seed, epoch)
-    if not callable(transform):
-        raise ArgumentError(f"transform must be callable, got {transform!r}")
-    fn = transform
-    return lambda batch, indices, epoch: fn(batch)
-
-
-@dataclass(frozen=True)
-class _Mixing(BatchTransform):
-    num_classes: int
-    alpha: float = 1.0
-    image: str = "image"
-    label: str = "label"
-
-    def __post_init__(self) -> None:
-        if type(self.num_classes) is not int or self.num_classes < 1:
-            raise ArgumentError(f"{type(self).__name__}: num_classes must be a positive int")
-        if not self.alpha > 0:
-            raise ArgumentError(f"{type(self).__name__}: alpha must be > 0, got {self.alpha}")
-
-    def _parts(
-        self, batch: Mapping[str, Any], indices: np.ndarray, seed: int, epoch: int
-    ) -> tuple[torch.Tensor, torch.Tensor, np.random.Generator]:
-        for k in (self.image, self.label):
-            if k not in batch:
-                raise SchemaError(f"{type(self).__name__}: the batch has no field {k!r}")
-        img, lab = batch[self.image], batch[self.label]
-        first = int(np.asarray(indices).reshape(-1)[0]) if len(indices) else 0
-        rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch, first, 0x4D495855])
-        onehot = F.one_hot(lab.long().reshape(-1), self.num_classes).float()
-        return img, onehot, rng
-
-
-class MixUp(_Mixing):
-    """torchvision's ``MixUp``: each image blended with the next of the batch (rolled by
-    one), weight ``lam ~ Beta(alpha, alpha)`` per batch; the label becomes float32 one-hot
-    ``(B, num_classes)`` mixed alike. The image stays uint8 (rounded)."""
-
-    def apply(self, batch: dict[str, Any], indices: np.ndarray, seed: int, epoch: int) -> Any:
-        img, onehot, rng = self._parts(batch, indices, seed, epoch)
-        lam = float(rng.beta(self.alpha, self.alpha))
-        return {
-            **batch,
-            self.image: _blend(img, lam),
-            self.label: onehot * lam + onehot.roll(1, 0) * (1 - lam),
-        }
-
-
-def _blend(img: torch.Tensor, lam: float) -> torch.Tensor:
-    """``img * lam + img.roll(1, 0) * (1 - lam)``, rounded: a uint8 batch on the CPU in one
-    compiled pass (:mod:`chute.image.kernels.mix`), another dtype or device by torch."""
-    if img.dtype != torch.uint8 or img.device.type != "cpu":
-        return (img.float() * lam + img.roll(1, 0).float() * (1 - lam)).round_().to(img.dtype)
-    src = img.contiguous()
-    mixed = torch.empty_like(src)
-    load("mix").mix(src.numpy(), lam, mixed.numpy())
-    return mixed
-
-
-class CutMix(_Mixing):
-    """torchvision's ``CutMix``: a box of ``1 - lam`` of the area (``lam ~ Beta(alpha,
-    alpha)`` per batch, centre uniform, clipped) pasted from the next image of the batch;
-    labels mixed by the area actually pasted (float32 one-hot ``(B, num_classes)``)."""
-
-    def apply(self, batch: dict[str, Any], indices: np.ndarray, seed: int, epoch: int) -> Any:
-        img, onehot, rng = self._parts(batch, indices, seed, epoch)
-        lam = float(rng.beta(self.alpha, self.alpha))
-        h, w = img.shape[-2:]
-        cx, cy = int(rng.integers(0, w)), int(rng.integers(0, h))
-        r = math.sqrt(1.0 - lam)
-        x0, x1 = max(cx - int(r * w / 2), 0), min(cx + int(r * w / 2), w)
-        y0, y1 = max(cy - int(r * h / 2), 0), min(cy + int(r * h / 2), h)
-        out = img.clone()  # the box from the previous image (the last one's into the first)
-        out[1:, ..., y0:y1, x0:x1] = img[:-1, ..., y0:y1, x0:x1]
-        out[:1, ..., y0:y1, x0:x1] = img[-1:, ..., y0:y1, x0:x1]
-        kept = 1.0 - (x1 - x0) * (y1 - y0) / (w * h)
-        return {
-            **batch,
-            self.image: out,
-            self.label: onehot * kept + onehot.roll(1, 0) * (1 - kept),
-        }

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..errors import ArgumentError, ArgumentValueError
+from .checks import check_batch, check_rows
 from .kernels import load
 
 __all__ = ["blur", "gaussian_taps"]
@@ -33,5 +35,20 @@ def _radius(taps: np.ndarray) -> np.ndarray:
 
 def blur(out: torch.Tensor, rows: np.ndarray, taps: np.ndarray) -> None:
     """Blur samples ``rows`` of the contiguous uint8 batch ``out`` (B, C, H, W) in place,
-    sample ``rows[i]`` with the symmetric kernel ``taps[i]`` (odd length, radius < H and W)."""
-    load("blur").separable(out.numpy(), rows, taps, _radius(taps))
+    sample ``rows[i]`` with the symmetric kernel ``taps[i]`` (float32, odd length, radius < H
+    and W)."""
+    check_batch("blur", out, None)
+    rows = check_rows("blur", rows, len(out))
+    h, w = out.shape[-2:]
+    if not isinstance(taps, np.ndarray) or taps.dtype != np.float32:
+        got = taps.dtype if isinstance(taps, np.ndarray) else type(taps).__name__
+        raise ArgumentError(f"blur: taps must be a float32 numpy array, got {got}")
+    k = taps.shape[1] if taps.ndim == 2 else 0
+    if taps.shape != (len(rows), k) or k % 2 == 0 or k // 2 >= min(h, w):
+        raise ArgumentValueError(
+            f"blur: taps must be one odd-length kernel per row, radius below the image's "
+            f"height and width ({h}, {w}): shape ({len(rows)}, odd k <= {2 * min(h, w) - 1}), "
+            f"got {taps.shape}"
+        )
+    if len(rows):
+        load("blur").separable(out.numpy(), rows, taps, _radius(taps))

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from .augment import AUGMENTS
+from .checks import number, pair, probability
 from .draws import uniforms
 
 __all__ = [
@@ -73,6 +74,11 @@ def _size2(size: Any, name: str) -> tuple[int, int]:
     raise ArgumentError(f"{name}: size must be a positive int or (height, width), got {size!r}")
 
 
+def _check_exact(name: str, exact: Any) -> None:
+    if not isinstance(exact, bool):
+        raise ArgumentError(f"{name}: exact must be True or False, got {exact!r}")
+
+
 @dataclass(frozen=True)
 class RandomResizedCrop:
     """torchvision's ``RandomResizedCrop``: a crop of random area (``scale`` of the image) and
@@ -92,11 +98,9 @@ class RandomResizedCrop:
 
     def __post_init__(self) -> None:
         _size2(self.size, "RandomResizedCrop")
-        lo, hi = self.scale
-        if not 0 < lo <= hi:
-            raise ArgumentError(f"RandomResizedCrop: scale must be 0 < lo <= hi, got {self.scale}")
-        if not 0 < self.ratio[0] <= self.ratio[1]:
-            raise ArgumentError(f"RandomResizedCrop: ratio must be 0 < lo <= hi, got {self.ratio}")
+        pair("RandomResizedCrop", "scale", self.scale)
+        pair("RandomResizedCrop", "ratio", self.ratio)
+        _check_exact("RandomResizedCrop", self.exact)
 
     @property
     def out_size(self) -> tuple[int, int]:
@@ -146,8 +150,8 @@ class CenterCrop:
 
     def __post_init__(self) -> None:
         _size2(self.size, "CenterCrop")
-        if not 0 < self.ratio <= 1:
-            raise ArgumentError(f"CenterCrop: ratio must be in (0, 1], got {self.ratio}")
+        number("CenterCrop", "ratio", self.ratio, 0.0, 1.0, above=True)
+        _check_exact("CenterCrop", self.exact)
 
     @property
     def out_size(self) -> tuple[int, int]:
@@ -184,6 +188,7 @@ class Resize:
 
     def __post_init__(self) -> None:
         _size2(self.size, "Resize")
+        _check_exact("Resize", self.exact)
 
     @property
     def out_size(self) -> tuple[int, int]:
@@ -202,8 +207,7 @@ class RandomHorizontalFlip:
     draws = 1
 
     def __post_init__(self) -> None:
-        if not 0 <= self.p <= 1:
-            raise ArgumentError(f"RandomHorizontalFlip: p must be in [0, 1], got {self.p}")
+        probability("RandomHorizontalFlip", "p", self.p)
 
     def flips(self, u: np.ndarray) -> np.ndarray:
         return u[:, 0] < self.p

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentValueError
+from .checks import check_batch, check_draws, check_rows, integer
 from .kernels import load
 
 __all__ = ["OPS", "RandAugment", "TrivialAugmentWide", "magnitudes"]
@@ -73,9 +74,25 @@ def magnitudes(wide: bool, bins: int, height: int, width: int) -> np.ndarray:
     return np.stack([table.get(name, np.zeros(bins)) for name in OPS])
 
 
+MAX_BINS = 1024
+"""The most magnitude bins (torchvision's default is 31): each batch makes the
+``(len(OPS), bins)`` table of :func:`magnitudes`."""
+
+MAX_OPS = 64
+"""The most RandAugment rounds (torchvision's default is 2): each draws two uniforms per
+sample and is a pass over the batch."""
+
+
 def _check_bins(name: str, bins: int) -> None:
-    if type(bins) is not int or bins < 2:
-        raise ArgumentError(f"{name}: num_magnitude_bins must be an int >= 2, got {bins!r}")
+    integer(name, "num_magnitude_bins", bins, 2, MAX_BINS)
+
+
+def _check(name: str, out: torch.Tensor, u: np.ndarray, draws: int) -> bool:
+    """Check ``out`` and ``u`` for ``name``'s ``apply`` (:mod:`chute.image.checks`);
+    whether the batch has no pixel (nothing to do)."""
+    check_batch(name, out)
+    check_draws(name, out, u, draws)
+    return out.numel() == 0
 
 
 @dataclass(frozen=True)
@@ -89,14 +106,9 @@ class RandAugment:
     num_magnitude_bins: int = 31
 
     def __post_init__(self) -> None:
-        if type(self.num_ops) is not int or self.num_ops < 0:
-            raise ArgumentError(f"RandAugment: num_ops must be an int >= 0, got {self.num_ops!r}")
+        integer("RandAugment", "num_ops", self.num_ops, 0, MAX_OPS)
         _check_bins("RandAugment", self.num_magnitude_bins)
-        if type(self.magnitude) is not int or not 0 <= self.magnitude < self.num_magnitude_bins:
-            raise ArgumentError(
-                f"RandAugment: magnitude must be an int in [0, {self.num_magnitude_bins}), "
-                f"got {self.magnitude!r}"
-            )
+        integer("RandAugment", "magnitude", self.magnitude, 0, self.num_magnitude_bins - 1)
 
     @property
     def draws(self) -> int:
@@ -104,6 +116,8 @@ class RandAugment:
 
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
         """Augment the uint8 batch ``out`` (B, 3, H, W) in place; returns it."""
+        if _check("RandAugment", out, u, self.draws):
+            return out
         table = magnitudes(False, self.num_magnitude_bins, *out.shape[-2:])[:, self.magnitude]
         for r in range(self.num_ops):
             op = _pick(u[:, 2 * r], len(OPS))
@@ -125,6 +139,8 @@ class TrivialAugmentWide:
 
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
         """Augment the uint8 batch ``out`` (B, 3, H, W) in place; returns it."""
+        if _check("TrivialAugmentWide", out, u, self.draws):
+            return out
         bins = self.num_magnitude_bins
         op, b = _pick(u[:, 0], len(OPS)), _pick(u[:, 1], bins)
         apply_ops(out, op, magnitudes(True, bins, *out.shape[-2:])[op, b] * _sign(op, u[:, 2]))
@@ -140,8 +156,24 @@ def _sign(op: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 def apply_ops(out: torch.Tensor, op: np.ndarray, mag: np.ndarray) -> None:
-    """Apply op ``OPS[op[i]]`` at magnitude ``mag[i]`` to sample ``i`` of the contiguous uint8
-    batch ``out`` in place, each op once for all the samples that drew it."""
+    """Apply op ``OPS[op[i]]`` at magnitude ``mag[i]`` (finite) to sample ``i`` of the
+    contiguous uint8 batch ``out`` (B, 3, H, W) in place, each op once for all the samples
+    that drew it."""
+    check_batch("apply_ops", out)
+    op = check_rows("apply_ops", op, len(OPS), "op number")
+    mag = np.asarray(mag)
+    if not len(op) == len(mag) == len(out) or mag.ndim != 1:
+        raise ArgumentValueError(
+            f"apply_ops: one op and one magnitude per sample, got {len(op)} ops and "
+            f"{mag.shape} magnitudes for {len(out)} samples"
+        )
+    if mag.dtype.kind not in "iuf":
+        raise ArgumentError(f"apply_ops: magnitudes must be numbers, got {mag.dtype}")
+    if not np.isfinite(mag).all():
+        raise ArgumentValueError("apply_ops: magnitudes must be finite")
+    bits = mag[op == OPS.index("Posterize")]
+    if len(bits) and not ((bits >= 0) & (bits <= 8)).all():
+        raise ArgumentValueError(f"apply_ops: Posterize keeps 0 to 8 bits, got {bits.tolist()}")
     pixels = out.numpy()
     for k, name in enumerate(OPS[1:], 1):
         sel = np.flatnonzero(op == k)
