@@ -1,4 +1,4 @@
-"""One accelerate run under torchrun (2 CPU processes, gloo), for tests/frameworks/test_accelerate.py.
+"""One accelerate run under torchrun (2 CPU processes, gloo), for test_accelerate.py.
 
     python -m torch.distributed.run --standalone --nproc-per-node=2 _accelerate_run.py \
         SCENARIO DATASET OUT
