@@ -48,6 +48,7 @@ OTHER = [
     "store/test_store_clouds_faults.py",
     "image/test_image_bombs.py",
     "sources/test_converters_hostile.py",
+    "sources/test_converters_edges.py",
     "reader/test_descriptors.py",
     "order/test_order_state_checks.py",
 ]

@@ -49,7 +49,7 @@ import re
 import tarfile
 import tempfile
 from collections import Counter
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -79,7 +79,11 @@ BYTES, STRING = fmt.Bytes(), fmt.String()  # compared with each member's field, 
 KEY = "__key__"
 INT_EXTENSIONS = ("cls", "cls2", "index", "id", "label")
 TEXT_EXTENSIONS = ("txt", "text", "caption", "json", "jsonl")
-_COMPRESSED = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}  # by magic
+_COMPRESSED: dict[bytes, Callable[..., Any]] = {  # by magic: modules that check the end
+    b"\x1f\x8b": gzip.open,
+    b"BZh": bz2.open,
+    b"\xfd7zXZ\x00": lzma.open,
+}
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./][^./]*)\.([^/]*)$")  # webdataset's base_plus_ext
 
 Sample = dict[str, Any]  # extension -> member bytes, plus KEY and "__shard__"
@@ -367,7 +371,7 @@ def _header_type() -> Any:
         ended = False
 
         @classmethod
-        def frombuf(cls, buf: bytes, encoding: str, errors: str) -> tarfile.TarInfo:
+        def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Any:
             Header.ended = len(buf) == tarfile.BLOCKSIZE and buf.count(0) == tarfile.BLOCKSIZE
             return super().frombuf(buf, encoding, errors)
 
