@@ -49,6 +49,7 @@ OTHER = [
     "image/test_image_bombs.py",
     "image/test_augment_edges.py",
     "sources/test_converters_hostile.py",
+    "sources/test_converters_edges.py",
     "reader/test_descriptors.py",
     "order/test_order_state_checks.py",
 ]

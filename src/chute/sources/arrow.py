@@ -55,7 +55,16 @@ from .arrow_fields import (
     hf_features,
     member,
 )
-from .base import BATCH_BYTES, Batch, FieldsArg, Source, check_name, field_map, read_ahead
+from .base import (
+    BATCH_BYTES,
+    Batch,
+    FieldsArg,
+    Source,
+    check_name,
+    field_map,
+    one_field_each,
+    read_ahead,
+)
 from .encoding import check_on_error
 
 NULLS = ("error", "fill")
@@ -99,15 +108,21 @@ class ArrowSource(Source):
         self._pool: ThreadPoolExecutor | None = None
         self.arrow_schema = arrow_schema
         features = dict(features if features is not None else hf_features(arrow_schema))
-        found = {c.key: c for c in columns_of(arrow_schema, name, features)}
+        found = columns_of(arrow_schema, name, features)
         if not found:
             raise SourceError(f"{name}: no columns to convert")
-        chosen = field_map(fields, list(found), name) if fields is not None else None
+        keys = list(dict.fromkeys(c.key for c in found))
+        chosen = field_map(fields, keys, name) if fields is not None else None
         self.columns = []
-        for key, c in found.items():
-            if chosen is None or key in chosen:
-                new = chosen[key] if chosen is not None else key
-                self.columns.append(Column(c.path, check_name(new, key, name), c.field))
+        for c in found:
+            if chosen is None or c.key in chosen:
+                new = chosen[c.key] if chosen is not None else c.key
+                self.columns.append(Column(c.path, check_name(new, c.key, name), c.field))
+        one_field_each(
+            ((_described(c.path), c.name) for c in self.columns),
+            name,
+            "fields= names both alike: rename one in the file, or leave both out with fields=",
+        )
         overrides = dict(schema or {})
         unknown = sorted(set(overrides) - {c.name for c in self.columns})
         if unknown:
@@ -231,6 +246,13 @@ class ArrowSource(Source):
                 )
             self.null_counts[c.name] = self.null_counts.get(c.name, 0) + arr.null_count
         return column_values(arr, c, where)
+
+
+def _described(path: tuple[str, ...]) -> str:
+    """A column, or a struct's member, as messages name it."""
+    if len(path) == 1:
+        return f"column {path[0]!r}"
+    return f"member {path[-1]!r} of struct {'/'.join(path[:-1])!r}"
 
 
 def same_schema(first: Any, other: Any, where: str, first_where: str) -> None:

@@ -51,7 +51,7 @@ def hf_features(schema: Any) -> dict[str, Any]:
     try:
         info = json.loads(raw)
         features = info.get("info", {}).get("features", {})
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # not the features datasets writes
         return {}
     return features if isinstance(features, dict) else {}
 
@@ -258,3 +258,34 @@ def _image_bytes(pa: Any, arr: Any, c: Column, where: Callable[[int], str]) -> l
             )
         arr = data
     return arr.to_pylist()
+
+
+def integral_beyond_int64(arr: Any) -> np.ndarray:
+    """The rows of an Arrow column (numbers, lists or structs of them) holding a float that is
+    a whole number beyond int64: where a text source's integer may have been read as a float
+    (pyarrow infers ``double`` for an integer too big for ``int64``)."""
+    pa = pyarrow()
+    t = arr.type
+    if pa.types.is_floating(t):
+        v = np.abs(arr.to_numpy(zero_copy_only=False).astype(np.float64))
+        return np.flatnonzero((v >= 2.0**63) & np.isfinite(v) & (v == np.floor(v)))
+    if pa.types.is_struct(t):
+        found = [integral_beyond_int64(member(arr, t.field(i).name)) for i in range(t.num_fields)]
+        return np.unique(np.concatenate([np.empty(0, np.int64), *found]))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        import pyarrow.compute as pc
+
+        inner = integral_beyond_int64(arr.flatten())
+        parents = pc.list_parent_indices(arr).to_numpy(zero_copy_only=False)
+        return np.unique(parents[inner])
+    return np.empty(0, np.int64)
+
+
+def too_big(key: str, value: int, t: Any) -> str:
+    """Why integer ``value`` of ``key`` (beyond int64, read as ``t``) is refused, and the fix."""
+    fits = "'uint64'" if 0 <= value < 1 << 64 else "'float64'"
+    return (
+        f"{key!r} holds the integer {value}, beyond int64: read as {t} it would be rounded; "
+        f"give its type with types={{{key!r}: {fits}}} (a float64 rounds it), or leave it "
+        "out with fields="
+    )

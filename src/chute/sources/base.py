@@ -141,6 +141,21 @@ def field_map(
     return mapping
 
 
+def one_field_each(names: Iterable[tuple[str, str]], where: str, fix: str) -> None:
+    """Refuse two things of a source (``(what it is, the field name it becomes)``: columns,
+    struct or compound members, members' extensions) that become one field name: one would
+    silently hide the other. Every source whose names are made, not given, checks here;
+    ``fix`` says how to tell them apart."""
+    seen: dict[str, str] = {}
+    for what, name in names:
+        if name in seen:
+            raise SourceError(
+                f"{where}: {seen[name]} and {what} both become field {name!r}, and one would "
+                f"hide the other; {fix}"
+            )
+        seen[name] = what
+
+
 def check_name(name: str, old: str, where: str) -> str:
     """A valid chute field name, or an error that says how to rename ``old``."""
     try:
@@ -204,14 +219,19 @@ class _Member:
         return np.ascontiguousarray(self.array[rows][self.member])
 
 
-def expand_compound(arrays: Mapping[str, Any]) -> dict[str, Any]:
+def expand_compound(arrays: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Replace each compound array ``x`` by its members ``x/a``, ``x/b``, ..."""
     out: dict[str, Any] = {}
+    made: list[tuple[str, str]] = []
     for name, arr in arrays.items():
         if arr.dtype.names is None:
             out[name] = arr
+            made.append((f"array {name!r}", name))
         else:
-            out.update({f"{name}/{m}": _Member(arr, m) for m in arr.dtype.names})
+            for m in arr.dtype.names:
+                out[f"{name}/{m}"] = _Member(arr, m)
+                made.append((f"member {m!r} of compound {name!r}", f"{name}/{m}"))
+    one_field_each(made, where, "rename one in the source, or leave one out with fields=")
     return out
 
 
@@ -242,7 +262,7 @@ class ArraySource(Source):
     ):
         self.name = name
         if split_compound:
-            arrays = expand_compound(arrays)
+            arrays = expand_compound(arrays, name)
         self.skipped: dict[str, tuple[int, ...] | None] = {}  # None: no dataspace
         if fields is None:
             chosen = {k: k for k in self._common_length(arrays)}

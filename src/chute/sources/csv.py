@@ -19,6 +19,7 @@ the rows of the block and pyarrow's reason (which names the column and the value
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from ..errors import SourceError, require
 from ..sniff import CSV_SUFFIXES, NOUNS
 from .arrow import ArrowSource, rows_from
-from .arrow_fields import pyarrow
+from .arrow_fields import integral_beyond_int64, pyarrow, too_big
 from .base import BATCH_BYTES, FieldsArg, expand_paths
 from .jsonl import arrow_types
 
@@ -53,20 +54,26 @@ class CsvSource(ArrowSource):
         self.delimiter = delimiter or ("\t" if tsv else ",")
         self.block = max(1 << 16, min(batch_bytes, (1 << 31) - 1))
         self.types = arrow_types(types, name)
+        self.given = set(self.types)  # columns whose type the caller gave: numbers as asked
         with self._open(self.files[0]) as reader:
             schema = reader.schema
         self.types = {f.name: f.type for f in schema}  # later blocks and files: these types
         options.setdefault("image_root", self.files[0].parent)
         super().__init__(name, schema, fields, batch_bytes=batch_bytes, **options)
 
-    def _open(self, path: Path) -> Any:
+    def _open(self, path: Path, text: str | None = None) -> Any:
+        """A streaming reader of ``path`` with the column types; ``text``: that column alone,
+        as the strings the file holds."""
         pa, pc = pyarrow(), self._pc
+        convert = pc.ConvertOptions(column_types=self.types)
+        if text is not None:
+            convert = pc.ConvertOptions(column_types={text: pa.string()}, include_columns=[text])
         try:
             return pc.open_csv(
                 pa.input_stream(str(path), compression="detect"),
                 read_options=pc.ReadOptions(block_size=self.block, use_threads=False),
                 parse_options=pc.ParseOptions(delimiter=self.delimiter),
-                convert_options=pc.ConvertOptions(column_types=self.types),
+                convert_options=convert,
             )
         except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError
             raise SourceError(f"{path}: cannot be read as CSV ({exc})") from None
@@ -83,8 +90,12 @@ class CsvSource(ArrowSource):
                     )
                 try:
                     for rb in reader:
-                        yield rb.select(self.top_columns), rows_from(path, row)
+                        rb = rb.select(self.top_columns)
+                        self._whole_numbers(path, rb, row)
+                        yield rb, rows_from(path, row)
                         row += rb.num_rows
+                except SourceError:  # already names the row
+                    raise
                 except (OSError, ValueError) as exc:
                     raise SourceError(
                         f"{path}: rows {row}+ (counted from 0 after the header): {exc}; the "
@@ -92,3 +103,28 @@ class CsvSource(ArrowSource):
                         f"{ {k: str(t) for k, t in self.types.items()} }: give a column's "
                         "type with types="
                     ) from None
+
+    def _whole_numbers(self, path: Path, rb: Any, first: int) -> None:
+        """Refuse an integer beyond int64 that pyarrow read as a float (rounded): in a column
+        of inferred type, the cell's text is read again to tell ``12345678901234567891`` from
+        ``1.2e19``."""
+        for key in rb.schema.names:
+            if key in self.given:
+                continue
+            for row in integral_beyond_int64(rb.column(key)):
+                text = self._cell(path, key, first + int(row))
+                if re.fullmatch(r"\s*[+-]?\d+\s*", text):
+                    where = f"{path}: row {first + int(row)} (counted from 0 after the header)"
+                    raise SourceError(
+                        f"{where}: column {too_big(key, int(text), rb.schema.field(key).type)}"
+                    )
+
+    def _cell(self, path: Path, key: str, row: int) -> str:
+        """The text of column ``key`` in ``row`` of ``path`` (the file read again up to it)."""
+        seen = 0
+        with self._open(path, text=key) as reader:
+            for rb in reader:
+                if row < seen + rb.num_rows:
+                    return str(rb.column(0)[row - seen].as_py())
+                seen += rb.num_rows
+        return ""

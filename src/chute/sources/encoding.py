@@ -2,6 +2,8 @@
 with a size bound, encoded once with :func:`chute.image.encode_image` (a JPEG within
 ``max_side`` kept byte for byte), a failure raised naming where it happened or, with
 ``on_error="skip"``, returned as its reason so the source can leave the sample out and list it.
+A missing image library (:class:`chute.MissingDependencyError`) is raised at once, never a
+reason to skip.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArgumentError, ChuteError, SourceError
+from ..errors import ArgumentError, ChuteError, MissingDependencyError, SourceError
 from ..image.codec import EncodedImage, encode_image
 
 MAX_IMAGE_BYTES = 256 << 20  # a bigger "image" is refused before it is read
@@ -43,6 +45,8 @@ def encode(
     try:
         data = read_image_file(image) if isinstance(image, Path) else image
         return encode_image(data, max_side, quality)
+    except MissingDependencyError:  # nothing wrong with the image: no image is skipped for it
+        raise
     except (ChuteError, OSError) as exc:
         if on_error == "skip":
             return f"{type(exc).__name__}: {exc}"

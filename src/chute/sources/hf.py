@@ -35,14 +35,20 @@ def _json(path: Path) -> Any:
         if path.stat().st_size > MAX_JSON:
             raise SourceError(f"{path}: larger than {MAX_JSON >> 20} MiB; not a datasets file")
         return json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise SourceError(f"{path}: cannot be read as JSON ({exc})") from None
 
 
 def data_files(folder: Path) -> list[Path]:
     """The Arrow files of a ``save_to_disk`` folder, from its ``state.json``, checked."""
     if (folder / HF_DICT_MARKER).is_file():
-        splits = _json(folder / HF_DICT_MARKER).get("splits", [])
+        info = _json(folder / HF_DICT_MARKER)
+        splits = info.get("splits") if isinstance(info, dict) else None
+        if not isinstance(splits, list):
+            raise SourceError(
+                f"{folder / HF_DICT_MARKER}: not a DatasetDict's file (no list of splits); "
+                "convert a split's folder (one with state.json)"
+            )
         raise SourceError(
             f"{folder}: a DatasetDict with splits {splits}; convert one split, e.g. "
             f"{folder / str(splits[0] if splits else 'train')}"

@@ -1,7 +1,9 @@
 """JSON Lines files (``.jsonl``, ``.ndjson``, gzip or zstd compressed): one object per line.
 
 Parsed by pyarrow's JSON reader, a block of about ``batch_bytes`` of whole lines at a time
-(bounded memory, any file size; a line longer than :data:`MAX_LINE` is refused). The column
+(bounded memory, any file size; a line longer than :data:`MAX_LINE`, or nesting lists and
+objects deeper than :data:`chute.sources.jsondepth.MAX_DEPTH`, is refused before it is
+parsed). The column
 types are inferred by pyarrow from the first block and then fixed, so a later line cannot
 change them: ``types={"url": "string"}`` gives a key's type (an Arrow type or its name) when
 the first block does not show it. Fields then follow :mod:`chute.sources.arrow` (nested
@@ -25,8 +27,9 @@ from typing import Any
 from ..errors import SourceError, require
 from ..sniff import JSONL_SUFFIXES, NOUNS
 from .arrow import ArrowSource
-from .arrow_fields import pyarrow
+from .arrow_fields import integral_beyond_int64, pyarrow, too_big
 from .base import BATCH_BYTES, FieldsArg, expand_paths
+from .jsondepth import check_depth
 
 MAX_LINE = 256 << 20  # bytes: a longer line is refused (a file without newlines, a bomb)
 
@@ -60,12 +63,14 @@ def chunks(path: Path, size: int) -> Iterator[tuple[bytes, int]]:
                         )
                     carry = data
                     continue
+                check_depth(data[:end], path, line)
                 yield data[:end], line
                 line += data.count(b"\n", 0, end)
                 carry = data[end:]
     except OSError as exc:  # unreadable, or a corrupt gzip / zstd stream
         raise SourceError(f"{path}: cannot be read ({exc})") from None
     if carry.strip():
+        check_depth(carry + b"\n", path, line)
         yield carry + b"\n", line
 
 
@@ -96,6 +101,7 @@ class JsonlSource(ArrowSource):
             raise SourceError(f"{self.files[0]}: no lines")
         inferred = self._parse(self.files[0], *first, schema=None, strict=False).schema
         given = arrow_types(types, name)
+        self.given = set(given)  # keys whose type the caller gave: their numbers are as asked
         pa = pyarrow()
         cols = {f.name: given.pop(f.name, f.type) for f in inferred}
         self.full_schema = pa.schema([*cols.items(), *given.items()])
@@ -158,8 +164,37 @@ class JsonlSource(ArrowSource):
                 lines: list[int] = []
                 offset = 0
                 for rb in table.select(self.top_columns).to_batches():
-                    yield rb, _where(path, chunk, line, lines, offset)
+                    where = _where(path, chunk, line, lines, offset)
+                    self._whole_numbers(rb, chunk, offset, where)
+                    yield rb, where
                     offset += rb.num_rows
+
+    def _whole_numbers(
+        self, rb: Any, chunk: bytes, offset: int, where: Callable[[int], str]
+    ) -> None:
+        """Refuse an integer beyond int64 that pyarrow read as a float (rounded): in a key of
+        inferred type, the line holding it is parsed again to tell ``12345678901234567891``
+        from ``1.2e19``."""
+        texts: list[bytes] = []
+        for key in rb.schema.names:
+            if key in self.given:
+                continue
+            for row in integral_beyond_int64(rb.column(key)):
+                if not texts:
+                    texts.extend(t for t in chunk.split(b"\n") if t.strip())
+                big = _big_int(json.loads(texts[offset + int(row)]).get(key))
+                if big is not None:
+                    raise SourceError(
+                        f"{where(int(row))}: key {too_big(key, big, rb.schema.field(key).type)}"
+                    )
+
+
+def _big_int(value: Any) -> int | None:
+    """The first integer beyond int64 in a JSON value (lists and objects searched), or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if not -(1 << 63) <= value < 1 << 63 else None
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return next((b for v in items if (b := _big_int(v)) is not None), None)
 
 
 def _where(path: Path, chunk: bytes, line: int, lines: list[int], offset: int) -> Callable:

@@ -7,7 +7,9 @@ a file, a folder of ``.tar`` files (sorted), or a glob / brace pattern
 (``train-{000..099}.tar``), local or at a URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``
 through :class:`chute.store.Store`; ``storage_options`` as for remote datasets). Each is read
 once, as a stream (Python's ``tarfile``, nothing extracted), in bounded memory:
-``batch_size`` samples at a time, each member at most ``max_member_bytes``; a remote shard
+``batch_size`` samples at a time, fewer once their members pass ``batch_bytes`` (a batch holds
+at most that plus one sample), each member at most ``max_member_bytes``, members no field
+reads never read; a remote shard
 is downloaded to a temporary file first, one shard at a time (the first shard twice: once
 to find the fields).
 
@@ -29,24 +31,29 @@ did not have (``extra_members``). A sample lacking a field's member, a label tha
 integer, text that is not UTF-8 and an image that does not decode are
 :class:`chute.SourceError` errors naming the shard and the member (or key); with
 ``on_error="skip"`` the sample is left out and listed in ``skipped``. A member bigger than
-``max_member_bytes``, two members with one key and extension, and a truncated or corrupt
-shard are errors naming the shard and the member.
+``max_member_bytes``, two members with one key and extension, a key that comes again after
+other samples (in the same shard or another), two extensions that become one field name
+(``seg.txt`` and ``seg_txt``), and a truncated or corrupt shard (no end-of-archive block; a
+compressed shard whose stream is cut or fails its checksum) are errors naming the shard and
+the member.
 """
 
 from __future__ import annotations
 
+import bz2
 import fnmatch
+import gzip
+import lzma
 import os
 import re
 import tarfile
 import tempfile
 from collections import Counter
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from itertools import islice
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -54,7 +61,17 @@ from .. import format as fmt
 from ..errors import ChuteError, DatasetNotFoundError, SourceError
 from ..sniff import IMAGE_EXTENSIONS, NOUNS, TAR_SUFFIXES
 from ..store.url import is_url
-from .base import Batch, FieldsArg, Source, check_name, expand_braces, expand_paths, field_map
+from .base import (
+    BATCH_BYTES,
+    Batch,
+    FieldsArg,
+    Source,
+    check_name,
+    expand_braces,
+    expand_paths,
+    field_map,
+    one_field_each,
+)
 from .encoding import SKIP_HINT, check_on_error
 
 MAX_MEMBER_BYTES = 256 << 20  # a bigger member is refused before it is read
@@ -62,6 +79,11 @@ BYTES, STRING = fmt.Bytes(), fmt.String()  # compared with each member's field, 
 KEY = "__key__"
 INT_EXTENSIONS = ("cls", "cls2", "index", "id", "label")
 TEXT_EXTENSIONS = ("txt", "text", "caption", "json", "jsonl")
+_COMPRESSED: dict[bytes, Callable[..., Any]] = {  # by magic: modules that check the end
+    b"\x1f\x8b": gzip.open,
+    b"BZh": bz2.open,
+    b"\xfd7zXZ\x00": lzma.open,
+}
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./][^./]*)\.([^/]*)$")  # webdataset's base_plus_ext
 
 Sample = dict[str, Any]  # extension -> member bytes, plus KEY and "__shard__"
@@ -94,6 +116,7 @@ class WebDatasetSource(Source):
         max_side: int | None = None,
         quality: int = 90,
         batch_size: int = 256,
+        batch_bytes: int = BATCH_BYTES,
         workers: int | None = None,
         max_member_bytes: int = MAX_MEMBER_BYTES,
         storage_options: Mapping[str, Any] | None = None,
@@ -107,6 +130,8 @@ class WebDatasetSource(Source):
         self.name = str(src) if isinstance(src, (str, Path)) else str(self.files[0])
         self.on_error = check_on_error(on_error)
         self.batch_size, self.max_member_bytes = batch_size, max_member_bytes
+        self.batch_bytes = batch_bytes
+        self.wanted: set[str] | None = None  # the extensions read (None: all, to find fields)
         self.threads = workers if workers is not None else (os.cpu_count() or 1)
         # filled while converting: the writer's metadata refers to these same objects
         self.ignored: Counter[str] = Counter()  # why -> members
@@ -122,6 +147,12 @@ class WebDatasetSource(Source):
         chosen = names if fields is None else field_map(fields, [*exts, KEY], self.name)
         key_name = chosen.pop(KEY, KEY if fields is None else None)
         self.exts = {e: check_name(new, e, self.name) for e, new in chosen.items()}
+        one_field_each(
+            ((f"members .{e}", new) for e, new in [*self.exts.items(), (KEY, key_name)] if new),
+            self.name,
+            "name them apart with fields= (by extension), or leave one out",
+        )
+        self.wanted = set(self.exts)
         self.schema = {new: member_kind(e, max_side, quality) for e, new in self.exts.items()}
         self.key_name = None if key_name is None else check_name(key_name, KEY, self.name)
         if self.key_name is not None:
@@ -150,11 +181,17 @@ class WebDatasetSource(Source):
                 self._store.get_to_file(name, f, size=int(info["size"]))
             yield local
 
-    def _members(self, shard: Path | str) -> Iterator[tuple[str, str, bytes]]:
-        """``(key, extension, bytes)`` of the regular members of a shard, in order."""
-        last = "(none)"
+    def _members(self, shard: Path | str) -> Iterator[tuple[str, str, bytes | None]]:
+        """``(key, extension, bytes)`` of the regular members of a shard, in order (bytes
+        None for an extension no field reads). The shard must end with the end-of-archive
+        block and, compressed, with an intact checksum: a cut shard is an error."""
+        last, header = "(none)", _header_type()
         try:
-            with self._local(shard) as path, tarfile.open(path, mode="r|*") as tar:
+            with (
+                self._local(shard) as path,
+                _unpacked(path) as stream,
+                tarfile.open(fileobj=stream, mode="r|", tarinfo=header) as tar,
+            ):
                 for m in tar:
                     last = m.name
                     why = _ignore(m)
@@ -162,14 +199,24 @@ class WebDatasetSource(Source):
                     if why or match is None:
                         self.ignored[why or "no extension"] += 1
                         continue
+                    key, ext = match.groups()
+                    if self.wanted is not None and ext not in self.wanted:
+                        yield key, ext, None  # not read: only counted
+                        continue
                     if m.size > self.max_member_bytes:
                         raise SourceError(
                             f"{shard}: member {m.name} is {m.size} bytes, over the "
                             f"{self.max_member_bytes} allowed (max_member_bytes=)"
                         )
                     f = tar.extractfile(m)
-                    data = f.read() if f is not None else b""
-                    yield match.group(1), match.group(2), data
+                    yield key, ext, f.read() if f is not None else b""
+                if not header.ended:
+                    raise SourceError(
+                        f"{shard}: cut short after member {last}: no end-of-archive block "
+                        "(a truncated copy, or a shard still being written); copy it again"
+                    )
+                while stream.read(1 << 20):  # to the end: a compressed stream checks itself
+                    pass
         except ChuteError:  # a missing remote shard, a member too big: already named
             raise
         except (tarfile.TarError, EOFError, OSError) as exc:
@@ -178,7 +225,9 @@ class WebDatasetSource(Source):
             ) from None
 
     def _samples(self, shards: Sequence[Path | str]) -> Generator[Sample, None, None]:
-        """Samples: consecutive members sharing a key, grouped."""
+        """Samples: consecutive members sharing a key, grouped; a key seen before (in this
+        shard or an earlier one) is an error."""
+        seen: dict[str, str] = {}  # key -> its shard
         for shard in shards:
             sample: Sample = {}
             for key, ext, data in self._members(shard):
@@ -186,10 +235,17 @@ class WebDatasetSource(Source):
                     yield sample
                     sample = {}
                 if not sample:
-                    sample = {KEY: key, "__shard__": str(shard)}
+                    if key in seen:
+                        raise SourceError(
+                            f"{shard}: sample key {key!r} again, after other samples (first in "
+                            f"{seen[key]}); a sample's members must be adjacent and keys unique"
+                        )
+                    seen[key] = str(shard)
+                    sample = {KEY: key, "__shard__": str(shard), "__bytes__": 0}
                 if ext in sample:
                     raise SourceError(f"{shard}: sample {key!r} has two .{ext} members")
                 sample[ext] = data
+                sample["__bytes__"] += len(data or b"")
             if sample:
                 yield sample
 
@@ -233,10 +289,23 @@ class WebDatasetSource(Source):
             row[new] = value
         return row
 
+    def _chunks(self) -> Iterator[list[Sample]]:
+        """Samples in lists of ``batch_size``, or fewer once their bytes reach
+        ``batch_bytes``: a batch holds at most that plus one sample's members."""
+        chunk: list[Sample] = []
+        size = 0
+        for s in self._samples(self.files):
+            chunk.append(s)
+            size += s["__bytes__"]
+            if len(chunk) == self.batch_size or size >= self.batch_bytes:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
+
     def batches(self) -> Iterator[Batch]:
-        samples = self._samples(self.files)
         with ThreadPoolExecutor(max(1, self.threads), thread_name_prefix="chute-wds") as pool:
-            while chunk := list(islice(samples, self.batch_size)):
+            for chunk in self._chunks():
                 for s in chunk:
                     self.extra.update(k for k in s if k[:2] != "__" and k not in self.exts)
                 rows = list(pool.map(self._row, chunk))  # in order: the first error is raised
@@ -275,6 +344,38 @@ def remote_shards(url: str, storage_options: Mapping[str, Any] | None) -> tuple[
 
 class _Reason(str):
     """Why a sample is skipped (``on_error="skip"``), as a value in place of the field's."""
+
+
+@contextmanager
+def _unpacked(path: Path) -> Iterator[IO[bytes]]:
+    """The shard's tar bytes: the file, or its gzip / bzip2 / xz stream (by its first bytes)
+    decompressed by a module that checks the stream's checksum and length at its end and
+    raises ``EOFError`` where the stream is cut (tarfile's own ``r|gz`` checks neither)."""
+    with open(path, "rb") as raw:
+        head = raw.read(6)
+        raw.seek(0)
+        unpack = next((f for magic, f in _COMPRESSED.items() if head.startswith(magic)), None)
+        if unpack is None:
+            yield raw
+            return
+        with unpack(raw, "rb") as stream:
+            yield stream
+
+
+def _header_type() -> Any:
+    """A ``TarInfo`` class for one archive that notes whether the last header block read was
+    the end-of-archive block (512 zero bytes): tarfile's iteration also ends quietly where the
+    file is cut or a header is garbage."""
+
+    class Header(tarfile.TarInfo):
+        ended = False
+
+        @classmethod
+        def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Any:
+            Header.ended = len(buf) == tarfile.BLOCKSIZE and buf.count(0) == tarfile.BLOCKSIZE
+            return super().frombuf(buf, encoding, errors)
+
+    return Header
 
 
 def _ignore(m: tarfile.TarInfo) -> str | None:
