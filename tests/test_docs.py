@@ -1,6 +1,7 @@
 """Docs that cannot rot: every object and repo file that a docstring (in src/chute/, tests/,
 benchmarks/, scripts/, examples/) or a doc (README.md, ARCHITECTURE.md, CONTRIBUTING.md,
-docs/*.md) names exists, and every ``python`` code block of README.md and docs/*.md runs.
+CHANGELOG.md, docs/*.md) names exists, every Markdown link resolves, and every ``python``
+code block of README.md and docs/*.md runs.
 
 What counts as a reference:
 
@@ -40,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "chute"
 DOCS = sorted(
     [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
-    + [p for p in (ROOT / "ARCHITECTURE.md", ROOT / "CONTRIBUTING.md") if p.exists()]
+    + [p for p in (ROOT / "ARCHITECTURE.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md")]
 )
 
 ROLE = re.compile(r":(mod|class|func|meth|attr):`~?([\w.]+)(?:\(\))?`")
@@ -227,6 +228,45 @@ def test_the_reference_check_finds_dead_ones() -> None:
     assert not _path_exists("chute/no_such_module.py") and _path_exists("chute/loader/threads.py")
     found = [m.group(1) or m.group(2) for m in PATH.finditer("``reader/gone.py``, GONE.md")]
     assert found == ["reader/gone.py", "GONE.md"]
+
+
+# ---------------------------------------------------------------------------------- links
+
+REPO_URL = re.compile(r"https://github\.com/chute-dev/chute/(?:blob|tree)/main/")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _link_targets(doc: Path) -> Iterator[tuple[str, Path | None]]:
+    """(link, the file of this repository it names, or None for another site) of each
+    Markdown link of ``doc``: relative to the doc's folder, or a URL of the repository's
+    main branch (the README's links are absolute: it is the package index's page too)."""
+    for target in LINK.findall(doc.read_text()):
+        path = target.split("#", 1)[0]
+        if REPO_URL.match(path):
+            yield target, ROOT / REPO_URL.sub("", path, count=1)
+        elif path and "://" not in path and not path.startswith("mailto:"):
+            yield target, doc.parent / path
+        else:
+            yield target, None
+
+
+def test_every_link_resolves() -> None:
+    dead = [
+        f"{doc.relative_to(ROOT)}: {target}"
+        for doc in DOCS
+        for target, file in _link_targets(doc)
+        if file is not None and not file.exists()
+    ]
+    assert not dead, f"{len(dead)} links to nothing:\n" + "\n".join(dead)
+
+
+def test_readme_links_work_on_a_package_index() -> None:
+    """The README is the long description on the package index, where a relative link
+    leads nowhere: its links into the repository are URLs of the main branch."""
+    readme = ROOT / "README.md"
+    relative = [t for t, file in _link_targets(readme) if file and not REPO_URL.match(t)]
+    assert relative == []
+    assert any(file for _, file in _link_targets(readme))
 
 
 # ------------------------------------------------------------------------- the code blocks
