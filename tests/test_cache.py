@@ -43,6 +43,26 @@ def test_changed_key_rebuilds(tmp_path):
         chute.cache(tmp_path / "c.chute", build_logged(log), key=object())
 
 
+@pytest.mark.timeout(60)  # a lock that fails to see its own holder waits forever
+@pytest.mark.parametrize(
+    "spelling", ["cache/tok.chute", "cache/../cache/tok.chute", "link/tok.chute"]
+)
+def test_relative_path_builds_under_its_own_lock(tmp_path, monkeypatch, spelling):
+    """The lock ``cache`` takes and the one its writer takes are the same lock, however the
+    path is spelled (relative, with ``..``, through a linked folder): the build re-enters it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "cache")
+    log = tmp_path / "log"
+    ds = chute.cache(spelling, build_logged(log), key="v1")
+    assert len(ds) == 10 and ds.metadata["cache_key"] == "v1"
+    ds = chute.cache(spelling, build_logged(log, n=4), key="v2")
+    assert len(ds) == 4 and len(log.read_text().split()) == 2
+    assert [p.name for p in (tmp_path / "cache").iterdir() if p.name.endswith(".lock")] == [
+        ".tok.chute.lock"
+    ]
+
+
 def test_iterable_build_and_failure(tmp_path):
     def failing():
         yield {"x": 1}

@@ -1,7 +1,9 @@
-"""``chute info`` and ``chute verify``: through main() and as real subprocesses."""
+"""The ``chute`` command line: ``info``, ``verify``, ``convert``, ``upload``, ``download`` and
+``bench``, through main() and as real subprocesses."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -9,9 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from chute.cli import main
+import chute
+from chute.bench import CONTENDERS
+from chute.cli import BENCH_CONTENDERS, build_parser, main
 
 
 def flip_last_byte(file: Path) -> None:
@@ -170,3 +175,64 @@ def test_bench_bad_counts_are_usage_errors(mixed, capsys, args):
     with pytest.raises(SystemExit) as info:
         main(["bench", str(path), *args])
     assert info.value.code == 2 and f"argument {args[0]}: must be >=" in capsys.readouterr().err
+
+
+def test_convert_part_size(tmp_path: Path, capsys) -> None:
+    np.save(tmp_path / "x.npy", np.arange(100))
+    dst = tmp_path / "x.chute"
+    assert main(["convert", str(tmp_path / "x.npy"), str(dst), "--part-size", "30", "-q"]) == 0
+    ds = chute.open(dst)
+    assert [p.num_samples for p in ds.parts] == [30, 30, 30, 10]
+    assert ds[99]["x"].item() == 99
+    with pytest.raises(SystemExit):
+        main(["convert", str(tmp_path / "x.npy"), str(dst), "--part-size", "0"])
+    assert "must be >= 1" in capsys.readouterr().err
+
+
+def test_upload_and_download_take_storage_options_and_workers(mixed, tmp_path: Path, capsys):
+    """file:// stands for a bucket here (``tests/store/test_cli_transfer.py``: s3://)."""
+    mixed, _ = mixed
+    url = (tmp_path / "bucket" / "ds.chute").as_uri()
+    args = ["upload", str(mixed), url, "--workers", "2", "--storage-options", "{}"]
+    assert main([*args, "--compression", "zstd", "--level", "1"]) == 0
+    assert "uploaded" in capsys.readouterr().out
+    assert main(args) == 1
+    assert "pass --overwrite to replace it" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0
+    dst = tmp_path / "copy.chute"
+    assert main(["download", url, str(dst), "--workers", "1", "--storage-options", "{}"]) == 0
+    want, got = chute.open(mixed), chute.open(dst)
+    assert len(got) == len(want) and got.schema == want.schema
+    assert main(["download", url, str(dst)]) == 1
+    assert "pass --overwrite to replace it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["[1]", "{bad", '"s3"'])
+def test_storage_options_must_be_a_json_object(value: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["download", "s3://b/ds.chute", "out", "--storage-options", value])
+    assert exc.value.code == 2
+    assert "--storage-options" in capsys.readouterr().err
+
+
+def test_every_positional_has_help() -> None:
+    parser = build_parser()
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    bare = [
+        f"{name} {action.dest}"
+        for name, command in sub.choices.items()
+        for action in command._actions
+        if not action.option_strings and not action.help
+    ]
+    assert bare == []
+
+
+def test_bench_help_and_readme_name_the_same_contenders() -> None:
+    """Every family of contender that ``chute bench`` runs is named, in the README too."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert BENCH_CONTENDERS in " ".join(readme.split())
+    named = BENCH_CONTENDERS.lower().replace(" and ", ", ").removeprefix("chute vs ").split(", ")
+    spelled = {"ram": "ram", "np.memmap": "memmap", "hdf5": "h5py"}
+    for contender in CONTENDERS:
+        name = contender.name.lower()
+        assert name.startswith("chute") or any(spelled.get(n, n) in name for n in named), name

@@ -10,7 +10,7 @@ import zarr
 import chute
 from chute.cli import main
 from chute.convert import open_source, parse_fields, source_kind
-from chute.errors import DatasetExistsError, DatasetNotFoundError, SourceError
+from chute.errors import ArgumentError, DatasetExistsError, DatasetNotFoundError, SourceError
 from chute.sources.hdf5 import HDF5Source
 from chute.sources.iterable import IterableSource
 from chute.sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
@@ -190,3 +190,14 @@ def test_nothing_left_out_nothing_said(sources, recwarn):
     assert not recwarn.list
     with pytest.warns(UserWarning, match=r"<dict of arrays>: left out s \(\): a scalar"):
         chute.convert({"x": X, "s": np.float32(1)}, sources / "q.chute", progress=False)
+
+
+def test_part_size_splits_and_is_refused_where_parts_are_given(tmp_path):
+    np.save(tmp_path / "x.npy", np.arange(10))
+    ds = chute.open(chute.convert(tmp_path / "x.npy", tmp_path / "x.chute", part_size=4))
+    assert [p.num_samples for p in ds.parts] == [4, 4, 2]
+    dask = pytest.importorskip("dask.array")
+    with pytest.raises(ArgumentError, match="row chunk: rechunk"):
+        chute.convert({"x": dask.from_array(np.arange(10))}, tmp_path / "d.chute", part_size=4)
+    with pytest.raises(ArgumentError, match="one part per file"):
+        chute.convert("a.parquet", tmp_path / "p.chute", part_size=4, processes=2)

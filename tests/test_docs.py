@@ -1,6 +1,7 @@
 """Docs that cannot rot: every object and repo file that a docstring (in src/chute/, tests/,
 benchmarks/, scripts/, examples/) or a doc (README.md, ARCHITECTURE.md, CONTRIBUTING.md,
-docs/*.md) names exists, and every ``python`` code block of the README runs.
+CHANGELOG.md, docs/*.md) names exists, every Markdown link resolves, and every ``python``
+code block of README.md and docs/*.md runs.
 
 What counts as a reference:
 
@@ -13,9 +14,9 @@ What counts as a reference:
   ``reader/gather.py``), resolved from the repository root, ``src/`` or ``src/chute/``, and a
   top-level Markdown file in capitals (README.md).
 
-A README code block preceded by ``<!-- test: skip (why) -->`` is not run (it needs CUDA or a
-bucket); keep those few. The blocks run in order, in one namespace, in a fresh folder, with
-the small inputs they refer to made by :func:`_readme_inputs`.
+A code block preceded by ``<!-- test: skip (why) -->`` is not run (it needs CUDA, a bucket
+or a cluster); keep those few. The blocks of one doc run in order, in one namespace, in a
+fresh folder, with the small inputs they name made by ``tests/_doc_inputs.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import functools
 import importlib
 import importlib.util
 import inspect
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,12 +33,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _doc_inputs import INPUTS
+
+import chute
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "chute"
 DOCS = sorted(
     [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
-    + [p for p in (ROOT / "ARCHITECTURE.md", ROOT / "CONTRIBUTING.md") if p.exists()]
+    + [p for p in (ROOT / "ARCHITECTURE.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md")]
 )
 
 ROLE = re.compile(r":(mod|class|func|meth|attr):`~?([\w.]+)(?:\(\))?`")
@@ -227,54 +230,105 @@ def test_the_reference_check_finds_dead_ones() -> None:
     assert found == ["reader/gone.py", "GONE.md"]
 
 
-# ---------------------------------------------------------------------------- README code
+# ---------------------------------------------------------------------------------- links
 
-SKIP = re.compile(r"<!--\s*test:\s*skip\b")
+REPO_URL = re.compile(r"https://github\.com/chute-dev/chute/(?:blob|tree)/main/")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _link_targets(doc: Path) -> Iterator[tuple[str, Path | None]]:
+    """(link, the file of this repository it names, or None for another site) of each
+    Markdown link of ``doc``: relative to the doc's folder, or a URL of the repository's
+    main branch (the README's links are absolute: it is the package index's page too)."""
+    for target in LINK.findall(doc.read_text()):
+        path = target.split("#", 1)[0]
+        if REPO_URL.match(path):
+            yield target, ROOT / REPO_URL.sub("", path, count=1)
+        elif path and "://" not in path and not path.startswith("mailto:"):
+            yield target, doc.parent / path
+        else:
+            yield target, None
+
+
+def test_every_link_resolves() -> None:
+    dead = [
+        f"{doc.relative_to(ROOT)}: {target}"
+        for doc in DOCS
+        for target, file in _link_targets(doc)
+        if file is not None and not file.exists()
+    ]
+    assert not dead, f"{len(dead)} links to nothing:\n" + "\n".join(dead)
+
+
+def test_readme_links_work_on_a_package_index() -> None:
+    """The README is the long description on the package index, where a relative link
+    leads nowhere: its links into the repository are URLs of the main branch."""
+    readme = ROOT / "README.md"
+    relative = [t for t, file in _link_targets(readme) if file and not REPO_URL.match(t)]
+    assert relative == []
+    assert any(file for _, file in _link_targets(readme))
+
+
+# ------------------------------------------------------------------------- the code blocks
+
+SKIP = re.compile(r"<!--\s*test:\s*skip\b(.*?)-->")
+REASON = re.compile(r"^\s*\((.+)\)\s*$")
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
-def _readme_blocks() -> list[tuple[int, str, bool]]:
-    """(line, code, skipped) of each ```python block of the README."""
-    text = (ROOT / "README.md").read_text()
+def _code_blocks(doc: Path) -> list[tuple[int, str, str | None]]:
+    """(line, code, why it is skipped or None) of each ```python block of ``doc``."""
+    text = doc.read_text()
     out = []
     for m in BLOCK.finditer(text):
         before = text[: m.start()].rstrip().rsplit("\n", 1)[-1]
-        out.append((text.count("\n", 0, m.start()) + 1, m.group(1), bool(SKIP.search(before))))
+        skip = SKIP.search(before)
+        why = None
+        if skip:
+            reason = REASON.match(skip.group(1))
+            assert reason, f"{doc.name}: a skip marker says why: <!-- test: skip (why) -->"
+            why = reason.group(1)
+        out.append((text.count("\n", 0, m.start()) + 1, m.group(1), why))
     return out
 
 
-def _readme_inputs(folder: Path) -> dict[str, Any]:
-    """The small inputs the README's blocks name without making them: a text corpus, two
-    datasets to mix, an image folder."""
-    import chute
-
-    class Doc:
-        def __init__(self, i: int) -> None:
-            self.ids = list(range(i % 7 + 1))
-            self.title = f"document {i}"
-
-    for name in ("web", "code"):
-        chute.write(folder / f"{name}.chute", {"x": np.arange(100, dtype=np.float32)})
-    pil = pytest.importorskip("PIL.Image")
-    for label in ("cat", "dog"):
-        (folder / "imagenet" / "train" / label).mkdir(parents=True)
-        for i in range(4):
-            pixels = np.full((40 + i, 50, 3), i * 40, np.uint8)
-            pil.fromarray(pixels).save(folder / "imagenet" / "train" / label / f"{i}.jpg")
-    return {"corpus": [Doc(i) for i in range(20)]}
+# the docs with a block to run
+RUN = [doc for doc in DOCS if any(why is None for *_, why in _code_blocks(doc))]
 
 
-def test_readme_code_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = _readme_blocks()
-    assert blocks, "no ```python block in README.md"
-    assert sum(skipped for *_, skipped in blocks) <= 2, "keep the skipped README blocks few"
+@pytest.mark.parametrize("doc", RUN, ids=[doc.relative_to(ROOT).as_posix() for doc in RUN])
+def test_code_blocks_run(doc: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The doc's ```python blocks run in order, in one namespace, in a fresh folder holding
+    the small inputs they name (``tests/_doc_inputs.py``); a block after
+    ``<!-- test: skip (why) -->`` (a bucket, a cluster, CUDA) is not run."""
+    name = doc.relative_to(ROOT).as_posix()
+    blocks = _code_blocks(doc)
     monkeypatch.chdir(tmp_path)
-    namespace = _readme_inputs(tmp_path)
+    namespace = {"__name__": f"doc:{name}", "chute": chute, "np": np}
+    namespace.update(INPUTS.get(name, lambda folder: {})(tmp_path))
     for line, code, skipped in blocks:
         if skipped:
             continue
         try:
-            exec(compile(code, f"README.md:{line}", "exec"), namespace)
+            exec(compile(code, f"{name}:{line}", "exec"), namespace)
         except Exception as exc:
-            raise AssertionError(f"README.md line {line}: the block raised {exc!r}") from exc
-    assert os.listdir(tmp_path)  # the blocks wrote their datasets here
+            raise AssertionError(f"{name} line {line}: the block raised {exc!r}") from exc
+
+
+def test_skipped_blocks_are_few() -> None:
+    skipped = [
+        f"{doc.relative_to(ROOT)}:{line} ({why})"
+        for doc in DOCS
+        for line, _, why in _code_blocks(doc)
+        if why
+    ]
+    assert len(skipped) <= 10, "run more doc blocks; skipped:\n" + "\n".join(skipped)
+
+
+def test_a_skip_marker_says_why(tmp_path: Path) -> None:
+    doc = tmp_path / "d.md"
+    doc.write_text("<!-- test: skip (needs a bucket) -->\n```python\nx\n```\n\n```python\ny\n```\n")
+    assert _code_blocks(doc) == [(2, "x\n", "needs a bucket"), (6, "y\n", None)]
+    doc.write_text("<!-- test: skip -->\n```python\nx\n```\n")
+    with pytest.raises(AssertionError, match="says why"):
+        _code_blocks(doc)

@@ -65,6 +65,7 @@ from .reader.windows import Windows, windows
 from .sources.dask import from_dask
 from .sources.images import from_image_folder
 from .sources.shards import from_shards
+from .transfer import download, upload
 from .writer.writer import Writer, write
 
 __version__ = "0.1.0"
@@ -127,6 +128,7 @@ __all__ = [
     "cache",
     "convert",
     "dataloader",
+    "download",
     "fields",
     "from_dask",
     "from_image_folder",
@@ -139,6 +141,7 @@ __all__ = [
     "to_device",
     "transform_boxes",
     "transform_points",
+    "upload",
     "verify",
     "windows",
     "write",

@@ -7,16 +7,15 @@ library, so everything the CLI does can be done from Python too.
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
 import sys
 import warnings
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
 
 from . import __version__
-from ._args import parse_size
+from ._cli_types import check_writable, count, json_object, size
 from .demo import DEFAULT_SIZE
-from .errors import ChuteError, DatasetExistsError, NotWritableError
+from .errors import ChuteError, DatasetExistsError
 
 DESCRIPTION = """\
 chute: fast, memory-conscious data loading for PyTorch.
@@ -40,40 +39,10 @@ SRC is one of:
              local or at a URL (s3://bucket/train-{000..009}.tar, s3://bucket/shards/)
 The options that apply to each kind are marked below; see docs/convert.md."""
 
-
-def size(text: str) -> float:
-    """An argparse type: a byte count, ``2e9``, ``500MB``, ``2GB``, ``64MiB``..."""
-    try:
-        return parse_size(text)
-    except ChuteError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def count(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer ``>= minimum`` (worker counts, batch sizes)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-def check_writable(path: str, option: str) -> None:
-    """Fail now, not after a benchmark of several minutes, if ``path`` cannot be written."""
-    file = Path(path)
-    folder = file.parent
-    if file.is_dir():
-        raise NotWritableError(f"{option} {path}: is a folder; give a file name")
-    if not folder.is_dir():
-        raise NotWritableError(f"{option} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (file.exists() and not os.access(file, os.W_OK)):
-        raise NotWritableError(f"{option} {path}: cannot write there (permission denied)")
+# the contenders of `chute bench`, as the README names them
+BENCH_CONTENDERS = (
+    "chute vs RAM, np.memmap, HDF5, Zarr, HF datasets, WebDataset, LitData and MosaicML Streaming"
+)
 
 
 def _human(n: float) -> str:
@@ -87,7 +56,8 @@ def _human(n: float) -> str:
 def cmd_info(args: argparse.Namespace) -> int:
     from .reader.opening import open as open_dataset
 
-    ds = open_dataset(args.path)  # a URL reads the manifest only
+    options = {"storage_options": args.storage_options} if args.storage_options else {}
+    ds = open_dataset(args.path, **options)  # a URL reads the manifest only
     where = getattr(ds, "url", ds.path)
     print(f"{where}: {len(ds)} samples, {len(ds.parts)} part(s), {_human(ds.nbytes)} on disk")
     width = max(len(n) for n in ds.schema)
@@ -106,6 +76,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def overwrite_flag(dst: str, overwrite: bool) -> Iterator[None]:
+    """A dataset at ``dst`` that ``--overwrite`` would replace is refused naming the flag (the
+    library's message names ``overwrite=True``); other refusals say what to do themselves."""
+    try:
+        yield
+    except DatasetExistsError as exc:
+        if overwrite or not exc.replaceable:
+            raise
+        raise DatasetExistsError(f"{dst} already exists; pass --overwrite to replace it") from None
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     from .convert import convert, parse_fields, parse_types
 
@@ -122,8 +104,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         "image_root": args.image_root,
         "types": parse_types(args.types),
         "processes": args.processes,
+        "part_size": args.part_size,
     }
-    try:
+    with overwrite_flag(args.dst, args.overwrite):
         path = convert(
             args.src,
             args.dst,
@@ -132,12 +115,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             **{k: v for k, v in given.items() if v is not None},
         )
-    except DatasetExistsError as exc:
-        if args.overwrite or not exc.replaceable:  # the library's message says what to do
-            raise
-        raise DatasetExistsError(
-            f"{args.dst} already exists; pass --overwrite to replace it"
-        ) from None
     print(f"{path}: written")
     return 0
 
@@ -145,7 +122,16 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_upload(args: argparse.Namespace) -> int:
     from .transfer import upload
 
-    store = upload(args.src, args.url, compression=args.compression, overwrite=args.overwrite)
+    with overwrite_flag(args.url, args.overwrite):
+        store = upload(
+            args.src,
+            args.url,
+            storage_options=args.storage_options,
+            compression=args.compression,
+            level=args.level,
+            overwrite=args.overwrite,
+            workers=args.workers,
+        )
     print(f"{args.src} -> {store.url}: uploaded ({_human(store.stats['bytes_out'])} sent)")
     return 0
 
@@ -153,9 +139,37 @@ def cmd_upload(args: argparse.Namespace) -> int:
 def cmd_download(args: argparse.Namespace) -> int:
     from .transfer import download
 
-    path = download(args.url, args.dst, overwrite=args.overwrite)
+    with overwrite_flag(args.dst, args.overwrite):
+        path = download(
+            args.url,
+            args.dst,
+            storage_options=args.storage_options,
+            overwrite=args.overwrite,
+            workers=args.workers,
+        )
     print(f"{args.url} -> {path}: downloaded")
     return 0
+
+
+def _transfer_arguments(p: argparse.ArgumentParser, workers: int) -> None:
+    _storage_options_argument(p)
+    p.add_argument(
+        "--workers",
+        type=count(1),
+        default=workers,
+        help=f"files transferred at once (default {workers})",
+    )
+
+
+def _storage_options_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--storage-options",
+        type=json_object,
+        metavar="JSON",
+        help="the store's options as a JSON object, as storage_options= in Python (e.g. "
+        '\'{"endpoint": "http://127.0.0.1:9000", "region": "us-east-1"}\'); credentials are '
+        "better left in the environment (AWS_ACCESS_KEY_ID...)",
+    )
 
 
 def _bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -261,11 +275,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("info", help="fields, shapes, dtypes, sample count, bytes on disk")
-    p.add_argument("path")
+    p.add_argument(
+        "path", help="a chute dataset: a folder or a URL (s3://, gs://, az://, https://)"
+    )
+    _storage_options_argument(p)
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("verify", help="recompute checksums of every data file")
-    p.add_argument("path")
+    p.add_argument("path", help="a chute dataset: a folder, or a URL (checks its cached files)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_verify)
 
@@ -277,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("src", help="a file, a folder, or a glob / brace pattern of files (see below)")
-    p.add_argument("dst")
+    p.add_argument("dst", help="the dataset to write: a new folder (NAME.chute) or a URL")
     p.add_argument("--fields", help="fields to keep, comma-separated; old=new renames")
     p.add_argument("--overwrite", action="store_true", help="replace dst if it exists")
     p.add_argument(
@@ -290,6 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--processes",
         type=count(1),
         help="Parquet, Arrow IPC, WebDataset files: convert in N processes, one part each",
+    )
+    p.add_argument(
+        "--part-size",
+        type=count(1),
+        metavar="N",
+        help="write parts of at most N samples (default: one part; about 128 MiB for a URL)",
     )
     p.add_argument("--split-compound", action="store_true", help="compound members as fields")
     p.add_argument(
@@ -338,16 +361,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("src", help="a local chute dataset")
     p.add_argument("url", help="e.g. s3://bucket/path/train.chute")
     p.add_argument("--compression", choices=["zstd"], help="store the files zstd-compressed")
+    p.add_argument("--level", type=int, default=3, help="the zstd level (default 3)")
     p.add_argument("--overwrite", action="store_true", help="replace a dataset at url")
+    _transfer_arguments(p, workers=8)
     p.set_defaults(func=cmd_upload)
 
     p = sub.add_parser("download", help="copy a dataset at a URL into a local folder")
-    p.add_argument("url")
-    p.add_argument("dst")
+    p.add_argument("url", help="e.g. s3://bucket/path/train.chute")
+    p.add_argument("dst", help="the local folder to write (NAME.chute)")
     p.add_argument("--overwrite", action="store_true", help="replace dst if it exists")
+    _transfer_arguments(p, workers=4)
     p.set_defaults(func=cmd_download)
 
-    p = sub.add_parser("bench", help="chute vs memmap vs HDF5 vs Zarr on your data: table, plot")
+    p = sub.add_parser("bench", help=f"{BENCH_CONTENDERS} on your data: table, plot")
     _bench_arguments(p)
     p.set_defaults(func=cmd_bench)
 

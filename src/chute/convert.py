@@ -196,6 +196,7 @@ def convert(
     progress: bool = True,
     *,
     metadata: Mapping[str, Any] | None = None,
+    part_size: int | None = None,
     **options: Any,
 ) -> Path | str:
     """Convert ``src`` into a chute dataset at ``dst``; returns ``dst``.
@@ -215,13 +216,26 @@ def convert(
     ``split_compound=True`` stores the members of a compound dtype as fields
     ``name/member``. ``processes=N`` converts Parquet, Arrow IPC or WebDataset files in
     ``N`` worker processes, one part each (see :mod:`chute.sources.processes`).
+    ``part_size``: split the dataset into parts of at most that many samples, as
+    :func:`chute.write` does (not with ``processes`` or Dask arrays, whose parts are their
+    files and row chunks).
     Other options belong to their source (``nulls`` for tables,
     ``on_error``, ``max_side``, ``quality`` for images); one a source does not take is an
     :class:`~chute.ArgumentError`. Raises :class:`~chute.DatasetNotFoundError` for a
     missing source, :class:`~chute.SourceError` for one that cannot be mapped to fields,
     :class:`~chute.DatasetExistsError` if ``dst`` exists and ``overwrite`` is false.
     """
-    if isinstance(src, Mapping) and src and all(_is_dask(v) for v in src.values()):
+    dask = isinstance(src, Mapping) and bool(src) and all(_is_dask(v) for v in src.values())
+    if part_size is not None and (dask or options.get("processes", 1) != 1):
+        raise ArgumentError(
+            f"part_size={part_size!r}: "
+            + (
+                "Dask arrays are written one part per row chunk: rechunk them"
+                if dask
+                else "processes= writes one part per file: pass one of the two"
+            )
+        )
+    if dask:
         from .sources.dask import from_dask
 
         if fields is not None:
@@ -234,7 +248,14 @@ def convert(
     processes = options.pop("processes", None)
     source = open_source(src, fields, **options)
     if processes is None or processes == 1:
-        return write_source(source, dst, overwrite=overwrite, progress=progress, metadata=metadata)
+        return write_source(
+            source,
+            dst,
+            overwrite=overwrite,
+            progress=progress,
+            metadata=metadata,
+            part_size=part_size,
+        )
     source.close()
     if not isinstance(source, (ParquetSource, ArrowFileSource, WebDatasetSource)):
         raise ArgumentError(

@@ -47,8 +47,15 @@ def download(
     overwrite: bool = False,
     workers: int = 4,
 ) -> Path:
-    """Download the dataset at ``url`` into the local folder ``dst`` (every file checked,
-    zstd files decompressed), committed atomically. Returns ``dst``."""
+    """Download the dataset at ``url`` into the local folder ``dst`` (every file checked
+    against the manifest's size and xxh3, zstd files decompressed), ``workers`` files at a
+    time, committed atomically. Returns ``dst``.
+
+    >>> chute.download("s3://bucket/data/train.chute", "train.chute")
+
+    ``storage_options``: the store's options, as for :func:`chute.open`. An existing
+    ``dst`` is a :class:`~chute.DatasetExistsError` unless ``overwrite``. Same as
+    ``chute download URL DST``."""
     store = url if isinstance(url, ObjectStore) else Store(url, storage_options)
     dst = Path(dst)
     staging = new_staging_dir(dst, overwrite)

@@ -24,8 +24,10 @@ def write_source(
     overwrite: bool = False,
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
+    part_size: int | None = None,
 ) -> Path | str:
-    """Write every batch of ``source`` into a new dataset at ``dst``, atomically.
+    """Write every batch of ``source`` into a new dataset at ``dst``, atomically, in parts of
+    at most ``part_size`` samples (None: one part, or about 128 MiB parts for a URL).
 
     The dataset's metadata is the source's own (e.g. HDF5 attributes) updated with
     ``metadata``. If the source fails midway nothing is left at ``dst`` (the writer's staging
@@ -33,7 +35,11 @@ def write_source(
     """
     bar = tqdm(total=source.num_samples, unit=" samples", disable=not progress, desc=Path(dst).name)
     meta = {**source.metadata, **(metadata or {})}
-    with source, bar, Writer(dst, source.schema, overwrite=overwrite, metadata=meta) as w:
+    with (
+        source,
+        bar,
+        Writer(dst, source.schema, overwrite=overwrite, metadata=meta, part_size=part_size) as w,
+    ):
         for batch in source.batches():
             w.extend(batch)
             bar.update(len(w) - bar.n)

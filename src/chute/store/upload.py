@@ -53,8 +53,18 @@ def upload(
     overwrite: bool = False,
     workers: int = 8,
 ) -> ObjectStore:
-    """Upload the local dataset ``src`` to ``url``: parts in parallel (``workers``), then the
-    manifest. ``compression``: None or ``"zstd"`` (at ``level``). Returns the store."""
+    """Upload the local dataset ``src`` to ``url`` (``s3://``, ``gs://``, ``az://``,
+    ``file://``): the part files, ``workers`` at a time, then the manifest, so an upload
+    that fails leaves no dataset at ``url``. Returns the store.
+
+    >>> chute.upload("train.chute", "s3://bucket/data/train.chute", compression="zstd")
+
+    ``storage_options``: the store's options (endpoint, region, credentials; see
+    ``docs/remote.md``), as for :func:`chute.open`. ``compression``: None or ``"zstd"`` (at
+    ``level``; the cache and :func:`chute.download` decompress). A dataset already at
+    ``url`` is a :class:`~chute.DatasetExistsError` unless ``overwrite``: then its manifest
+    is deleted first and its files the new version lacks after the commit. Same as
+    ``chute upload SRC URL``."""
     check_compression(compression)
     store = writable(url if isinstance(url, ObjectStore) else Store(url, storage_options))
     src = Path(src)
@@ -80,9 +90,11 @@ def _uncommit(store: ObjectStore, overwrite: bool) -> set[str]:
     first, so that no reader opens a mix of versions; returns the keys there before."""
     if store.head(fmt.MANIFEST) is not None:
         if not overwrite:
-            raise DatasetExistsError(
+            exc = DatasetExistsError(
                 f"{store.url} already holds a chute dataset; pass overwrite=True to replace it"
             )
+            exc.replaceable = True
+            raise exc
         store.delete(fmt.MANIFEST)
     return set(store.list()) if overwrite else set()
 

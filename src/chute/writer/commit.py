@@ -123,8 +123,10 @@ class DatasetLock:
     """
 
     def __init__(self, path: str | os.PathLike):
-        path = Path(path)
-        self.file = str(path.parent / f".{path.name}.lock")
+        # one spelling per lock file (absolute, links of the folder resolved): the re-entry
+        # check compares it, and ``cache("cache/x.chute")`` and its writer spell it apart
+        path = Path(os.path.abspath(path))
+        self.file = str(path.parent.resolve() / f".{path.name}.lock")
         self._key = (threading.current_thread(), self.file)
         self._fd: int | None = None  # None while not held, or held by an outer re-entry
         self._pid = os.getpid()
