@@ -142,6 +142,12 @@ _row = recorded(
             "RemoteError naming the host, not followed: the token never reaches it (was "
             "sent along: obstore follows redirects)",
         ),
+        "test_manifest_metadata_that_is_not_strict_json": (
+            "server: metadata not strict JSON",
+            "a remote chute.json whose metadata holds NaN or -Infinity",
+            "FormatError naming the manifest and 'metadata' (was SchemaError 'metadata must "
+            "be JSON-serialisable', as if the reader had written it)",
+        ),
         "test_changed_cached_file_is_refetched_with_verify_cache": (
             "cache: a byte changed in place",
             "a cached part file changed after download; default, then verify_cache=True",
@@ -523,6 +529,16 @@ def test_redirect_to_another_host_gets_no_session_token(
         other.server_close()
     assert seen == []  # never followed
     assert all("SESSION-SECRET" not in v for h in seen for v in h.values())
+
+
+@pytest.mark.parametrize("metadata", ['{"v": NaN}', '{"v": [1, -Infinity]}'])
+def test_manifest_metadata_that_is_not_strict_json(url: str, tmp_path: Path, metadata: str) -> None:
+    store = Store(url)
+    manifest = json.loads(store.get_bytes("chute.json"))
+    manifest["metadata"] = "@"
+    store.put_bytes("chute.json", json.dumps(manifest).replace('"@"', metadata).encode())
+    with pytest.raises(FormatError, match=r"chute\.json: its 'metadata' is not strict JSON"):
+        chute.open(url, cache_dir=tmp_path / "c")
 
 
 # ------------------------------------------------------------ cached files changed in place
