@@ -46,6 +46,7 @@ MODULES = [
 OTHER = [
     "store/test_store_hostile.py",
     "store/test_store_clouds_faults.py",
+    "store/test_cache_budget_hostile.py",
     "image/test_image_bombs.py",
     "image/test_augment_edges.py",
     "sources/test_converters_hostile.py",

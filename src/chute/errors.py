@@ -96,6 +96,12 @@ class DescriptorLimitError(ChuteError, OSError):
     The dataset itself is fine."""
 
 
+class MapLimitError(ChuteError, OSError):
+    """A dataset file cannot be memory-mapped because the process is out of maps
+    (``vm.max_map_count``) or of address space (``ulimit -v``): the message names the limit,
+    how to raise it and how to map fewer files. The dataset itself is fine."""
+
+
 class WorkerError(ChuteError, RuntimeError):
     """A loader worker failed; the message carries the worker's traceback."""
 

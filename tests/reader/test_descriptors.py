@@ -5,12 +5,14 @@ Each case runs in a child process whose RLIMIT_NOFILE is lowered (real files, re
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 from _reliability import recorded
 
 import chute
@@ -26,6 +28,13 @@ _row = recorded(
             "descriptors: none left",
             "every descriptor taken, then ds[i]",
             "DescriptorLimitError naming the limit, never 'corrupt'",
+        ),
+        "test_out_of_maps_names_the_limit": (
+            "maps: none left",
+            "every map of vm.max_map_count taken (a 4 KiB file mapped until mmap fails), or "
+            "ulimit -v just above the process, then ds[i] of an unread part",
+            "MapLimitError naming vm.max_map_count, the sysctl and fewer files "
+            "(was FormatError 'cannot be read ... write the dataset again')",
         ),
     }
 )
@@ -82,3 +91,61 @@ def test_out_of_descriptors_names_the_limit(tmp_path: Path) -> None:
     assert got.get("error") == "DescriptorLimitError" and got["chute"], got
     assert "may hold 200 open files" in got["message"] and "ulimit -n" in got["message"], got
     assert "corrupt" not in got["message"] and "write the dataset again" not in got["message"]
+
+
+MAPS_CHILD = textwrap.dedent(
+    """
+    import json, os, resource, sys
+    import chute
+    from chute.reader.files import map_readonly
+
+    path, how, page = sys.argv[1], sys.argv[2], sys.argv[3]
+    ds = chute.open(path)
+    ds[0]  # part 0 mapped; the others not yet
+    held = []
+    if how == "maps":  # a 4 KiB file mapped until no map is left (each one a map of its own)
+        with open(page, "wb") as f:
+            f.write(bytes(4096))
+        fd = os.open(page, os.O_RDONLY)
+        try:
+            while True:
+                held.append(map_readonly(fd, 4096))
+        except OSError:
+            pass
+        os.close(fd)
+    else:  # the address space limit just above what the process maps now
+        with open("/proc/self/statm") as f:
+            size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        resource.setrlimit(resource.RLIMIT_AS, (size + (16 << 20), hard))
+    try:
+        for i in range(len(ds)):
+            ds[i]
+        print(json.dumps({"ok": len(held)}))
+    except Exception as exc:
+        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["maps", "address space"])
+def test_out_of_maps_names_the_limit(tmp_path: Path, how: str) -> None:
+    # 4 parts of 6.5 MB: some part after the first finds no map, or no address space, left
+    path = chute.write(
+        tmp_path / "d.chute", {"x": np.zeros((400, 1 << 14), np.float32)}, part_size=100
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", MAPS_CHILD, str(path), how, str(tmp_path / "page")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got.get("error") == "MapLimitError", got
+    message = got["message"]
+    assert re.search(r"part-0000[1-3]/x\.npy cannot be memory-mapped", message), got
+    assert "vm.max_map_count" in message and "sysctl -w vm.max_map_count=" in message, got
+    assert "fields=" in message and "part_size=" in message, got
+    assert "ulimit -v" in message and "the dataset is fine" in message, got
+    assert "corrupt" not in message and "write the dataset again" not in message, got

@@ -380,3 +380,25 @@ def test_full_disk_is_a_cache_error_naming_the_folder(
     text = out.read_text()
     assert text.startswith("CacheError") and str(cache.folder) in text and "full" in text
     assert not list((cache.folder / "part-00000").glob(".*tmp*"))
+
+
+def test_reads_with_a_session_token_go_through_signed_urls(
+    s3: S3Server, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a session token, reads are signed URLs fetched without following redirects
+    (chute/store/signed.py): the same samples, the same errors; without one, obstore's."""
+    url = url_for(request)
+    local = small_dataset(tmp_path / "local.chute")
+    upload(local, url)
+    assert Store(url)._reader() is None  # keys alone: obstore's requests
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "SESSION")
+    store = Store(url, retries=1, backoff=0.01)
+    assert store._reader() is not None
+    assert store.head("chute.json") is not None and store.head("nothing") is None
+    with pytest.raises(DatasetNotFoundError, match="no such object"):
+        store.get_bytes("nothing")
+    with chute.open(url, cache_dir=tmp_path / "cache") as ds:
+        assert_same(ds, chute.open(local))
+    s3.fail[f"{url.split(BUCKET + '/')[1]}/chute.json"] = 1  # a 503, then the object
+    assert store.get_bytes("chute.json") == (local / "chute.json").read_bytes()
+    assert store.stats["retries"] == 1

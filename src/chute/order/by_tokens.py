@@ -35,7 +35,7 @@ import numpy as np
 from .._args import check_int
 from ..errors import ArgumentValueError
 from .permute import Permutation
-from .steps import Steps
+from .steps import Steps, check_epoch, check_position, same, same_int
 
 __all__ = ["BatchByTokens"]
 
@@ -85,7 +85,7 @@ class BatchByTokens(Steps):
     def epoch_batches(self, epoch: int | None = None) -> list[np.ndarray]:
         """Every batch of ``epoch`` (default: the current one), in order: read-only int64
         sample indices, the same on every rank."""
-        e = self._epoch if epoch is None else check_int("epoch", epoch, 0)
+        e = self._epoch if epoch is None else check_epoch("epoch", epoch)
         if self._cache is not None and self._cache[0] == e:
             return self._cache[1]
         idx = np.arange(self.n, dtype=np.int64)
@@ -170,7 +170,7 @@ class BatchByTokens(Steps):
                 f"'consumed'; got {state!r}"[:300]
             )
         unknown = sorted(str(k) for k in state if k not in _STATE_KEYS)
-        if unknown or state.get("version", STATE_VERSION) != STATE_VERSION:
+        if unknown or not same_int(state.get("version", STATE_VERSION), STATE_VERSION):
             raise ArgumentValueError(
                 f"not a batch_tokens order state (keys {sorted(map(str, state))}, version "
                 f"{state.get('version')!r}); resume a Loader(batch_tokens=) with what its "
@@ -178,13 +178,12 @@ class BatchByTokens(Steps):
             )
         mine = self.state_dict()
         for key in _STATE_KEYS[3:]:
-            if key in state and state[key] != mine[key]:
+            if key in state and not same(state[key], mine[key]):
                 raise ArgumentValueError(
                     f"the saved order has {key}={state[key]!r} but this one has "
                     f"{key}={mine[key]!r}; resume with the same dataset, seed and batch_tokens"
                 )
-        epoch = check_int("state['epoch']", state["epoch"], 0)
-        consumed = check_int("state['consumed']", state["consumed"], 0)
+        epoch, consumed = check_position(state)
         g = len(self.epoch_batches(epoch))
         if consumed > g:
             raise ArgumentValueError(

@@ -53,7 +53,7 @@ from .blocks import BlockPermutation
 from .parts import PartPermutation
 from .permute import Permutation, check_materialise
 from .plan import Plan
-from .steps import Steps
+from .steps import Steps, check_epoch, check_position, same, same_int
 
 __all__ = ["Order", "Plan"]
 
@@ -144,7 +144,7 @@ class Order(Steps):
         that exceeds half the machine's RAM). The loaders never call it: :meth:`plan` computes
         a chunk of batches at a time.
         """
-        epoch = self._epoch if epoch is None else check_int("epoch", epoch, 0)
+        epoch = self._epoch if epoch is None else check_epoch("epoch", epoch)
         if self._cache is not None and self._cache[0] == epoch:
             return self._cache[1]
         check_materialise(self.n, 8, "Order.global_order()", _INSTEAD)
@@ -257,7 +257,7 @@ class Order(Steps):
                 f"with the keys {', '.join(_STATE_KEYS)}"
             )
         version = state.get("version", 1)
-        if not _same_int(version, 1) and not _same_int(version, STATE_VERSION):
+        if not same_int(version, 1) and not same_int(version, STATE_VERSION):
             raise ArgumentValueError(
                 f"the saved order state has version {version!r}; this chute reads versions 1 "
                 f"and {STATE_VERSION}: resume with the chute that saved it"
@@ -271,13 +271,12 @@ class Order(Steps):
             )
         mine = {**self.state_dict(), "parts": None if self.parts is None else len(self.parts)}
         for key in _STATE_KEYS[3:9]:  # what the order depends on
-            if key in state and not _same(state[key], mine[key]):
+            if key in state and not same(state[key], mine[key]):
                 raise ArgumentValueError(
                     f"the saved order has {key}={state[key]!r} but this one has "
                     f"{key}={mine[key]!r}; resume with the same dataset and {key}"
                 )
-        epoch = check_int("state['epoch']", state["epoch"], 0)
-        consumed = check_int("state['consumed']", state["consumed"], 0)
+        epoch, consumed = check_position(state)
         if consumed > self.n:
             raise ArgumentValueError(
                 f"state['consumed'] is {consumed} but the dataset has {self.n}"
@@ -300,7 +299,7 @@ class Order(Steps):
                 "(shuffle='parts') saves: resume with the same shuffle"
             )
         ok = isinstance(layout, (list, tuple)) and len(layout) == 2
-        if not ok or not all(_same_int(v, v) and v >= 1 for v in layout):
+        if not ok or not all(same_int(v, v) and v >= 1 for v in layout):
             raise ArgumentValueError(
                 f"state['layout'] must be [world size, batch size], two ints >= 1, got {layout!r}"
             )
@@ -319,22 +318,6 @@ class Order(Steps):
             f"drop_last={self.drop_last}, block_size={self.block_size}, epoch={self._epoch}, "
             f"consumed={self._consumed})"
         )
-
-
-def _same_int(saved: Any, mine: int) -> bool:
-    """``saved`` is an int (not a bool) equal to ``mine``."""
-    ok = isinstance(saved, (int, np.integer)) and not isinstance(saved, (bool, np.bool_))
-    return ok and int(saved) == mine
-
-
-def _same(saved: Any, mine: Any) -> bool:
-    """A saved state's value equals this order's (an int, a bool or None), whatever its
-    type: never a comparison that raises or broadcasts."""
-    if mine is None:
-        return saved is None
-    if isinstance(mine, bool):
-        return isinstance(saved, (bool, np.bool_)) and bool(saved) == mine
-    return _same_int(saved, mine)
 
 
 def _identity(positions: np.ndarray) -> np.ndarray:

@@ -20,6 +20,41 @@ from typing import Any
 import numpy as np
 
 from .._args import check_int
+from ..errors import ArgumentValueError
+
+MAX_EPOCH = 2**63 - 1  # an int64, as checkpoints and torch hold it
+
+
+def check_epoch(name: str, value: Any) -> int:
+    """An epoch: an int from 0 to :data:`MAX_EPOCH`, else a chute error naming ``name``."""
+    epoch = check_int(name, value, 0)
+    if epoch > MAX_EPOCH:
+        raise ArgumentValueError(f"{name} must be at most 2**63 - 1 (an int64), got {value!r}")
+    return epoch
+
+
+def check_position(state: Mapping[str, Any]) -> tuple[int, int]:
+    """The saved ``(epoch, consumed)`` of an order state, each checked before anything is
+    computed from it (an epoch past int64 would wrap in the seeds' arithmetic)."""
+    return check_epoch("state['epoch']", state["epoch"]), check_int(
+        "state['consumed']", state["consumed"], 0
+    )
+
+
+def same_int(saved: Any, mine: int) -> bool:
+    """``saved`` is an int (not a bool) equal to ``mine``."""
+    ok = isinstance(saved, (int, np.integer)) and not isinstance(saved, (bool, np.bool_))
+    return ok and int(saved) == mine
+
+
+def same(saved: Any, mine: Any) -> bool:
+    """A saved state's value equals this order's (an int, a bool or None), whatever its
+    type: never a comparison that raises or broadcasts."""
+    if mine is None:
+        return saved is None
+    if isinstance(mine, bool):
+        return isinstance(saved, (bool, np.bool_)) and bool(saved) == mine
+    return same_int(saved, mine)
 
 
 class Steps(ABC):
@@ -104,7 +139,7 @@ class Steps(ABC):
     def set_epoch(self, epoch: int) -> None:
         """Move to ``epoch``, from its start; the same epoch again keeps a resumed position
         (a finished one included: the next pass then yields nothing)."""
-        epoch = check_int("epoch", epoch, 0)
+        epoch = check_epoch("epoch", epoch)
         if epoch != self._epoch:
             self._epoch = epoch
             self._consumed = 0

@@ -16,13 +16,17 @@ nothing in the process can change what later reads see (a write into a map raise
 holds no file descriptor (Python's ``mmap`` keeps a duplicate open per map: a dataset of
 600 parts would need 600+ descriptors under a default ``ulimit -n`` of 1024): the file is
 opened, mapped, closed. Out of descriptors, opening one is a
-:class:`~chute.errors.DescriptorLimitError` naming the limit, never a corrupt-dataset error.
+:class:`~chute.errors.DescriptorLimitError` naming the limit, never a corrupt-dataset error;
+out of maps (each file of each part read is one: ``vm.max_map_count``, 65530 by default) or
+of address space (``ulimit -v``), mapping one is a :class:`~chute.errors.MapLimitError`
+naming the limit, likewise.
 """
 
 from __future__ import annotations
 
 import builtins
 import ctypes
+import errno
 import functools
 import math
 import mmap
@@ -38,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import format as fmt
-from ..errors import DatasetChangedError, FormatError, SchemaError
+from ..errors import DatasetChangedError, FormatError, MapLimitError, SchemaError
 from ..manifest import (
     Identity,
     file_identity,
@@ -236,11 +240,18 @@ class Files:
                     arr = np.empty(got_shape, got)
                     f.readinto(arr.reshape(-1).view(np.uint8).data)
                 else:
-                    buf = map_readonly(f.fileno(), st.st_size)
+                    try:
+                        buf = map_readonly(f.fileno(), st.st_size)
+                    except OSError as exc:
+                        if exc.errno != errno.ENOMEM:
+                            raise
+                        raise map_limit(file, exc) from None
                     arr = np.frombuffer(buf, got, nbytes // got.itemsize, offset)
                     arr = arr.reshape(got_shape)
         except FileNotFoundError:  # gone since open(): the dataset was replaced or removed
             raise self.changed(file) from None
+        except MapLimitError:
+            raise
         except OSError as exc:  # a symlink loop made since open(), permissions...
             raise unreadable(file, exc) from None
         arr.flags.writeable = False
@@ -310,6 +321,33 @@ def map_readonly(fd: int, size: int) -> memoryview:
     # releases the map anyway
     unmap.atexit = False
     return memoryview(buf).cast("B").toreadonly()
+
+
+def map_limit(file: Path, exc: OSError) -> MapLimitError:
+    """The error for ``mmap`` failing with ENOMEM: the process is out of maps or of address
+    space (never a fault of the dataset), with the numbers that tell which."""
+    import resource
+
+    with builtins.open("/proc/self/maps", "rb") as f:
+        maps = sum(1 for _ in f)
+    try:
+        with builtins.open("/proc/sys/vm/max_map_count") as f:
+            most = int(f.read())
+    except (OSError, ValueError):
+        most = -1
+    space = resource.getrlimit(resource.RLIMIT_AS)[0]
+    at = "no limit" if space == resource.RLIM_INFINITY else f"{space} bytes"
+    err = MapLimitError(
+        f"{file} cannot be memory-mapped: {exc.strerror}: this process holds {maps} maps of "
+        f"the {most} that vm.max_map_count allows (each file of each part read is one), and "
+        f"its address space limit (ulimit -v) is {at}; the dataset is fine. Raise the map "
+        "limit (sysctl -w vm.max_map_count=1048576, as root) or the address space limit, or "
+        "map fewer files: open only the fields needed (chute.open(path, fields=[...])), "
+        "write the dataset in fewer, larger parts (part_size=), or open fewer datasets at "
+        "once"
+    )
+    err.errno = exc.errno
+    return err
 
 
 @functools.cache

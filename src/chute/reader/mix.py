@@ -63,6 +63,7 @@ from .._torch import empty_buffers
 from ..errors import ArgumentError, ArgumentValueError, SchemaError
 from ..order.counts import source_counts
 from ..order.permute import Permutation
+from ..order.steps import check_epoch
 from .dataset import Dataset
 from .gather import check_gather_args, check_indices
 from .samples import ReadsBatches
@@ -192,7 +193,7 @@ class Mix(ReadsBatches):
         """Read ``epoch`` from now on where no ``epoch=`` is given: in ``mix[i]`` and
         ``gather``. A loader made afterwards starts at this epoch; from then on the loader's
         own epoch (``loader.set_epoch``, or a whole pass moving on) decides what it loads."""
-        self._epoch = check_int("epoch", epoch, 0)
+        self._epoch = check_epoch("epoch", epoch)
 
     def at_epoch(self, epoch: int) -> Mix:
         """A copy of this mix bound to ``epoch`` (sharing the datasets): what loaders gather
@@ -211,7 +212,7 @@ class Mix(ReadsBatches):
         (default: :attr:`epoch`): int64 arrays, O(len(positions)), a pure function of
         ``(seed, epoch, positions)``."""
         pos = check_indices(positions, self._len, self, positions=True)
-        e = self._epoch if epoch is None else check_int("epoch", epoch, 0)
+        e = self._epoch if epoch is None else check_epoch("epoch", epoch)
         for at_epoch, chunk, srcs, idxs in reversed(tuple(self._located)):  # newest first
             if at_epoch == e and pos.ndim == 1 and len(pos):
                 # a loader's batch (or group of batches) is a run of a prepared chunk
@@ -233,18 +234,21 @@ class Mix(ReadsBatches):
     def _locate(self, pos: np.ndarray, e: int) -> tuple[np.ndarray, np.ndarray]:
         slot = self._permutation(self._len, (self.seed, 0, e))[pos]
         src = np.searchsorted(self._ends, slot, side="right").astype(np.int64)
-        stream = e * self._counts[src] + (slot - self._starts[src])  # k-th of its source
-        size = self._sizes[src]
-        cycle, within = np.divmod(stream, size)
+        kth = slot - self._starts[src]  # the k-th of its source this epoch, k < its count
         idx = np.empty_like(pos)
         for s in distinct(src).tolist():
             mine = src == s
-            cycles = cycle[mine]
+            size = int(self._sizes[s])
+            # the source's stream position e * count + k, split into (cycle, within): the
+            # epoch's part in exact Python ints (e * count passes int64 for epochs past
+            # ~2**63 / count), the rest in int64 (within + k < size + count)
+            base_cycle, base_within = divmod(e * int(self._counts[s]), size)
+            cycles, within = np.divmod(base_within + kth[mine], size)
             got = np.empty(len(cycles), np.int64)
             for c in distinct(cycles).tolist():
                 at = cycles == c
-                perm = self._permutation(int(self._sizes[s]), (self.seed, 1, s, c))
-                got[at] = perm[within[mine][at]]
+                perm = self._permutation(size, (self.seed, 1, s, base_cycle + c))
+                got[at] = perm[within[at]]
             idx[mine] = got
         return src, idx
 

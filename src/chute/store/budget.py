@@ -19,6 +19,15 @@ Bookkeeping, in ``CACHE_DIR/.chute-budget/``:
   reservation whose lock is free belongs to a dead process (the kernel dropped its lock) and
   is deleted by the next one making room.
 
+Every name under the cache folder is written by whoever shares it, so a record is trusted no
+further than it can be checked: a reservation that is not a regular file (a folder, a link)
+is never opened and counts nothing; one that is not a byte count of at most the budget (no
+download of a file larger than the budget is ever reserved: ``check_limit`` refuses such a
+budget at open) counts nothing either, and is deleted when no live process holds its lock
+(one that is held may be another job's, with a budget of its own: it is left alone). A
+folder at ``lock`` is a :class:`~chute.errors.CacheError` naming it (see
+:class:`~chute.store.cache_folder.CacheFolder`).
+
 Every file operation goes through :class:`~chute.store.cache_folder.CacheFolder` (relative to
 the cache folder, never through a link); a dataset folder is one with
 ``.chute-cache/identity.json`` (see :mod:`chute.store.cache`), and its data files are every
@@ -124,16 +133,33 @@ class Budget:
             return False
 
     def _reserved(self) -> int:
-        """Bytes reserved by downloads in flight; reservations of dead processes deleted."""
+        """Bytes reserved by downloads in flight; reservations of dead processes deleted,
+        records that are no reservation ignored (see the module docstring)."""
         total = 0
         for name in self.fs.listdir(RESERVED):
             rel = f"{RESERVED}/{name}"
+            try:
+                if self.fs.stat(rel) is None:
+                    continue  # deleted meanwhile
+            except CacheError:
+                continue  # a folder or a link: no download made it, nothing to open
             fd = lock_fd(self.fs, rel, _TRY_EX)
             if fd is not None:  # nobody holds it: its process died
                 self.fs.unlink(rel)
                 unlock_fd(fd)
                 continue
-            data = self.fs.read(rel, MAX_RECORD)
-            with contextlib.suppress(ValueError, TypeError):
-                total += max(0, int(data or b"0"))
+            total += self._bytes_of(rel)
         return total
+
+    def _bytes_of(self, rel: str) -> int:
+        """The byte count of the held reservation ``rel``; 0 for one that is no count of at
+        most the budget (a crafted or damaged record)."""
+        try:
+            data = self.fs.read(rel, MAX_RECORD)
+        except CacheError:  # over MAX_RECORD bytes, or made a link meanwhile
+            return 0
+        try:
+            nbytes = int((data or b"0").decode("ascii"))
+        except ValueError:
+            return 0
+        return nbytes if 0 <= nbytes <= self.limit else 0

@@ -55,6 +55,11 @@ class CacheFolder:
         return fd
 
     def _refused(self, path: Path, exc: OSError) -> OSError:
+        if exc.errno == errno.EISDIR:
+            return CacheError(
+                f"{path} in the cache is a folder where the cache keeps a file (a lock or a "
+                "record): remove it (it holds no cached data), or pass another cache_dir"
+            )
         if exc.errno in (errno.ENOTDIR, errno.ELOOP):
             return CacheError(
                 f"{path} in the cache is a symlink or not a folder: the cache never follows "

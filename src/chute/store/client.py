@@ -25,6 +25,10 @@ least ~70 KB/s), else it is cut and retried: a server that stalls or trickles su
 the backoff (about 100 s by default). Its size is bounded by what the caller expects: the
 ``Content-Length`` is checked before any byte is read, and the stream is cut as soon as it
 (or, decompressed, its output) passes the bound, so neither memory nor disk ever holds more.
+
+Redirects: with a session token in the credentials, reads go through signed URLs and a
+client that never follows a redirect, so the token reaches no other host (see
+:mod:`chute.store.signed`).
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ import xxhash
 
 from ..errors import ArgumentError, DatasetNotFoundError, RemoteError, require
 from ..manifest import MAX_MANIFEST_BYTES
+from .bounds import CorruptObjectError, StalledError, _want
+from .signed import SignedReader, carries_token
 from .url import URL, endpoint_option, parse_url
 
 T = TypeVar("T")
@@ -115,15 +121,6 @@ class _LocalError(Exception):
         self.exc = exc
 
 
-class CorruptObjectError(Exception):
-    """A stored object could not be decoded (bad zstd data), or is not the size expected:
-    the cache treats it as a checksum mismatch (refetched once, then a ChecksumError)."""
-
-
-class StalledError(Exception):
-    """A request got no answer, or a download no progress, within the timeout (retried)."""
-
-
 class Store:
     """The object store holding the dataset at ``url``.
 
@@ -165,6 +162,7 @@ class Store:
         self.backoff, self.timeout = float(backoff), _seconds(timeout)
         self.stats = {"get": 0, "put": 0, "bytes_in": 0, "bytes_out": 0, "retries": 0}
         self._client: Any = None
+        self._signed: Any = None  # a SignedReader when the client carries a session token
         self._pid = -1
         self._lock = threading.Lock()
 
@@ -173,6 +171,7 @@ class Store:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_client"], state["_pid"], state["_lock"] = None, -1, None
+        state["_signed"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -185,11 +184,27 @@ class Store:
         if self._client is None or self._pid != pid:
             with self._lock:
                 if self._client is None or self._pid != pid:
-                    self._client, self._pid = self._make_client(), pid
+                    self._client, self._signed = self._make_client()
+                    self._pid = pid
                     self.stats = dict.fromkeys(self.stats, 0)
         return self._client
 
-    def _make_client(self) -> Any:
+    def _reader(self) -> Any:
+        """This process's :class:`~chute.store.signed.SignedReader` when the client's
+        requests carry a session token (reads then never follow a redirect), else None."""
+        self.client()
+        return self._signed
+
+    def _make_client(self) -> tuple[Any, Any]:
+        """The obstore client, and a reader of signed URLs when it carries a session token
+        (see :mod:`chute.store.signed`)."""
+        store, client = self._make_store()
+        if not carries_token(store):
+            return store, None
+        return store, SignedReader(store, client, self.timeout)
+
+    def _make_store(self) -> tuple[Any, dict[str, Any]]:
+        """The obstore store, and the HTTP client options it was given."""
         global _used_in
         _check_fork(self.url)
         store_mod = require("obstore.store", EXTRA)
@@ -209,19 +224,21 @@ class Store:
         try:
             if url.scheme == "file":
                 Path("/" + url.prefix).mkdir(parents=True, exist_ok=True)
-                return store_mod.LocalStore("/" + url.prefix)
+                return store_mod.LocalStore("/" + url.prefix), client
             if url.scheme in ("http", "https"):
                 if options:
                     raise ArgumentError(
                         f"{url}: storage_options {sorted(options)} do not apply to HTTP "
                         f"(only client options: {', '.join(sorted(_CLIENT_KEYS))})"
                     )
-                return store_mod.HTTPStore.from_url(
+                http = store_mod.HTTPStore.from_url(
                     url.url, client_options=client, retry_config=retry
                 )
-            return store_mod.from_url(
+                return http, client
+            store = store_mod.from_url(
                 url.url, config=options or None, client_options=client, retry_config=retry
             )
+            return store, client
         except ArgumentError:
             raise
         except Exception as exc:
@@ -239,7 +256,7 @@ class Store:
 
         def get() -> bytes:
             data = bytearray()
-            self._run(self._stream(relpath, limit, False, data.extend))
+            self._read(relpath, limit, False, data.extend)
             return bytes(data)
 
         return self.call("read", relpath, get)
@@ -267,7 +284,7 @@ class Store:
                 h.update(chunk)
                 _write(sink, chunk, relpath)
 
-            n = self._run(self._stream(relpath, size, True, write))
+            n = self._read(relpath, size, True, write)
             _write(sink, None, relpath)
             return n, h.hexdigest()
 
@@ -275,6 +292,19 @@ class Store:
             return self.call("read", relpath, get)
         except _LocalError as exc:
             raise exc.exc from None
+
+    def _read(self, relpath: str, limit: int, exact: bool, write: Callable[[bytes], None]) -> int:
+        """GET ``relpath`` into ``write`` (see :meth:`_stream`), through signed URLs when the
+        requests carry a session token (:mod:`chute.store.signed`)."""
+        reader = self._reader()
+        if reader is None:
+            return self._run(self._stream(relpath, limit, exact, write))
+        self._count("get", "bytes_in", 0)
+
+        def count(n: int) -> None:
+            self.stats["bytes_in"] += n
+
+        return reader.stream(relpath, limit, exact, write, count, STREAM_CHUNK)
 
     async def _stream(
         self, relpath: str, limit: int, exact: bool, write: Callable[[bytes], None]
@@ -368,7 +398,10 @@ class Store:
     def head(self, relpath: str) -> dict[str, Any] | None:
         """``{"size", "e_tag", "last_modified"}`` of ``relpath``, None if there is none."""
         obs = require("obstore", EXTRA)
+        reader = self._reader()
         try:
+            if reader is not None:
+                return self.call("read", relpath, lambda: reader.head(relpath))
             meta = self.call("read", relpath, lambda: obs.head(self.client(), relpath))
         except DatasetNotFoundError:
             return None
@@ -503,6 +536,9 @@ _TLS_ERRORS = ("InvalidContentType", "InvalidCertificate", "CorruptMessage", "Ha
 
 def _classify(exc: BaseException) -> str:
     """missing | credentials | denied | client | http | tls | transient."""
+    kind = getattr(exc, "kind", None)  # a signed request's failure says its kind
+    if isinstance(kind, str):
+        return kind
     if isinstance(exc, FileNotFoundError):
         return "missing"
     name = type(exc).__name__
@@ -547,10 +583,6 @@ def _seconds(value: Any) -> float:
     if isinstance(value, bool) or not 0 < seconds < float("inf"):
         raise ArgumentError(f"timeout must be a positive number of seconds, got {value!r}")
     return seconds
-
-
-def _want(limit: int, exact: bool) -> str:
-    return f"the manifest says {limit}" if exact else f"more than the {limit} allowed"
 
 
 class _Capped:

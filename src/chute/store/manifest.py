@@ -8,6 +8,7 @@ the decompressed ``.npy``). A local reader ignores both keys.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .. import format as fmt
@@ -36,6 +37,14 @@ def parse_remote_manifest(raw: bytes, where: str) -> tuple[fmt.Manifest, dict[st
     """Parse a remote ``chute.json``: the manifest, and its files as :class:`Entry` (with
     their stored zstd size and checksum when ``"compression": "zstd"``)."""
     manifest, obj = parse_manifest_bytes(raw, where)
+    try:  # the cache writes it back as JSON: strict JSON, no NaN (what chute's writer makes)
+        json.dumps(manifest.metadata, allow_nan=False)
+    except (ValueError, RecursionError) as exc:
+        raise FormatError(
+            f"{where}: its 'metadata' is not strict JSON ({type(exc).__name__}: {exc}): NaN "
+            "and Infinity, or nesting deeper than Python can encode, are not metadata that "
+            "chute writes; write the dataset again with plain JSON metadata"
+        ) from None
     compression = obj.get("compression")
     if compression not in (None, "zstd"):
         raise FormatError(f"{where}: unknown compression {compression!r} (this chute reads zstd)")
