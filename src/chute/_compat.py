@@ -16,6 +16,9 @@ name                fast path (private)                   fallback (public)
 ``collate``         ``torch.utils.data._utils.collate``   none: ``default_collate`` does not
                     (``collate``, ``default_collate_fn_   know RaggedBatch
                     map``)
+``batch_sharder``   the caller's frame (``sys._getframe``)  none: the batch sampler is sharded
+                    holding accelerate's ``BatchSampler-   again (a test with the real
+                    Shard`` (``num_processes``, ...)       accelerate fails first)
 ==================  ====================================  ======================================
 
 Each ``resolve_*`` function tries the fast path and returns the fallback when it is missing
@@ -25,6 +28,8 @@ the result by name. ``fallback(name)`` is the fallback alone (the tests compare 
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -35,6 +40,8 @@ __all__ = [
     "RESOLVED",
     "Collate",
     "PilRaw",
+    "Sharder",
+    "batch_sharder",
     "collate",
     "fallback",
     "pil_raw",
@@ -199,6 +206,43 @@ def _resolve_collate() -> Collate | bool:
     except _CHANGED:
         return False
     return got
+
+
+# ---------------------------------------------------------------------- accelerate's sharder
+
+
+class Sharder(NamedTuple):
+    """What an accelerate ``BatchSamplerShard`` does with the batches it iterates."""
+
+    world: int  # num_processes: batch k goes to process k % world
+    rank: int  # process_index: the batches this process keeps
+    split: bool  # split_batches: each batch split between the processes instead
+
+
+def batch_sharder() -> Sharder | None:
+    """The accelerate ``BatchSamplerShard`` iterating (or taking ``len()`` of) the batch
+    sampler that calls this, or None: found as ``self`` of the first frame outside the
+    sampler's module (``chute/loader/samplers.py``). Not cached: it is the caller's."""
+    module = sys.modules.get("accelerate.data_loader")
+    shard = getattr(module, "BatchSamplerShard", None)
+    getframe = getattr(sys, "_getframe", None)
+    if shard is None or getframe is None:
+        return None
+    frame = getframe(1)
+    while frame is not None and frame.f_code.co_filename in _SAMPLERS:
+        frame = frame.f_back
+    wrapper = None if frame is None else frame.f_locals.get("self")
+    if not isinstance(wrapper, shard):
+        return None
+    try:
+        world, rank = int(wrapper.num_processes), int(wrapper.process_index)
+        return Sharder(world, rank, bool(wrapper.split_batches))
+    except _CHANGED:
+        return None
+
+
+# the frames batch_sharder looks past: its own and the batch sampler's
+_SAMPLERS = {__file__, os.path.join(os.path.dirname(__file__), "loader", "samplers.py")}
 
 
 _FALLBACKS: dict[str, Any] = {

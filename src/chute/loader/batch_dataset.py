@@ -1,12 +1,12 @@
 """What :func:`chute.dataloader`'s worker processes run: a map-style view of a chute dataset
-whose ``__getitems__`` turns one batch's indices into the whole batch (one gather), and the
-batch sampler that sends those indices (with the epoch, for a dataset whose samples depend on
-it) from :meth:`chute.Order.plan`. See the NOTE in ``chute/loader/dataloader.py``."""
+whose ``__getitems__`` turns one batch's indices into the whole batch (one gather). The batch
+sampler that sends those indices is ``chute/loader/samplers.py``'s. See the NOTE in
+``chute/loader/dataloader.py``."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,9 +15,8 @@ from torch.utils.data import default_collate
 
 from .. import _compat as compat
 from ..errors import ArgumentError, ChuteError, SchemaError, WorkerError
-from ..order.steps import Steps
 from ..reader.gather import head
-from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
+from ..reader.gatherable import Gatherable, PerEpoch
 from ..reader.samples import split_batch
 from .handoff import Handoff
 
@@ -168,40 +167,3 @@ def _collate(samples: list[Any]) -> Any:
             "size needs collate_fn= (e.g. padding), or a sample_transform that makes its "
             "shapes equal"
         ) from exc
-
-
-class OrderBatchSampler(torch.utils.data.Sampler[Any]):
-    """The remaining batches of the order's current epoch (``plan()``: the state does not move).
-
-    ``len()`` is the number of batches of a whole epoch, as for :class:`~chute.Loader`.
-    ``with_epoch``: yield ``(epoch, indices)``, for a dataset whose samples depend on the epoch
-    (a ``chute.Mix``); the epoch then travels with each batch to the worker processes.
-    ``source``: a dataset in object storage, whose parts this process downloads ahead of the
-    workers into the node's cache, in the order the batches are handed to them.
-    """
-
-    def __init__(
-        self, order: Steps, with_epoch: bool = False, source: Prefetching | None = None
-    ) -> None:
-        self.order = order
-        self.with_epoch = with_epoch
-        self.source = source
-
-    def __iter__(self) -> Iterator[Any]:
-        plan = self.order.plan()
-        epoch = self.order.epoch  # now, as the plan: not when the generator first runs
-        feed = None if self.source is None else self.source.prefetch(plan)
-        return self._batches(plan, epoch, feed)
-
-    def _batches(self, plan: Sequence[np.ndarray], epoch: int, feed: Feed | None) -> Iterator[Any]:
-        try:
-            for idx in plan:
-                if feed is not None:
-                    feed.at(idx)  # a worker reads it next
-                yield (epoch, idx) if self.with_epoch else idx
-        finally:
-            if feed is not None:
-                feed.close()
-
-    def __len__(self) -> int:
-        return len(self.order)

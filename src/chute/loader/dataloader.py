@@ -88,14 +88,14 @@ from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.remote import needs_spawn, refuse_fork
 from ..reader.subset import loadable
 from ..reader.truncate import Truncated
-from .batch_dataset import BatchDataset, OrderBatchSampler, as_is
+from .batch_dataset import BatchDataset, as_is
 from .decode import with_decode
 from .handoff import Handoff
 from .passes import OnePass, make_order, unknown_keywords
 from .processes import death_message, exited_workers, worker_init
 from .samplers import EpochSampler, StepBatches
 
-__all__ = ["BatchDataset", "ChuteDataLoader", "OrderBatchSampler", "dataloader"]
+__all__ = ["BatchDataset", "ChuteDataLoader", "dataloader"]
 
 Sample = dict[str, Any]
 
@@ -118,9 +118,7 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
         ds = dataset.dataset
         with_epoch = isinstance(ds, PerEpoch)
         source = ds if isinstance(ds, Prefetching) else None
-        # torch iterates this rank's batches; frameworks see every rank's, step by step, and
-        # a DistributedSampler: the NOTE of chute/loader/samplers.py
-        self._rank_batches = OrderBatchSampler(order, with_epoch, source)
+        # what frameworks see: the NOTE of chute/loader/samplers.py
         sampler = EpochSampler(self)
         steps = StepBatches(self, sampler, with_epoch, source, lambda: self._own_pass)
         kwargs["worker_init_fn"] = functools.partial(worker_init, kwargs.get("worker_init_fn"))
@@ -133,11 +131,6 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
         )
         object.__setattr__(self, "sampler", sampler)  # torch's default one is unused
 
-    @property
-    def _index_sampler(self) -> OrderBatchSampler:  # type: ignore[override]
-        """What torch's iterator draws batches from: this rank's (``chute/_compat.py``)."""
-        return self._rank_batches
-
     _name = "DataLoader"
 
     def __iter__(self) -> _Consumed:  # type: ignore[override]
@@ -149,7 +142,7 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
             context = self.multiprocessing_context or torch.multiprocessing.get_context()
             slots = (self.prefetch_factor or 2) + 1  # what torch sends a worker ahead, + 1
             self.batches.handoff = Handoff(self.num_workers, slots, context)
-        self._own_pass = True  # StepBatches refuses to be iterated now: see its doc
+        self._own_pass = True  # torch iterates the batch sampler now: the pass is started
         try:
             if threading.current_thread() is not threading.main_thread() or previous is None:
                 it = super().__iter__()

@@ -12,16 +12,17 @@ NOTE (frameworks and chute's order)
     that is sharded already and leave it as it is, and the ``set_epoch(e)`` they call on it
     (also on a loader built anew each epoch) moves chute's order to epoch ``e``.
 
-    ``chute.dataloader(...).batch_sampler`` is a :class:`StepBatches`: every rank's batches,
-    step by step (rank 0's batch of step 0, rank 1's, ..., then step 1). A stack that shards a
-    batch sampler by position, as accelerate's ``BatchSamplerShard`` does (batch ``k`` to
-    process ``k % world_size``), so gives each rank exactly chute's own batches, and the
-    ``set_epoch`` it calls reaches the order through ``batch_sampler.sampler``. The
-    DataLoader itself iterates only its rank's batches (``_index_sampler``: see
-    ``chute/_compat.py``). A stack that builds a DataLoader from ``batch_sampler`` starts a
-    pass of the order (``restart``, or the position ``load_state_dict`` chose), exactly as
-    ``iter(loader)`` does, but it does not count what it consumes: resume there is the stack's
-    own (accelerate's ``skip_first_batches`` on the prepared loader).
+    ``chute.dataloader(...).batch_sampler`` is a :class:`StepBatches`: this rank's batches,
+    except to accelerate's ``BatchSamplerShard`` (what ``accelerator.prepare`` wraps a
+    DataLoader's batch sampler in, giving batch ``k`` to process ``k % world_size``): it gets
+    every rank's batches, step by step (rank 0's batch of step 0, rank 1's, ..., then step 1),
+    so each process keeps exactly chute's own batches (``chute/_compat.py`` finds the
+    ``BatchSamplerShard`` asking). The ``set_epoch`` accelerate calls reaches the order
+    through ``batch_sampler.sampler``. A stack that builds a DataLoader from
+    ``batch_sampler`` starts a pass of the order (``restart``, or the position
+    ``load_state_dict`` chose), exactly as ``iter(loader)`` does, but does not count what it
+    consumes: resume there is the stack's own (accelerate's ``skip_first_batches``, on the
+    prepared loader or the loader itself).
 
     ``chute.Loader(...).batch_sampler`` is this rank's batches (nobody re-shards a Loader:
     it is not a ``DataLoader``). A DataLoader built from it (accelerate's
@@ -39,6 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from .. import _compat as compat
 from ..errors import FrameworkError
 from ..order.steps import Steps
 from ..reader.gatherable import Feed, Prefetching
@@ -116,14 +118,16 @@ class EpochSampler(torch.utils.data.DistributedSampler):  # type: ignore[type-ar
 
 
 class StepBatches(torch.utils.data.Sampler[Any]):
-    """``chute.dataloader(...).batch_sampler``: every rank's batches, step by step, for a
-    stack that shards batch samplers by position (see the NOTE). ``len()`` counts them all
-    (``len(loader) * world_size``); ``sampler`` is the loader's :class:`EpochSampler`.
+    """``chute.dataloader(...).batch_sampler``: this rank's batches of a pass; to a stack that
+    shards it by position (accelerate's ``BatchSamplerShard``), every rank's, step by step
+    (see the NOTE). ``sampler`` is the loader's :class:`EpochSampler`.
 
-    ``with_epoch``: yield ``(epoch, indices)`` (a dataset whose samples depend on the epoch);
-    ``source``: a dataset in object storage, whose parts this rank's batches need are
-    downloaded ahead; ``own_pass``: true while the loader starts a pass of its own, in which
-    torch must iterate the rank's batches instead (checked: see ``chute/_compat.py``).
+    ``with_epoch``: yield ``(epoch, indices)`` (a dataset whose samples depend on the epoch,
+    a ``chute.mix``: the epoch travels with each batch to the worker processes);
+    ``source``: a dataset in object storage, whose parts this rank's batches need this process
+    downloads ahead of the workers, in the order the batches are handed to them;
+    ``own_pass``: true while the loader starts a pass of its own (it started the order's pass
+    itself; any other iteration starts one, as ``iter(loader)`` does).
     """
 
     def __init__(
@@ -144,26 +148,41 @@ class StepBatches(torch.utils.data.Sampler[Any]):
         """Move the loader to ``epoch`` (``loader.set_epoch``)."""
         self._loader.set_epoch(epoch)
 
-    def __iter__(self) -> Iterator[Any]:
-        if self._own_pass():
-            raise FrameworkError(
-                "this torch DataLoader iterates batch_sampler instead of _index_sampler, so a "
-                "chute.dataloader would read every rank's batches: use chute.Loader, or a "
-                "torch version that chute supports"
-            )
-        self._loader._start_pass()  # a new pass, as iter(loader) starts one
+    def _sharded(self) -> bool:
+        """Whether a stack's ``BatchSamplerShard`` for this world is asking (the batches of
+        every rank then); a sharder of another kind or world raises."""
         order = self._loader.order
-        plans = order.rank_plans()
-        epoch = order.epoch
-        feed = None if self.source is None else self.source.prefetch(plans[order.rank])
-        return self._steps(plans, order.rank, epoch, feed)
+        sharder = compat.batch_sharder()
+        if sharder is None:
+            return False
+        world, rank, split = sharder
+        if split or (world, rank) != (order.world_size, order.rank):
+            raise FrameworkError(
+                f"accelerate shards this chute.dataloader over {world} processes (this is "
+                f"{rank}){', splitting each batch' if split else ''}, but chute's order is "
+                f"sharded for rank {order.rank} of {order.world_size}: build the loader after "
+                "Accelerator() (chute takes the rank and world size from torch.distributed) "
+                "and keep split_batches=False"
+            )
+        return order.world_size > 1
 
-    def _steps(self, plans: list[Any], rank: int, epoch: int, feed: Feed | None) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:
+        sharded = self._sharded()
+        if not self._own_pass():
+            self._loader._start_pass()  # a new pass, as iter(loader) starts one
+        order = self._loader.order
+        plans = order.rank_plans() if sharded else [order.plan()]
+        mine = order.rank if sharded else 0
+        epoch = order.epoch  # now, as the plan: not when the generator first runs
+        feed = None if self.source is None else self.source.prefetch(plans[mine])
+        return self._steps(plans, mine, epoch, feed)
+
+    def _steps(self, plans: list[Any], mine: int, epoch: int, feed: Feed | None) -> Iterator[Any]:
         try:
             for step in zip(*plans, strict=True):
                 for r, idx in enumerate(step):
-                    if feed is not None and r == rank:
-                        feed.at(idx)
+                    if feed is not None and r == mine:
+                        feed.at(idx)  # a worker reads it next
                     yield (epoch, idx) if self.with_epoch else idx
         finally:
             if feed is not None:
@@ -171,7 +190,7 @@ class StepBatches(torch.utils.data.Sampler[Any]):
 
     def __len__(self) -> int:
         order = self._loader.order
-        return len(order) * order.world_size
+        return len(order) * (order.world_size if self._sharded() else 1)
 
 
 class LoaderBatches(torch.utils.data.Sampler[np.ndarray]):
