@@ -4,7 +4,8 @@
 
 SCENARIO is ``KIND[-OPTION]``: KIND ``dataloader`` or ``loader`` (what ``train_dataloader()``
 returns), OPTION ``reload`` (``reload_dataloaders_every_n_epochs=1``), ``spawn`` (strategy
-``ddp_spawn``) or ``resume`` (stop 3 steps into epoch 1, save a checkpoint, fit again from it).
+``ddp_spawn``), ``resume`` (stop 3 steps into epoch 1, save a checkpoint, fit again from it)
+or ``single`` (fit again from that checkpoint on one device: OUT/single0.json).
 The Trainer keeps its defaults otherwise (``use_distributed_sampler=True``). Each rank writes
 OUT/rank{r}.json: the sample ids of each epoch (``resume``: also ``before`` and ``after``).
 """
@@ -50,7 +51,7 @@ class Model(L.LightningModule):
 def trainer(option: str, **kwargs: Any) -> L.Trainer:
     return L.Trainer(
         accelerator="cpu",
-        devices=2,
+        devices=1 if option == "single" else 2,
         strategy="ddp_spawn" if option == "spawn" else "ddp",
         max_epochs=2,
         reload_dataloaders_every_n_epochs=1 if option == "reload" else 0,
@@ -95,12 +96,15 @@ def wait_for(*paths: Path) -> None:
 
 def main(scenario: str, path: str, out: str) -> None:
     kind, _, option = scenario.partition("-")
+    ckpt = str(Path(out, "mid.ckpt"))
+    if option == "single":
+        trainer(option, callbacks=[Record(out, "single")]).fit(Model(kind, path), ckpt_path=ckpt)
+        return
     if option != "resume":
         first = trainer(option, callbacks=[Record(out, "rank")])
         first.fit(Model(kind, path))
         wait_for(*(Path(out, f"rank{r}.json") for r in (0, 1)))
         return
-    ckpt = str(Path(out, "mid.ckpt"))
     first = trainer(option, max_steps=STEPS + 3, callbacks=[Record(out, "before"), Save(ckpt)])
     first.fit(Model(kind, path))
     trainer(option, callbacks=[Record(out, "after")]).fit(Model(kind, path), ckpt_path=ckpt)

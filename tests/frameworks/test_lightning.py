@@ -5,6 +5,9 @@ once per epoch, reshuffled, with ddp and ddp_spawn, with and without
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,3 +38,20 @@ def test_resume_from_a_mid_epoch_checkpoint(ids_dataset, tmp_path, kind):
     assert len(a["before"]) == len(b["before"]) == 3 * 20
     exactly_once(a["before"] + a["after"], b["before"] + b["after"])
     assert a["0"] != a["before"] + a["after"]
+
+
+def test_resume_on_another_number_of_devices(ids_dataset, tmp_path):
+    """A checkpoint taken on 2 devices, resumed on 1: the rest of the epoch, none repeated."""
+    a, b = run_two(
+        [SCRIPT, "dataloader-resume", str(ids_dataset), str(tmp_path)], tmp_path, torchrun=False
+    )
+    done = subprocess.run(
+        [sys.executable, SCRIPT, "dataloader-single", str(ids_dataset), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    single = json.loads((tmp_path / "single0.json").read_text())
+    exactly_once(a["before"] + b["before"] + single["1"])
