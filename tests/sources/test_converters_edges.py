@@ -237,6 +237,9 @@ def test_field_names_made_alike_refused(tmp_path: Path) -> None:
     pq.write_table(twice, tmp_path / "d.parquet")
     with pytest.raises(SourceError, match=r"d\.parquet: column 'a' and column 'a' both become"):
         _convert(tmp_path / "d.parquet", tmp_path / "d.chute")
+    with pytest.raises(chute.SchemaError, match=r"field 'a/b' is given twice"):
+        chute.from_iterable([{"a": {"b": 1}, "a/b": 2}], tmp_path / "n.chute")
+    assert not (tmp_path / "n.chute").exists()
 
 
 @pytest.mark.parametrize("where", ["one shard", "two shards"])

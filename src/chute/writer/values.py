@@ -30,7 +30,15 @@ def flatten(values: Any) -> Any:
     else as it is."""
     if not isinstance(values, Mapping) or not any(isinstance(v, Mapping) for v in values.values()):
         return values
-    return dict(_flat_items(values, ""))
+    items = list(_flat_items(values, ""))
+    flat = dict(items)
+    if len(flat) != len(items):  # {"a": {"b": x}, "a/b": y}: one would hide the other
+        seen: set[str] = set()
+        twice = next(k for k, _ in items if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise SchemaError(
+            f"field {twice!r} is given twice, nested and by its 'group/name': rename one of them"
+        )
+    return flat
 
 
 def _flat_items(sample: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
