@@ -43,6 +43,9 @@ memory. 64 MiB holds the parts of tens of thousands of parts (~1.5 KB each with 
 MAX_METADATA_BYTES = 16 << 20
 """The user metadata in chute.json, as JSON: every worker process receives the dataset
 (metadata included), so it must stay small; large side data belongs in a field or a file."""
+MAX_METADATA_DEPTH = 100
+"""Lists and dicts nested in the user metadata, at most: the worker processes receive it
+pickled, and pickle (like ``json``) recurses once per level."""
 Identity = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
 
 
@@ -162,13 +165,33 @@ def parse_manifest_bytes(raw: bytes, where: str) -> tuple[fmt.Manifest, dict[str
 
 
 def check_metadata(metadata: Any, error: type[Exception]) -> None:
-    """The metadata, as JSON, is at most :data:`MAX_METADATA_BYTES`; else ``error``."""
+    """The metadata nests at most :data:`MAX_METADATA_DEPTH` levels and is, as JSON, at most
+    :data:`MAX_METADATA_BYTES`; else ``error``."""
+    depth, level = _depth(metadata), MAX_METADATA_DEPTH
+    if depth > level:
+        raise error(
+            f"metadata nests lists and dicts {depth} levels deep, the limit is {level}: every "
+            "worker process receives it; flatten it, or put it in a field or a file"
+        )
     size = len(json.dumps(metadata))
     if size > MAX_METADATA_BYTES:
         raise error(
             f"metadata of {size:,} bytes (as JSON) is too large, the limit is "
             f"{MAX_METADATA_BYTES:,}: every worker receives it; put large data in a field"
         )
+
+
+def _depth(value: Any) -> int:
+    """Levels of lists and dicts in ``value`` (0 for a scalar), counted without recursion and
+    only up to one past the limit."""
+    deepest, todo = 0, [(value, 0)]
+    while todo and deepest <= MAX_METADATA_DEPTH:
+        item, level = todo.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, (dict, list, tuple)):
+            deepest = max(deepest, level + 1)
+            todo.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def _folder_identity(path: Path) -> tuple[int, int] | None:

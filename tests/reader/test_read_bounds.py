@@ -12,7 +12,7 @@ import pytest
 
 import chute
 from chute._args import dist_defaults
-from chute.manifest import MAX_METADATA_BYTES
+from chute.manifest import MAX_METADATA_BYTES, MAX_METADATA_DEPTH
 
 
 def test_metadata_bound_on_write_and_read(tmp_path: Path) -> None:
@@ -25,6 +25,31 @@ def test_metadata_bound_on_write_and_read(tmp_path: Path) -> None:
     obj["metadata"] = big
     (path / "chute.json").write_text(json.dumps(obj))
     with pytest.raises(chute.FormatError, match="metadata of"):
+        chute.open(path)
+
+
+def _nested(levels: int, kind: type) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = {"a": value} if kind is dict else [value]
+    return value
+
+
+@pytest.mark.parametrize("kind", [dict, list])
+def test_metadata_depth_bound_on_write_and_read(tmp_path: Path, kind: type) -> None:
+    """Nesting pickle cannot send to a spawned worker is refused when written and opened."""
+    ok = {"m": _nested(MAX_METADATA_DEPTH - 1, kind)}
+    chute.write(tmp_path / "ok.chute", {"x": np.arange(3)}, metadata=ok)
+    pickle.loads(pickle.dumps(chute.open(tmp_path / "ok.chute")))
+    deep = {"m": _nested(MAX_METADATA_DEPTH, kind)}
+    with pytest.raises(chute.SchemaError, match="metadata nests lists and dicts 101 levels"):
+        chute.write(tmp_path / "w.chute", {"x": np.arange(3)}, metadata=deep)
+    path = tmp_path / "r.chute"
+    chute.write(path, {"x": np.arange(3)})
+    obj = json.loads((path / "chute.json").read_text())
+    obj["metadata"] = {"m": _nested(900, kind)}
+    (path / "chute.json").write_text(json.dumps(obj))
+    with pytest.raises(chute.FormatError, match="metadata nests"):
         chute.open(path)
 
 
