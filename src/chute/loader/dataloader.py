@@ -90,6 +90,7 @@ from ..reader.subset import loadable
 from ..reader.truncate import Truncated
 from .batch_dataset import BatchDataset, as_is
 from .decode import with_decode
+from .finish import with_finish
 from .handoff import Handoff
 from .passes import OnePass, make_order, unknown_keywords
 from .processes import death_message, exited_workers, worker_init
@@ -254,6 +255,9 @@ def dataloader(
     decode: dict[str, Any] | None = None,
     max_length: int | None = None,
     batch_tokens: int | None = None,
+    dtype: Any = None,
+    pad_to: int | None = None,
+    pad_multiple: int | None = None,
     **dataloader_kwargs: Any,
 ) -> ChuteDataLoader:
     """A real ``torch.utils.data.DataLoader`` over chute dataset ``ds``, one gather per batch.
@@ -263,7 +267,9 @@ def dataloader(
     ``block_size``), so ``set_epoch`` / ``state_dict`` behave as in :class:`~chute.Loader`.
     Without an initialized process group, ``rank`` / ``world_size`` come from the launcher's
     ``RANK`` / ``WORLD_SIZE`` (torchrun), as in ``Loader``. ``pad``: ragged and bytes fields
-    come padded, as with ``Loader(pad=)`` (a ``(B, L, ...)`` tensor plus ``FIELD_lengths``).
+    come padded, as with ``Loader(pad=)`` (a ``(B, L, ...)`` tensor plus ``FIELD_lengths``),
+    to exactly ``pad_to`` or a multiple of ``pad_multiple`` when given; ``dtype``: fields cast
+    in the workers, as in ``Loader`` (``chute/loader/finish.py``).
     ``sample_transform(sample_dict)`` runs per sample in the workers (then the samples are
     collated by ``collate_fn``, default torch's ``default_collate``); ``batch_transform(batch)``
     per batch. Other keywords (``persistent_workers``, ``pin_memory`` (default: whether CUDA is
@@ -288,7 +294,8 @@ def dataloader(
     """
     plain = loadable(ds, "dataloader")
     base = plain if max_length is None else Truncated(plain, max_length)
-    ds = with_decode(base, decode, seed)  # chute/loader/decode.py
+    decoded = with_decode(base, decode, seed)  # chute/loader/decode.py
+    ds = with_finish(decoded, dtype, pad, pad_to, pad_multiple, "chute.dataloader")  # finish.py
     torch_keywords = _torch_keywords()
     unknown = [k for k in dataloader_kwargs if k not in torch_keywords and k not in _OWN]
     if unknown:

@@ -64,6 +64,7 @@ from ..image.on_device import DeviceImages, check_device, decode_images
 from ..image.ops import Plan, check_ops, plan
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from ..reader.samples import ReadsBatches
+from .finish import Finished
 
 __all__ = [
     "FIRST_SPLIT",
@@ -435,7 +436,11 @@ def split_cuts(n: int, threads: int, min_per_thread: int = MIN_SPLIT) -> list[in
 
 def with_split(ds: Gatherable, threads: int) -> Gatherable:
     """``ds`` whose decodes are split across ``threads`` threads (a :class:`Decoded` view,
-    see :func:`decode_threads`); any other dataset as it is."""
+    also under a :class:`~chute.loader.finish.Finished` one, see :func:`decode_threads`); any
+    other dataset as it is."""
+    if isinstance(ds, Finished):  # dtype=, pad_to=: their view is over the decodes
+        inner = with_split(ds.dataset, threads)
+        return ds if inner is ds.dataset else ds.over(inner)
     if threads == 1 or not isinstance(ds, Decoded):
         return ds
     view = copy.copy(ds)

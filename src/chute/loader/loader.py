@@ -28,6 +28,7 @@ from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.subset import loadable
 from ..reader.truncate import Truncated
 from .decode import with_decode
+from .finish import with_finish
 from .passes import OnePass, make_order, unknown_keywords
 from .samplers import EpochSampler, LoaderBatches
 from .threads import LoaderIter, Run
@@ -113,7 +114,14 @@ class Loader(OnePass):
     when CUDA is available; ``True`` without CUDA warns and does not pin, as in torch).
     ``pad``: ragged and bytes fields come padded, as with :meth:`Dataset.gather(pad=)
     <chute.Dataset.gather>` (a ``(B, L, ...)`` tensor filled with ``pad`` plus
-    ``FIELD_lengths``), done in the workers. ``decode``: image fields decoded in the workers,
+    ``FIELD_lengths``), done in the workers; ``pad_to=N`` pads every such field to exactly
+    ``N`` (a longer sample is an :class:`~chute.errors.ArgumentValueError`: cut with
+    ``max_length=``), ``pad_multiple=M`` to the next multiple of ``M``, so that a compiled model
+    sees few shapes (``docs/tokens.md``). ``dtype``: fields cast in the workers,
+    ``{"tokens": torch.int64}`` (a torch dtype or a numpy dtype name per field) or one dtype
+    for every fixed-shape numeric field, instead of ``.long()`` in the training step, where
+    torch's threads compete with the loader's (``docs/tuning.md``; ``chute/loader/finish.py``).
+    ``decode``: image fields decoded in the workers,
     ``{"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip()]}`` -> uint8
     ``(B, 3, 224, 224)``, random crops and flips a pure function of (``seed``, epoch, sample
     index): see ``chute/loader/decode.py``. ``on_error="skip"``: a sample whose image does not
@@ -166,6 +174,9 @@ class Loader(OnePass):
         weights: Any = None,
         epoch_size: int | None = None,
         replacement: bool = True,
+        dtype: Any = None,
+        pad_to: int | None = None,
+        pad_multiple: int | None = None,
         **unknown: Any,
     ) -> None:
         if "keep" in unknown:  # the former name of reuse_after, for one release
@@ -175,11 +186,13 @@ class Loader(OnePass):
             raise unknown_keywords("chute.Loader", unknown, valid)
         plain = loadable(ds, "Loader")
         base = plain if max_length is None else Truncated(plain, max_length)
-        ds = with_decode(base, decode, seed, on_error)  # chute/loader/decode.py
+        decoded = with_decode(base, decode, seed, on_error)  # chute/loader/decode.py
+        ds = with_finish(decoded, dtype, pad, pad_to, pad_multiple, "chute.Loader")  # finish.py
         self._transform = indexed_transform(transform, seed)  # chute/image/augment.py
         if pad is not None:  # a bad value fails here, with gather's message, not mid-epoch
             ds.gather(np.zeros(0, np.int64), pad=pad)
         self.dataset: Gatherable = ds
+        self._decoded = decoded  # its decode= view counts the skipped samples
         self.num_workers = (
             default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
         )
@@ -267,7 +280,7 @@ class Loader(OnePass):
     def stats(self) -> LoaderStats:
         """Timings of the current or last pass (zeros before the first)."""
         run = self._last
-        skipped = len(getattr(self.dataset, "skipped", ()))
+        skipped = len(getattr(self._decoded, "skipped", ()))
         if run is None:
             return LoaderStats(0, 0, 0.0, 0.0, 0.0, self.num_workers, skipped)
         return LoaderStats(

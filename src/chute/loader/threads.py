@@ -20,10 +20,11 @@ buffers a batch lives in, and how long, have their own NOTE in ``chute/buffers.p
 
     Why threads. The gather is numpy ``take`` into the batch's buffer (no per-sample Python,
     no torch op) and releases the GIL; a batch never crosses a process boundary. Torch ops in
-    a worker (a transform, ``pad=``) run with ONE intra-op thread: set deliberately in each
-    worker, because OpenMP gives every calling thread its own team and ``workers x torch
-    threads`` on a few cores collapses (``index_select`` went 25x slower on 2 vCPUs). The
-    setting is per thread; the consumer thread keeps its own.
+    a worker (a transform, ``pad=``, ``dtype=``) run with ONE intra-op thread: set
+    deliberately in each worker, because OpenMP gives every calling thread its own team and
+    ``workers x torch threads`` on a few cores collapses (``index_select`` went 25x slower on
+    2 vCPUs). The setting is per thread; the consumer thread keeps its own (how the two share
+    the cores: ``docs/tuning.md``).
 
     Buffers. A work item is gathered into buffers from ``chute/buffers.py``, whose NOTE
     states their lifetimes: fresh by default (a batch is valid for as long as anyone holds it), or
