@@ -61,16 +61,22 @@ def test_dist_defaults_malformed_env_names_the_variable(monkeypatch) -> None:
         dist_defaults(None, 2)
 
 
-@pytest.mark.parametrize("tiny", [0, 1 << 40])  # slices copied one by one / one flat take
+# the compiled copy / numpy's slices copied one by one / numpy's one flat take
+@pytest.mark.parametrize("tiny", [None, 0, 1 << 40])
 @pytest.mark.parametrize("part_size", [None, 3])
 def test_ragged_gather_strategies_match_samples(
-    tmp_path: Path, monkeypatch, tiny: int, part_size: int | None
+    tmp_path: Path, monkeypatch, tiny: int | None, part_size: int | None
 ) -> None:
-    """Both copy strategies of the ragged gather, one part or several, repeated indices,
+    """Each copy strategy of the ragged gather, one part or several, repeated indices,
     several variable dims, bytes: every sample equals ``ds[i]``."""
-    from chute.reader import gather
+    from chute.reader import segments
 
-    monkeypatch.setattr(gather, "TINY_SAMPLE_VALUES", tiny)
+    if tiny is None:
+        pytest.importorskip("numba")
+        assert segments.kernel() is not None
+    else:
+        monkeypatch.setattr(segments, "kernel", lambda: None)
+        monkeypatch.setattr(segments, "TINY_SAMPLE_VALUES", tiny)
     rng = np.random.default_rng(1)
     images = [rng.integers(0, 255, (i % 3, i % 4 + 1, 2), np.uint8) for i in range(11)]
     blobs = [bytes(rng.integers(0, 255, i * 3, np.uint8)) for i in range(11)]
