@@ -93,12 +93,12 @@ def numpy_copy(threshold: int) -> Callable[[chute.Dataset, str, np.ndarray], Any
     to ``threshold``."""
 
     def run(ds: chute.Dataset, name: str, idx: np.ndarray) -> Any:
-        before = seg.TINY_SAMPLE_VALUES, seg.kernel
-        seg.TINY_SAMPLE_VALUES, seg.kernel = threshold, lambda: None  # type: ignore[assignment]
+        before = seg.TINY_SAMPLE_VALUES, seg.kernels
+        seg.TINY_SAMPLE_VALUES, seg.kernels = threshold, lambda: None  # type: ignore[assignment]
         try:
             return new_gather(ds, name, idx)
         finally:
-            seg.TINY_SAMPLE_VALUES, seg.kernel = before  # type: ignore[assignment]
+            seg.TINY_SAMPLE_VALUES, seg.kernels = before  # type: ignore[assignment]
 
     return run
 
@@ -166,7 +166,7 @@ def main() -> None:
         columns += [(f"{name}_ms", f"{name} ms", ".3f"), (f"{name}_peak", "peak/x", ".1f")]
     columns.append(("speedup", "old/new", ".1f"))
     print(table(rows, columns))
-    kernel = "compiled (numba)" if seg.kernel() else "numpy (no numba)"
+    kernel = "compiled (numba)" if seg.kernels() else "numpy (no numba)"
     print(f"new: {kernel}; TINY_SAMPLE_VALUES = {seg.TINY_SAMPLE_VALUES} (numpy's choice)")
     print("peak/x: tracemalloc peak / batch bytes")
     print("wrote", write_json(args.json, {"rows": rows, "tiny": seg.TINY_SAMPLE_VALUES}))

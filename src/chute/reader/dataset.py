@@ -3,9 +3,10 @@
 Opening reads the manifest and checks the data files (:mod:`chute.reader.files`): a truncated file
 fails here and not mid-epoch, and each file's identity (device, inode, size, mtime) is kept.
 A file is memory-mapped on first use, after checking that it is still the file ``open()``
-saw; a worker process that unpickles the dataset checks them all. A dataset replaced since
-``open()`` (``overwrite=True``) is thus a :class:`DatasetChangedError`, never a mix of the old
-and the new data.
+saw; a worker process that unpickles the dataset checks them all; and every read checks the
+files it read again (``gather`` and ``ds[a:b]`` on every call, ``ds[i]`` at most every
+:data:`RECHECK_INTERVAL`). A dataset replaced since ``open()`` (``overwrite=True``) is thus a
+:class:`DatasetChangedError`, never a mix of the old and the new data.
 
 Maps are read-only (``ACCESS_READ``): reads share the OS page cache across processes, and
 nothing in the process can change what later reads see (a write into a map raises). So

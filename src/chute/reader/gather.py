@@ -27,7 +27,7 @@ from .. import format as fmt
 from .._torch import TORCH_DTYPES, as_numpy, to_torch
 from ..batch import RaggedBatch
 from ..errors import FormatError, SampleIndexError, SchemaError
-from .segments import copy_segments
+from .segments import copy_segments, kernels
 
 Split = list[tuple[int, np.ndarray | None, np.ndarray]]
 """Where a batch's samples are: (part, positions in the batch or None for all of them, indices
@@ -180,15 +180,15 @@ def gather_var(
         sample_bounds(p.arrays["values"], p.arrays["offsets"], p.local, p.files) for p in parts
     ]
     if len(parts) == 1 and parts[0].pos is None:
-        lengths = bounds[0][2]
+        lengths = bounds[0][1]
     else:
         lengths = np.zeros(b, np.int64)
-        for piece, (_, _, n) in zip(parts, bounds, strict=True):
+        for piece, (_, n) in zip(parts, bounds, strict=True):
             lengths[piece.pos] = n
     offsets = np.zeros(b + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     n_values = int(offsets[-1])
-    for piece, (_, _, n) in zip(parts, bounds, strict=True):  # before allocating
+    for piece, (_, n) in zip(parts, bounds, strict=True):  # before allocating
         total = n_values if len(parts) == 1 else int(n.sum())
         src = piece.arrays["values"]
         rows = src.itemsize * math.prod(src.shape[1:])
@@ -198,7 +198,7 @@ def gather_var(
         values = alloc(n_values)
     else:
         values = np.empty((n_values, *inner), fmt.storage_dtype(f.dtype))
-    for piece, (starts, _, n) in zip(parts, bounds, strict=True):
+    for piece, (starts, n) in zip(parts, bounds, strict=True):
         at = offsets[:-1] if piece.pos is None else offsets[piece.pos]
         copy_segments(piece.arrays["values"], starts, n, at, values)
     shapes = None
@@ -237,21 +237,29 @@ def batch_pieces(parts: Sequence[tuple[np.ndarray, RaggedBatch]], name: str) -> 
 
 def sample_bounds(
     values: np.ndarray, offsets: np.ndarray, idx: np.ndarray, files: Mapping[str, Path]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(starts, ends, lengths) of samples ``idx`` of a values+offsets column, checked to lie
-    in order inside the values (a corrupt offsets file is a FormatError, never a wrong
-    slice)."""
-    starts = offsets[idx]
-    ends = offsets[idx + 1]
-    n = ends - starts
-    if len(idx) and (n.min() < 0 or starts.min() < 0 or ends.max() > len(values)):
-        bad = idx[(n < 0) | (starts < 0) | (ends > len(values))][0]
-        raise FormatError(
-            f"{files['offsets']}: offsets of sample {int(bad)} are invalid "
-            f"({int(offsets[bad])}..{int(offsets[bad + 1])} of {len(values)} values); the "
-            "dataset is corrupt"
-        )
-    return starts, ends, n
+) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, lengths) of samples ``idx`` of a values+offsets column, checked to lie in
+    order inside the values (a corrupt offsets file is a FormatError, never a wrong slice).
+    One compiled loop without the GIL when numba is installed (:mod:`chute.reader.segments`)."""
+    loops = kernels()
+    if loops is not None and offsets.dtype == idx.dtype == np.int64:
+        starts, n = np.empty(len(idx), np.int64), np.empty(len(idx), np.int64)
+        bad = loops.bounds(offsets, idx, len(values), starts, n)
+        if bad < 0:
+            return starts, n
+        sample = int(idx[bad])
+    else:
+        starts = offsets[idx]
+        ends = offsets[idx + 1]
+        n = ends - starts
+        if not len(idx) or (n.min() >= 0 and starts.min() >= 0 and ends.max() <= len(values)):
+            return starts, n
+        sample = int(idx[(n < 0) | (starts < 0) | (ends > len(values))][0])
+    raise FormatError(
+        f"{files['offsets']}: offsets of sample {sample} are invalid "
+        f"({int(offsets[sample])}..{int(offsets[sample + 1])} of {len(values)} values); the "
+        "dataset is corrupt"
+    )
 
 
 def check_backed(

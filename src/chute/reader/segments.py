@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 
 from ..errors import SampleIndexError
 
-__all__ = ["TINY_SAMPLE_VALUES", "copy_segments", "kernel", "segments"]
+__all__ = ["TINY_SAMPLE_VALUES", "copy_segments", "kernels", "segments"]
 
 TINY_SAMPLE_VALUES = 128
 """Without numba: below this many values per sample on average, a segmented copy builds one
@@ -31,14 +31,14 @@ sample's slice (memcpy speed, no index). Measured by ``benchmarks/ragged_gather.
 
 
 @functools.cache
-def kernel() -> Callable[..., int] | None:
-    """The compiled copy (:func:`chute.reader.segments_kernel.copy_rows`), or None without
-    numba. Imported on first use."""
+def kernels() -> ModuleType | None:
+    """The compiled loops (:mod:`chute.reader.segments_kernel`), or None without numba.
+    Imported on first use."""
     try:
-        from .segments_kernel import copy_rows
+        from . import segments_kernel
     except ImportError:
         return None
-    return copy_rows  # type: ignore[no-any-return]
+    return segments_kernel
 
 
 def copy_segments(
@@ -56,10 +56,10 @@ def copy_segments(
     copy (the tests compare the two)."""
     if not len(starts):
         return
-    copy = kernel() if compiled else None
-    if copy is not None and src.flags.c_contiguous and out.flags.c_contiguous:
+    compiled_loops = kernels() if compiled else None
+    if compiled_loops is not None and src.flags.c_contiguous and out.flags.c_contiguous:
         row = src.itemsize * math.prod(src.shape[1:])  # bytes per row
-        bad = copy(
+        bad = compiled_loops.copy_rows(
             src.reshape(-1).view(np.uint8), starts, lengths, at, row, out.reshape(-1).view(np.uint8)
         )
         if bad >= 0:  # the callers check every segment: a bug, never a corrupt file

@@ -1,12 +1,13 @@
-"""The compiled segmented copy (numba): imported by :mod:`chute.reader.segments` on the first
-variable-size gather, never by ``import chute``."""
+"""The compiled loops of the variable-size gathers (numba): the segmented copy and the
+samples' bounds. Imported by :mod:`chute.reader.segments` on the first variable-size gather,
+never by ``import chute``."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, uint64
 
-__all__ = ["copy_rows"]
+__all__ = ["bounds", "copy_rows"]
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -31,4 +32,23 @@ def copy_rows(
             return k
         for j in range(n):
             out[a + j] = src[s + j]
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def bounds(
+    offsets: np.ndarray, idx: np.ndarray, size: int, starts: np.ndarray, lengths: np.ndarray
+) -> int:
+    """``starts[k] = offsets[idx[k]]`` and ``lengths[k] = offsets[idx[k] + 1] - starts[k]``
+    for each ``k`` (int64 arrays). Returns -1, or the first ``k`` whose sample does not lie in
+    order inside ``size`` values (or whose index is outside ``offsets``)."""
+    m = offsets.shape[0] - 1
+    for k in range(idx.shape[0]):
+        i = idx[k]
+        if i < 0 or i >= m:
+            return k
+        s, e = offsets[i], offsets[i + 1]
+        if s < 0 or e < s or e > size:
+            return k
+        starts[k], lengths[k] = s, e - s
     return -1
