@@ -27,7 +27,7 @@ from .. import format as fmt
 from .._torch import TORCH_DTYPES, as_numpy, to_torch
 from ..batch import RaggedBatch
 from ..errors import FormatError, SampleIndexError, SchemaError
-from .segments import copy_segments, kernels
+from . import segments
 
 Split = list[tuple[int, np.ndarray | None, np.ndarray]]
 """Where a batch's samples are: (part, positions in the batch or None for all of them, indices
@@ -200,7 +200,7 @@ def gather_var(
         values = np.empty((n_values, *inner), fmt.storage_dtype(f.dtype))
     for piece, (starts, n) in zip(parts, bounds, strict=True):
         at = offsets[:-1] if piece.pos is None else offsets[piece.pos]
-        copy_segments(piece.arrays["values"], starts, n, at, values)
+        segments.copy_segments(piece.arrays["values"], starts, n, at, values)
     shapes = None
     if f.variable_dims:  # (0, ndim) for an empty batch
         shapes = np.zeros((b, 1 + len(f.inner_shape)), np.int64)
@@ -241,7 +241,7 @@ def sample_bounds(
     """(starts, lengths) of samples ``idx`` of a values+offsets column, checked to lie in
     order inside the values (a corrupt offsets file is a FormatError, never a wrong slice).
     One compiled loop without the GIL when numba is installed (:mod:`chute.reader.segments`)."""
-    loops = kernels()
+    loops = segments.kernels()
     if loops is not None and offsets.dtype == idx.dtype == np.int64:
         starts, n = np.empty(len(idx), np.int64), np.empty(len(idx), np.int64)
         bad = loops.bounds(offsets, idx, len(values), starts, n)

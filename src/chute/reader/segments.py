@@ -6,10 +6,11 @@ With numba installed (``pip install chute[image]``), one compiled loop copies ev
 bytes without the GIL and without Python per sample
 (:func:`chute.reader.segments_kernel.copy_rows`): samples of any size at ``memcpy`` speed, and
 a :class:`~chute.Loader`'s threads gather in parallel. numba is imported on the first copy,
-never by ``import chute``; the loop is compiled once per machine and cached on disk (numba's
-``cache=True``). Without numba, numpy: tiny samples (under :data:`TINY_SAMPLE_VALUES` values on
-average) by one ``take`` of a flat int32 index (:func:`segments`), larger ones slice by slice
-(Python per sample, which their size amortises, but holding the GIL).
+never by ``import chute`` (about 0.5 s, once per process, on the first variable-size gather);
+the loops are compiled once per machine and cached on disk (numba's ``cache=True``). Without
+numba, numpy: tiny samples (under :data:`TINY_SAMPLE_VALUES` values on average) by one
+``take`` of a flat int32 index (:func:`segments`), larger ones slice by slice (Python per
+sample, which their size amortises, but holding the GIL).
 """
 
 from __future__ import annotations
