@@ -373,8 +373,8 @@ def main() -> None:
             # in order the bare loop copies contiguous rows: a second thread adds less
             *loader_rows("CIFAR-like in order", cifar, False, 2 * n_small, (0.85, 1.0)),
             *loader_rows("ImageNet-like shuffled", imagenet_like(folder, n_large), True, n_large),
-            # the targets on a quiet 2-core box are 0.9 and 1.3; these floors are what a loaded
-            # one (load average 2-3) measures (docs/benchmarks.md)
+            # the targets are 0.9 and 1.3, not met yet; these floors are what a loaded 2-core box
+            # (load average 2-4) measures (docs/benchmarks.md)
             *loader_rows(
                 "token docs shuffled", token_docs(folder, n_docs), True, 2 * n_docs, (0.55, 0.7)
             ),
