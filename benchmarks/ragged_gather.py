@@ -1,17 +1,20 @@
-"""The ragged / bytes gather: speed and peak memory, old flat-index take vs slice copies.
+"""The ragged / bytes gather: speed and peak memory, the old flat-index take, numpy's segmented
+copies and the compiled one.
 
     python benchmarks/ragged_gather.py [--dir /tmp] [--repeats 7]
 
 The old gather built ``np.arange(total) + np.repeat(...)`` (16 bytes of int64
 index per stored value) and gathered a batch over several parts twice. The new one computes the
-batch's offsets, allocates one output and copies each sample's slice (``np.concatenate`` of
-views of the map), or, for tiny samples, does one ``take`` with an int32 index. Side by side in
-one run, on warm files, for each case: ``old`` (the previous code, kept here as the reference),
-``slices`` and ``index`` (the new code forced onto each strategy), ``new`` (the strategy it
-picks, :data:`chute.reader.gather.TINY_SAMPLE_VALUES`), all on the same pieces of the batch,
-and ``ds.gather`` (the whole call: index checks, file recheck, tensors). Reports the median time
-and the tracemalloc peak over the batch's bytes. Prints a table and writes JSON (``--json``,
-default benchmarks/results/ragged_gather.json). Never asserts on time.
+batch's offsets, allocates one output and copies each sample's slice into it
+(:mod:`chute.reader.segments`): one compiled loop when numba is installed, else numpy (slice by
+slice, or for tiny samples one ``take`` with an int32 index). Side by side in one run, on warm
+files, for each case: ``old`` (the previous code, kept here as the reference), ``slices`` and
+``index`` (numpy's copy forced onto each strategy), ``numpy`` (the strategy numpy's copy picks,
+:data:`chute.reader.segments.TINY_SAMPLE_VALUES`), ``new`` (what the gather runs: the compiled
+copy when numba is installed), all on the same pieces of the batch, and ``ds.gather`` (the
+whole call: index checks, file recheck, tensors). Reports the median time and the tracemalloc
+peak over the batch's bytes. Prints a table and writes JSON (``--json``, default
+benchmarks/results/ragged_gather.json). Never asserts on time.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from _common import RESULTS, table, write_json
 
 import chute
 from chute.reader import gather as g
+from chute.reader import segments as seg
 
 # (case, dtype, mean values per sample, samples in the batch, part_size)
 CASES = [
@@ -84,21 +88,26 @@ def new_gather(ds: chute.Dataset, name: str, idx: np.ndarray) -> Any:
     return g.gather_var(pieces, ds.schema[name], len(idx))  # type: ignore[arg-type]
 
 
-def forced(threshold: int) -> Callable[[chute.Dataset, str, np.ndarray], Any]:
+def numpy_copy(threshold: int) -> Callable[[chute.Dataset, str, np.ndarray], Any]:
+    """:func:`new_gather` with numpy's segmented copy (no compiled kernel), its threshold set
+    to ``threshold``."""
+
     def run(ds: chute.Dataset, name: str, idx: np.ndarray) -> Any:
-        before, g.TINY_SAMPLE_VALUES = g.TINY_SAMPLE_VALUES, threshold
+        before = seg.TINY_SAMPLE_VALUES, seg.kernels
+        seg.TINY_SAMPLE_VALUES, seg.kernels = threshold, lambda: None  # type: ignore[assignment]
         try:
             return new_gather(ds, name, idx)
         finally:
-            g.TINY_SAMPLE_VALUES = before
+            seg.TINY_SAMPLE_VALUES, seg.kernels = before  # type: ignore[assignment]
 
     return run
 
 
 CONTENDERS: dict[str, Callable[[chute.Dataset, str, np.ndarray], Any]] = {
     "old": old_gather,
-    "slices": forced(0),
-    "index": forced(1 << 62),
+    "slices": numpy_copy(0),
+    "index": numpy_copy(1 << 62),
+    "numpy": numpy_copy(seg.TINY_SAMPLE_VALUES),
     "new": new_gather,
     "ds.gather": lambda ds, name, idx: ds.gather(idx)[name],  # + index checks, file recheck
 }
@@ -157,8 +166,10 @@ def main() -> None:
         columns += [(f"{name}_ms", f"{name} ms", ".3f"), (f"{name}_peak", "peak/x", ".1f")]
     columns.append(("speedup", "old/new", ".1f"))
     print(table(rows, columns))
-    print(f"TINY_SAMPLE_VALUES = {g.TINY_SAMPLE_VALUES}; peak/x: tracemalloc peak / batch bytes")
-    print("wrote", write_json(args.json, {"rows": rows, "tiny": g.TINY_SAMPLE_VALUES}))
+    kernel = "compiled (numba)" if seg.kernels() else "numpy (no numba)"
+    print(f"new: {kernel}; TINY_SAMPLE_VALUES = {seg.TINY_SAMPLE_VALUES} (numpy's choice)")
+    print("peak/x: tracemalloc peak / batch bytes")
+    print("wrote", write_json(args.json, {"rows": rows, "tiny": seg.TINY_SAMPLE_VALUES}))
 
 
 if __name__ == "__main__":

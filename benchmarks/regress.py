@@ -17,7 +17,8 @@ is the steady state of a training run):
 * ``Loader k threads / bare loop``: ``chute.Loader(ds, 256, shuffle=..., num_workers=k)`` over
   ``for idx in chute.Order(...).batches(): ds.gather(idx)`` (one thread, the same order), on
   CIFAR-like samples (uint8 3x32x32 + int64 label) shuffled and not, ImageNet-like samples
-  (uint8 3x224x224 + label) and ragged token documents (int32, lognormal lengths);
+  (uint8 3x224x224 + label) and ragged token documents (int32, lognormal lengths, mean ~600
+  tokens: a language-model corpus);
 * ``token windows: Loader dtype=int64 / .long() in the step``: uint16 token windows
   (``chute.windows(..., length=1025)``, batches of 64) cast to int64 by ``chute.Loader(...,
   dtype={"ids": torch.int64}, num_workers=2)`` over the same Loader handing out uint16 and the
@@ -26,7 +27,10 @@ is the steady state of a training run):
 * ``order us / batch``: the shuffled Order's plan per batch of 256 at n = 10**6 and 10**9
   (``benchmarks/order.py``; this thread's CPU time, so that the machine's load does not
   count), against a budget of 5 us;
-* ``ds[i] us``: one 2-field CIFAR-like sample, against a budget of 10 us;
+* ``ds[i] / numpy memmap``: ``ds[i]`` of a 2-field sample (numeric: CIFAR-like; string,
+  bytes or ragged int32, each with an int64 label) over the same sample read with plain numpy
+  from ``np.load(mmap_mode="r")`` maps of the same files (copied out; for a variable-size
+  field its two offsets, then its values), the same 20k random indices;
 * ``dataloader / Loader``: ``chute.dataloader(ds, 256, num_workers=2,
   persistent_workers=True)`` (processes) over the thread Loader with 2 threads, CIFAR-like,
   shuffled (``benchmarks/dataloader_procs.py``'s ``measure_dataloader_ratio``); its floor is
@@ -186,7 +190,7 @@ def imagenet_like(folder: Path, n: int) -> chute.Dataset:
 
 def token_docs(folder: Path, n: int, dtype: str = "int32") -> chute.Dataset:
     rng = np.random.default_rng(2)
-    lengths = np.minimum(rng.lognormal(5.0, 1.0, n).astype(np.int64) + 1, 8192)
+    lengths = np.minimum(rng.lognormal(5.9, 1.0, n).astype(np.int64) + 1, 8192)  # mean ~600
     path = folder / f"tokens-{dtype}"
     with chute.Writer(path, schema={"ids": chute.Ragged(dtype)}) as w:
         for k in lengths.tolist():
@@ -251,16 +255,70 @@ def order_row(n: int) -> Row:
     return Row(f"order us / batch, n={n:.0e} (CPU)", run, ceiling=5.0)
 
 
-def getitem_row(ds: chute.Dataset) -> Row:
-    def run() -> float:
-        rng = np.random.default_rng(0)
-        idx = rng.integers(0, len(ds), 20_000).tolist()
-        t = time.perf_counter()
-        for i in idx:
-            ds[i]
-        return (time.perf_counter() - t) / len(idx) * 1e6
+def two_fields(folder: Path, n: int) -> dict[str, chute.Dataset]:
+    """2-field datasets whose ``ds[i]`` is timed: a string, bytes or ragged field, and a
+    label (the numeric one is CIFAR-like, made apart)."""
+    rng = np.random.default_rng(3)
+    label = chute.fields.Tensor((), "int64")
+    sizes = rng.integers(1, 400, n).tolist()
+    fields: dict[str, tuple[Any, Any]] = {
+        "string": (
+            [f"doc {i} " * (k // 6 + 1) for i, k in enumerate(sizes)],
+            chute.fields.String(),
+        ),
+        "bytes": ([bytes(rng.integers(0, 255, k, np.uint8)) for k in sizes], chute.fields.Bytes()),
+        "ragged": (
+            [rng.integers(0, 50_000, k, np.int32) for k in sizes],
+            chute.fields.Ragged("int32"),
+        ),
+    }
+    out = {}
+    for kind, (values, f) in fields.items():
+        data = {"x": values, "label": rng.integers(0, 10, n)}
+        chute.write(folder / kind, data, schema={"x": f, "label": label})
+        out[kind] = chute.open(folder / kind)
+    return out
 
-    return Row("ds[i] us, 2 fields", run, ceiling=10.0)
+
+def numpy_reader(ds: chute.Dataset) -> Callable[[int], list[Any]]:
+    """Sample ``i`` of one-part dataset ``ds`` read with plain numpy from ``np.load`` maps of
+    its files, copied out as ``ds[i]`` copies: the floor a ``ds[i]`` is measured against."""
+    (part,) = ds.parts
+    maps = {
+        name: {
+            r: np.load(part.folder / fn, mmap_mode="r").view(np.ndarray)
+            for r, fn in f.files(name).items()
+        }
+        for name, f in ds.schema.items()
+    }
+    fixed = [m["data"] for m in maps.values() if "data" in m]
+    var = [(m["values"], m["offsets"]) for m in maps.values() if "values" in m]
+    text = any(isinstance(f, chute.fields.String) for f in ds.schema.values())
+
+    def read(i: int) -> list[Any]:
+        got: list[Any] = [np.array(data[i]) for data in fixed]
+        for values, offsets in var:
+            a, b = offsets[i : i + 2].tolist()
+            got.append(values[a:b].tobytes().decode() if text else np.array(values[a:b]))
+        return got
+
+    return read
+
+
+def getitem_row(kind: str, ds: chute.Dataset, ceiling: float) -> Row:
+    read = numpy_reader(ds)
+
+    def run() -> float:
+        idx = np.random.default_rng(0).integers(0, len(ds), 20_000).tolist()
+        took = []
+        for get in (ds.__getitem__, read):
+            t = time.perf_counter()
+            for i in idx:
+                get(i)
+            took.append(time.perf_counter() - t)
+        return took[0] / took[1]
+
+    return Row(f"ds[i] / numpy memmap, 2 fields: {kind}", run, ceiling=ceiling)
 
 
 def dataloader_row(ds: chute.Dataset) -> Row:
@@ -338,23 +396,26 @@ def main() -> None:
     notes = []
     with tempfile.TemporaryDirectory(prefix="chute-regress-") as tmp:
         folder = Path(tmp)
-        n_small, n_large, n_docs = (int(scale * k) for k in (200_000, 3_000, 60_000))
+        n_small, n_large, n_docs = (int(scale * k) for k in (200_000, 3_000, 30_000))
         cifar = cifar_like(folder, n_small)
         rows = [
             *loader_rows("CIFAR-like shuffled", cifar, True, 2 * n_small),
             # in order the bare loop copies contiguous rows: a second thread adds less
             *loader_rows("CIFAR-like in order", cifar, False, 2 * n_small, (0.85, 1.0)),
             *loader_rows("ImageNet-like shuffled", imagenet_like(folder, n_large), True, n_large),
-            # ragged gathers of samples over TINY_SAMPLE_VALUES copy each sample's slice in
-            # Python, holding the GIL: threads add contention, not speed (a known gap; these
-            # floors only keep it from getting worse)
+            # the targets are 0.9 and 1.3, not met yet; these floors are what a loaded 2-core box
+            # (load average 2-4) measures (docs/benchmarks.md)
             *loader_rows(
-                "token docs shuffled", token_docs(folder, n_docs), True, 2 * n_docs, (0.6, 0.4)
+                "token docs shuffled", token_docs(folder, n_docs), True, 2 * n_docs, (0.55, 0.7)
             ),
             cast_row(token_docs(folder, n_docs, "uint16")),
             order_row(10**6),
             order_row(10**9),
-            getitem_row(cifar),
+            getitem_row("numeric", cifar, 2.5),
+            *(
+                getitem_row(kind, ds, 3.0 if kind == "string" else 3.5)
+                for kind, ds in two_fields(folder, n_small // 10).items()
+            ),
             dataloader_row(cifar),
             per_sample_row(folder, int(scale * 20_000)),
         ]

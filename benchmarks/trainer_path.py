@@ -85,8 +85,8 @@ def main() -> None:
             ds = chute.open(path)
             best = {"per sample": 0.0, "__getitems__": 0.0}
             for _ in range(REPS):
-                best["per sample"] = max(best["per sample"], rate(PerSample(ds), args.batch, collate))
-                best["__getitems__"] = max(best["__getitems__"], rate(ds, args.batch, collate))
+                for key, view in (("per sample", PerSample(ds)), ("__getitems__", ds)):
+                    best[key] = max(best[key], rate(view, args.batch, collate))
             rows.append(
                 {
                     "dataset": name,

@@ -481,7 +481,7 @@ def test_dataset_replaced_since_open_is_an_error(tmp_path):
     assert ds.gather([0])["x"].tolist() == [0]  # part 0 is mapped: it stays the old data
     blob = pickle.dumps(ds)
     _versioned(path, 1)
-    # Every read checks its files again: part 0, mapped before the replace,
+    # The first ds[i] checks its files again: part 0, mapped before the replace,
     # is refused too, not served from the old maps while part 1 raises.
     with pytest.raises(DatasetChangedError, match=r"part-00000/x\.npy is not the file"):
         ds[0]

@@ -86,16 +86,22 @@ def test_dist_defaults_malformed_env_names_the_variable(monkeypatch) -> None:
         dist_defaults(None, 2)
 
 
-@pytest.mark.parametrize("tiny", [0, 1 << 40])  # slices copied one by one / one flat take
+# the compiled copy / numpy's slices copied one by one / numpy's one flat take
+@pytest.mark.parametrize("tiny", [None, 0, 1 << 40])
 @pytest.mark.parametrize("part_size", [None, 3])
 def test_ragged_gather_strategies_match_samples(
-    tmp_path: Path, monkeypatch, tiny: int, part_size: int | None
+    tmp_path: Path, monkeypatch, tiny: int | None, part_size: int | None
 ) -> None:
-    """Both copy strategies of the ragged gather, one part or several, repeated indices,
+    """Each copy strategy of the ragged gather, one part or several, repeated indices,
     several variable dims, bytes: every sample equals ``ds[i]``."""
-    from chute.reader import gather
+    from chute.reader import segments
 
-    monkeypatch.setattr(gather, "TINY_SAMPLE_VALUES", tiny)
+    if tiny is None:
+        pytest.importorskip("numba")
+        assert segments.kernels() is not None
+    else:
+        monkeypatch.setattr(segments, "kernels", lambda: None)
+        monkeypatch.setattr(segments, "TINY_SAMPLE_VALUES", tiny)
     rng = np.random.default_rng(1)
     images = [rng.integers(0, 255, (i % 3, i % 4 + 1, 2), np.uint8) for i in range(11)]
     blobs = [bytes(rng.integers(0, 255, i * 3, np.uint8)) for i in range(11)]
@@ -108,3 +114,27 @@ def test_ragged_gather_strategies_match_samples(
         assert np.array_equal(batch["im"][k].numpy(), images[i])
         assert batch["b"][k].numpy().tobytes() == blobs[i]
     assert len(ds.gather([])["im"]) == 0 and tuple(ds.gather([])["im"].shapes.shape) == (0, 3)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+@pytest.mark.parametrize(("at", "value"), [(3, -1), (3, 10**6), (4, 0)])
+def test_ragged_gather_refuses_offsets_out_of_order(
+    tmp_path: Path, monkeypatch, compiled: bool, at: int, value: int
+) -> None:
+    """An offset that is negative, past the values or backwards: a FormatError naming the
+    offsets file and the sample, with the compiled bounds or numpy's."""
+    from chute.reader import segments
+
+    if compiled:
+        pytest.importorskip("numba")
+    else:
+        monkeypatch.setattr(segments, "kernels", lambda: None)
+    path = chute.write(tmp_path / "r.chute", {"t": [np.arange(i + 1) for i in range(6)]})
+    file = path / "t.offsets.npy"
+    offsets = np.load(file, mmap_mode="r+")
+    offsets[at] = value
+    offsets.flush()
+    del offsets
+    sample = at if value == 10**6 else at - 1
+    with pytest.raises(chute.FormatError, match=rf"t\.offsets\.npy: offsets of sample {sample} "):
+        chute.open(path).gather([0, sample])

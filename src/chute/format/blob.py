@@ -44,12 +44,15 @@ class String(VarKind):
         return prepare_var(values, self, name, start, string_row(name))
 
     def sampler(self) -> Sampler:
-        from ..reader.gather import part_values, strings
+        from ..reader.gather import sample_values, strings
 
         def sample(col: Mapping[str, np.ndarray], j: int, at: FieldPart) -> str:
-            values = part_values(col, j, j + 1, at)[1]
-            where = f"{at.dataset}: field {at.name!r}, sample {at.start + j}"
-            return strings(values, np.array([0, len(values)]), where)[0]
+            values = sample_values(col, j, at)
+            try:
+                return values.tobytes().decode("utf-8")
+            except UnicodeDecodeError:  # strings() raises the error, naming the sample
+                where = f"{at.dataset}: field {at.name!r}, sample {at.start + j}"
+                return strings(values, np.array([0, len(values)]), where)[0]
 
         return sample
 

@@ -148,15 +148,15 @@ class VarKind(FieldKind):
 
     def sampler(self) -> Sampler:
         from .._torch import to_torch
-        from ..reader.gather import check_shapes, part_values
+        from ..reader.gather import check_shapes, sample_values
 
         dtype, inner = self.dtype, self.inner_shape
 
         def sample(col: Mapping[str, np.ndarray], j: int, at: FieldPart) -> Any:
-            offsets, values = part_values(col, j, j + 1, at)
+            values = sample_values(col, j, at)
             if "shapes" in col:
                 shape = col["shapes"][j : j + 1]
-                check_shapes(shape, np.diff(offsets), inner, at)
+                check_shapes(shape, np.array([len(values)]), inner, at)
                 values = values.reshape(shape[0])
             return to_torch(values, dtype)
 

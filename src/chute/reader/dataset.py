@@ -3,9 +3,10 @@
 Opening reads the manifest and checks the data files (:mod:`chute.reader.files`): a truncated file
 fails here and not mid-epoch, and each file's identity (device, inode, size, mtime) is kept.
 A file is memory-mapped on first use, after checking that it is still the file ``open()``
-saw; a worker process that unpickles the dataset checks them all. A dataset replaced since
-``open()`` (``overwrite=True``) is thus a :class:`DatasetChangedError`, never a mix of the old
-and the new data.
+saw; a worker process that unpickles the dataset checks them all; and every read checks the
+files it read again (``gather`` and ``ds[a:b]`` on every call, ``ds[i]`` at most every
+:data:`RECHECK_INTERVAL`). A dataset replaced since ``open()`` (``overwrite=True``) is thus a
+:class:`DatasetChangedError`, never a mix of the old and the new data.
 
 Maps are read-only (``ACCESS_READ``): reads share the OS page cache across processes, and
 nothing in the process can change what later reads see (a write into a map raises). So
@@ -17,6 +18,7 @@ path: no copy but that one). This module holds the indexing: which part and rows
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import threading
@@ -24,6 +26,7 @@ import zlib
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from time import monotonic
 from typing import Any
 
 import numpy as np
@@ -42,6 +45,15 @@ from .samples import ReadsBatches
 Batch = dict[str, Any]
 Reader = tuple[str, Sampler, dict[str, np.ndarray], FieldPart]
 """What ``ds[i]`` reads of one field in one part: name, sampler, the part's arrays, files."""
+
+RECHECK_INTERVAL = 0.1
+"""Seconds between two checks, by ``ds[i]``, that the mapped files of the parts it read are
+still those ``open()`` saw (:meth:`Files.recheck <chute.reader.files.Files.recheck>`: one
+``stat`` a file, which would be half of a sample's cost if done on every call). The first
+``ds[i]`` checks, then the first one at least this long after the previous check, and any
+``ds[i]`` whose read fails: a dataset replaced or rewritten in place is a
+:class:`~chute.errors.DatasetChangedError` within this interval of reads. ``gather`` and
+``ds[a:b]`` check on every call (a batch's cost amortises it)."""
 
 
 class Dataset(ReadsBatches, torch.utils.data.Dataset):
@@ -85,6 +97,10 @@ class Dataset(ReadsBatches, torch.utils.data.Dataset):
         self._len = sum(p.num_samples for p in self._parts)
         self._ends = np.array([p.start + p.num_samples for p in self._parts], np.int64)
         self._ends_list = self._ends.tolist()  # for bisect in ds[i]: no numpy call per sample
+        # ds[i]'s throttled recheck: the parts read since the last one (None: in memory, no
+        # files to check) and when it was (the monotonic clock).
+        self._read: set[int] | None = None if self._files.in_memory else set()
+        self._checked = -math.inf
         if self._files.in_memory and self._files.stale is None:
             for i in range(len(self._parts)):
                 for name in self.schema:
@@ -164,10 +180,27 @@ class Dataset(ReadsBatches, torch.utils.data.Dataset):
             key = self._index(key)
         part, j = self._locate(key)
         out: Batch = {}
-        for name, sample, col, at in self._readers.get(part) or self._part_readers(part):
-            out[name] = sample(col, j, at)
-        self._recheck((part,))
+        try:
+            for name, sample, col, at in self._readers.get(part) or self._part_readers(part):
+                out[name] = sample(col, j, at)
+        except Exception:
+            self._recheck((part,))  # a file replaced since open() explains a failed read best
+            raise
+        if self._read is not None:  # mapped files: check them at most every RECHECK_INTERVAL
+            self._read.add(part)
+            now = monotonic()
+            if now - self._checked >= RECHECK_INTERVAL:
+                self._recheck_read(now)
         return out
+
+    def _recheck_read(self, now: float) -> None:
+        """Check the files of the parts ``ds[i]`` read since the last check (``now``: the
+        monotonic clock); see :data:`RECHECK_INTERVAL`."""
+        assert self._read is not None
+        parts = tuple(self._read)  # a snapshot: other threads may be reading
+        self._recheck(parts)
+        self._read.difference_update(parts)
+        self._checked = now
 
     def _recheck(self, parts: Any) -> None:
         """The mapped files of ``parts`` (indices) are still those ``open()`` saw: checked

@@ -262,8 +262,10 @@ class Files:
         ``open()`` saw (``os.stat``: device, inode, size, mtime; about 1 us a file), else
         :class:`DatasetChangedError`. The loaders' reads call it after each gather, so a
         file rewritten in place (``cp new/. d/``, a write through ``np.load(mmap_mode="r+")``)
-        fails the batch that may hold new data instead of mixing versions silently. Files
-        not mapped yet are checked when they are mapped; in-memory copies need no check."""
+        fails the batch that may hold new data instead of mixing versions silently; ``ds[i]``
+        at most every :data:`~chute.reader.dataset.RECHECK_INTERVAL` and after a failed
+        read. Files not mapped yet are checked when they are mapped; in-memory copies need no
+        check."""
         for file, identity in self._mapped.get((part.name, name), ()):
             try:
                 st = os.stat(file)

@@ -6,10 +6,10 @@ are bounds-checked once per batch by the caller, so ``clip`` never clips. A batc
 parts gathers from each part and puts the rows at their positions in the batch.
 
 Variable-size fields (ragged, bytes, strings) compute the batch's offsets first, allocate one
-output of exactly the batch's values and copy each sample's slice into it: memcpy speed and
-O(batch) memory, for one part or several (no second gather). Tiny samples (tokens) are copied
-by one vectorized ``take`` of a flat int32 index instead, as Python per sample would dominate.
-Nothing is allocated for samples that the values file cannot back (:func:`check_backed`).
+output of exactly the batch's values and copy each sample's slice into it
+(:mod:`chute.reader.segments`: one compiled loop without the GIL when numba is installed):
+memcpy speed and O(batch) memory, for one part or several (no second gather). Nothing is
+allocated for samples that the values file cannot back (:func:`check_backed`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .. import format as fmt
 from .._torch import TORCH_DTYPES, as_numpy, to_torch
 from ..batch import RaggedBatch
 from ..errors import FormatError, SampleIndexError, SchemaError
+from . import segments
 
 Split = list[tuple[int, np.ndarray | None, np.ndarray]]
 """Where a batch's samples are: (part, positions in the batch or None for all of them, indices
@@ -72,12 +73,6 @@ class Piece(NamedTuple):
     local: np.ndarray  # sample indices in the part
     allocated: int | None = None  # bytes on disk of the values file (see check_backed)
 
-
-TINY_SAMPLE_VALUES = 128
-"""Below this many values per sample on average, a ragged gather builds one flat index and
-does one ``take`` (Python per sample would dominate); above, it copies each sample's slice
-(``np.concatenate`` of views: memcpy speed, no index). Measured by
-``benchmarks/ragged_gather.py``."""
 
 UNBACKED_SLACK = 256 << 20
 """Bytes a batch of one variable-size field may take beyond what its values file holds on
@@ -185,15 +180,15 @@ def gather_var(
         sample_bounds(p.arrays["values"], p.arrays["offsets"], p.local, p.files) for p in parts
     ]
     if len(parts) == 1 and parts[0].pos is None:
-        lengths = bounds[0][2]
+        lengths = bounds[0][1]
     else:
         lengths = np.zeros(b, np.int64)
-        for piece, (_, _, n) in zip(parts, bounds, strict=True):
+        for piece, (_, n) in zip(parts, bounds, strict=True):
             lengths[piece.pos] = n
     offsets = np.zeros(b + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     n_values = int(offsets[-1])
-    for piece, (_, _, n) in zip(parts, bounds, strict=True):  # before allocating
+    for piece, (_, n) in zip(parts, bounds, strict=True):  # before allocating
         total = n_values if len(parts) == 1 else int(n.sum())
         src = piece.arrays["values"]
         rows = src.itemsize * math.prod(src.shape[1:])
@@ -203,22 +198,9 @@ def gather_var(
         values = alloc(n_values)
     else:
         values = np.empty((n_values, *inner), fmt.storage_dtype(f.dtype))
-    if b and n_values >= TINY_SAMPLE_VALUES * b:  # large samples: copy slice by slice
-        slices: list[Any] = [None] * b
-        for piece, (starts, ends, _) in zip(parts, bounds, strict=True):
-            src = piece.arrays["values"]
-            at = range(b) if piece.pos is None else piece.pos.tolist()
-            for k, i, j in zip(at, starts.tolist(), ends.tolist(), strict=True):
-                slices[k] = src[i:j]
-        np.concatenate(slices, out=values)
-    else:  # tiny samples: one vectorized take per part, no Python per sample
-        for piece, (starts, _, n) in zip(parts, bounds, strict=True):
-            src = piece.arrays["values"]
-            if piece.pos is None:
-                take_rows(src, segments(starts, n, len(src), offsets[:-1]), values)
-            else:
-                dst = segments(offsets[piece.pos], n, len(values))
-                values[dst] = take_rows(src, segments(starts, n, len(src)))
+    for piece, (starts, n) in zip(parts, bounds, strict=True):
+        at = offsets[:-1] if piece.pos is None else offsets[piece.pos]
+        segments.copy_segments(piece.arrays["values"], starts, n, at, values)
     shapes = None
     if f.variable_dims:  # (0, ndim) for an empty batch
         shapes = np.zeros((b, 1 + len(f.inner_shape)), np.int64)
@@ -255,37 +237,29 @@ def batch_pieces(parts: Sequence[tuple[np.ndarray, RaggedBatch]], name: str) -> 
 
 def sample_bounds(
     values: np.ndarray, offsets: np.ndarray, idx: np.ndarray, files: Mapping[str, Path]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(starts, ends, lengths) of samples ``idx`` of a values+offsets column, checked to lie
-    in order inside the values (a corrupt offsets file is a FormatError, never a wrong
-    slice)."""
-    starts = offsets[idx]
-    ends = offsets[idx + 1]
-    n = ends - starts
-    if len(idx) and (n.min() < 0 or starts.min() < 0 or ends.max() > len(values)):
-        bad = idx[(n < 0) | (starts < 0) | (ends > len(values))][0]
-        raise FormatError(
-            f"{files['offsets']}: offsets of sample {int(bad)} are invalid "
-            f"({int(offsets[bad])}..{int(offsets[bad + 1])} of {len(values)} values); the "
-            "dataset is corrupt"
-        )
-    return starts, ends, n
-
-
-def segments(
-    starts: np.ndarray, lengths: np.ndarray, size: int, at: np.ndarray | None = None
-) -> np.ndarray:
-    """The flat index of the segments ``[starts[i], starts[i] + lengths[i])`` into an array of
-    ``size`` rows, one after the other: ``concatenate([arange(s, s + n) for s, n in ...])``
-    without Python per segment. ``at``: where each segment begins in the result, the running
-    sum of ``lengths`` from 0, when the caller has it. int32 when ``size`` allows (half the
-    memory of int64)."""
-    dtype = np.int32 if size < 2**31 else np.int64
-    if at is None:
-        at = np.cumsum(lengths) - lengths
-    flat = np.repeat((starts - at).astype(dtype), lengths)
-    flat += np.arange(len(flat), dtype=dtype)
-    return flat
+) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, lengths) of samples ``idx`` of a values+offsets column, checked to lie in
+    order inside the values (a corrupt offsets file is a FormatError, never a wrong slice).
+    One compiled loop without the GIL when numba is installed (:mod:`chute.reader.segments`)."""
+    loops = segments.kernels()
+    if loops is not None and offsets.dtype == idx.dtype == np.int64:
+        starts, n = np.empty(len(idx), np.int64), np.empty(len(idx), np.int64)
+        bad = loops.bounds(offsets, idx, len(values), starts, n)
+        if bad < 0:
+            return starts, n
+        sample = int(idx[bad])
+    else:
+        starts = offsets[idx]
+        ends = offsets[idx + 1]
+        n = ends - starts
+        if not len(idx) or (n.min() >= 0 and starts.min() >= 0 and ends.max() <= len(values)):
+            return starts, n
+        sample = int(idx[(n < 0) | (starts < 0) | (ends > len(values))][0])
+    raise FormatError(
+        f"{files['offsets']}: offsets of sample {sample} are invalid "
+        f"({int(offsets[sample])}..{int(offsets[sample + 1])} of {len(values)} values); the "
+        "dataset is corrupt"
+    )
 
 
 def check_backed(
@@ -322,6 +296,18 @@ def part_values(
     values = col["values"][offsets[0] : offsets[-1]]
     check_backed(values.nbytes, files.allocated, files, range(a, b))
     return offsets, values
+
+
+def sample_values(col: Mapping[str, np.ndarray], j: int, files: FieldPart) -> np.ndarray:
+    """The values of sample ``j`` of a part's column of a values+offsets field (``ds[i]``):
+    :func:`part_values` for one sample, its two offsets read as Python ints."""
+    a, b = col["offsets"][j : j + 2].tolist()
+    values = col["values"]
+    if not 0 <= a <= b <= len(values):
+        checked_offsets(col, j, j + 1, files)  # raises, naming the sample
+    got = values[a:b]
+    check_backed(got.nbytes, files.allocated, files, range(j, j + 1))
+    return got
 
 
 def checked_offsets(

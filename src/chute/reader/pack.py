@@ -51,8 +51,9 @@ from .._torch import empty_buffers, to_torch
 from ..batch import RaggedBatch, pad_batch
 from ..errors import ArgumentValueError
 from ..order.permute import Permutation
-from .gather import check_gather_args, check_indices, out_rows, segments
+from .gather import check_gather_args, check_indices, out_rows
 from .samples import ReadsBatches
+from .segments import segments
 from .tokens import TokenStream
 from .windows import token_id
 

@@ -19,9 +19,9 @@ import torch
 from .. import format as fmt
 from .._args import check_int
 from ..batch import RaggedBatch, as_signed, pad_batch
-from .gather import segments
 from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from .samples import ReadsBatches
+from .segments import segments
 
 __all__ = ["Truncated", "truncate_batch"]
 

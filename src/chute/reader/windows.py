@@ -42,8 +42,9 @@ from .._args import check_int, one_index
 from .._arrays import distinct
 from .._torch import empty_buffers, to_torch
 from ..errors import ArgumentError, ArgumentValueError
-from .gather import check_gather_args, check_indices, out_rows, segments
+from .gather import check_gather_args, check_indices, out_rows
 from .samples import ReadsBatches
+from .segments import segments
 from .tokens import TokenStream
 
 __all__ = ["Windows", "token_id", "windows"]
