@@ -54,6 +54,7 @@ OTHER = [
     "reader/test_descriptors.py",
     "reader/test_getitem_recheck.py",
     "order/test_order_state_checks.py",
+    "frameworks/test_sharders.py",
 ]
 # tests kept beside the stage they test, whose cases (recorded by tests/_faults.py) the table
 # lists after the fault harness's

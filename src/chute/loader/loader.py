@@ -263,6 +263,12 @@ class Loader(OnePass):
         return None
 
     @property
+    def prefetch_factor(self) -> int | None:
+        """Batches prepared ahead per worker, as torch's ``DataLoader`` names it (None without
+        workers): what a stack that rebuilds the loader as a DataLoader reads."""
+        return max(1, self.prefetch // self.num_workers) if self.num_workers else None
+
+    @property
     def batch_size(self) -> int:
         return self.order.batch_size
 
