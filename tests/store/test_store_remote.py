@@ -402,3 +402,31 @@ def test_reads_with_a_session_token_go_through_signed_urls(
     s3.fail[f"{url.split(BUCKET + '/')[1]}/chute.json"] = 1  # a 503, then the object
     assert store.get_bytes("chute.json") == (local / "chute.json").read_bytes()
     assert store.stats["retries"] == 1
+
+
+def test_unsigned_requests_with_a_session_token_need_a_trusted_endpoint(
+    s3: S3Server, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uploads, listings and deletes cannot go through signed URLs: with a session token and
+    a custom endpoint they are refused (obstore would follow a redirect with the token) unless
+    the endpoint is trusted by name, storage_options={"trust_redirects": True}."""
+    url = url_for(request)
+    local = small_dataset(tmp_path / "local.chute")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "SESSION")
+    with pytest.raises(RemoteError, match="trust_redirects"):
+        upload(local, url)
+    store = Store(url)
+    for refused in (
+        lambda: store.list(),
+        lambda: store.delete("x"),
+        lambda: store.put_bytes("x", b""),
+    ):
+        with pytest.raises(RemoteError, match=r"session token .* endpoint"):
+            refused()
+    trusted = {"trust_redirects": True}
+    upload(local, url, storage_options=trusted)
+    assert "chute.json" in Store(url, trusted).list()
+    with chute.open(url, cache_dir=tmp_path / "cache") as ds:  # reads: signed URLs, no need
+        assert_same(ds, chute.open(local))
+    with pytest.raises(chute.ArgumentError, match="trust_redirects"):
+        Store(url, {"trust_redirects": "yes"})

@@ -154,6 +154,11 @@ class Store:
         self.storage_options = dict(storage_options or {})
         timeout = self.storage_options.pop("timeout", timeout)
         retry = self.storage_options.pop("retry", retry)  # e.g. from chute.write(url, ...)
+        trust = self.storage_options.pop("trust_redirects", False)
+        if not isinstance(trust, bool):
+            raise ArgumentError(f"storage_options['trust_redirects'] must be a bool, got {trust!r}")
+        self.trust_redirects = trust
+        self._endpoint = ""  # a custom endpoint, once the client is made
         if retries is not None and (not isinstance(retries, int) or retries < 0):
             raise ArgumentError(f"retries must be an int >= 0 or None, got {retries!r}")
         if isinstance(retry, bool) or not isinstance(retry, (int, float)) or retry < 0:
@@ -189,6 +194,22 @@ class Store:
                     self.stats = dict.fromkeys(self.stats, 0)
         return self._client
 
+    def _unsigned(self, what: str) -> Any:
+        """The obstore client, for a request that no signed URL can carry (an upload, a
+        listing, a delete). With a session token and a custom endpoint that is refused unless
+        ``storage_options={"trust_redirects": True}``: obstore would follow a redirect from
+        the endpoint to any host with the token (see :mod:`chute.store.signed`)."""
+        client = self.client()
+        if self._signed is not None and self._endpoint and not self.trust_redirects:
+            raise RemoteError(
+                f"{self.url}: {what} with a session token (x-amz-security-token) through the "
+                f"endpoint {self._endpoint}: obstore follows a redirect with that token to any "
+                "host the endpoint names, so chute does not send it there. If you trust this "
+                "endpoint not to redirect elsewhere, pass storage_options="
+                "{'trust_redirects': True}; or use credentials without a session token"
+            )
+        return client
+
     def _reader(self) -> Any:
         """This process's :class:`~chute.store.signed.SignedReader` when the client's
         requests carry a session token (reads then never follow a redirect), else None."""
@@ -217,6 +238,7 @@ class Store:
         explicit = endpoint_option(self.url.scheme, options)
         _check_endpoint_env(self.url, explicit)
         endpoint = str(explicit or _env_endpoint(self.url.scheme) or "")
+        self._endpoint = endpoint
         if endpoint.startswith("http://") or self.url.scheme == "http":
             client.setdefault("allow_http", True)
         retry = {"max_retries": 0}  # retried here, where a stream cut midway is retried too
@@ -363,9 +385,10 @@ class Store:
         """Upload the local file ``path`` as ``relpath`` (multipart above the chunk size)."""
         obs = require("obstore", EXTRA)
         size = os.path.getsize(path)
+        client = self._unsigned("an upload")
 
         def put() -> None:
-            obs.put(self.client(), relpath, Path(path), chunk_size=CHUNK, max_concurrency=8)
+            obs.put(client, relpath, Path(path), chunk_size=CHUNK, max_concurrency=8)
             self._count("put", "bytes_out", size)
 
         self.call("write", relpath, put)
@@ -373,6 +396,7 @@ class Store:
     def put_chunks(self, relpath: str, chunks: Callable[[], Iterable[bytes]]) -> None:
         """Upload the bytes that ``chunks()`` yields as ``relpath`` (called again on a retry)."""
         obs = require("obstore", EXTRA)
+        client = self._unsigned("an upload")
 
         def put() -> None:
             def counted() -> Iterator[bytes]:
@@ -380,7 +404,7 @@ class Store:
                     self.stats["bytes_out"] += len(c)
                     yield c
 
-            obs.put(self.client(), relpath, counted(), chunk_size=CHUNK, max_concurrency=8)
+            obs.put(client, relpath, counted(), chunk_size=CHUNK, max_concurrency=8)
             self.stats["put"] += 1
 
         self.call("write", relpath, put)
@@ -388,9 +412,10 @@ class Store:
     def put_bytes(self, relpath: str, data: bytes) -> None:
         """Upload ``data`` as ``relpath`` in one request (the manifest: the commit)."""
         obs = require("obstore", EXTRA)
+        client = self._unsigned("an upload")
 
         def put() -> None:
-            obs.put(self.client(), relpath, data, use_multipart=False)
+            obs.put(client, relpath, data, use_multipart=False)
             self._count("put", "bytes_out", len(data))
 
         self.call("write", relpath, put)
@@ -410,16 +435,18 @@ class Store:
     def delete(self, relpath: str) -> None:
         """Delete ``relpath`` (no error if it does not exist)."""
         obs = require("obstore", EXTRA)
+        client = self._unsigned("a delete")
         with contextlib.suppress(DatasetNotFoundError):
-            self.call("delete", relpath, lambda: obs.delete(self.client(), relpath))
+            self.call("delete", relpath, lambda: obs.delete(client, relpath))
 
     def list(self, relprefix: str = "") -> list[str]:
         """The keys under ``relprefix``, relative to the dataset URL."""
         obs = require("obstore", EXTRA)
+        client = self._unsigned("a listing")
 
         def ls() -> list[str]:
             out: list[str] = []
-            for batch in obs.list(self.client(), relprefix or None):
+            for batch in obs.list(client, relprefix or None):
                 out.extend(m["path"] for m in batch)
             return out
 
