@@ -62,6 +62,7 @@ FOLDED = [
     "loader/test_loader_limits.py",
     "loader/test_loader_errors_and_arguments.py",
     "loader/test_finish_arguments.py",
+    "loader/test_dataloader_skip.py",
     "test_batch.py",
     "test_errors.py",
     "sources/test_sources_unusual_inputs.py",
