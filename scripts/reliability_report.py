@@ -51,6 +51,7 @@ OTHER = [
     "image/test_augment_edges.py",
     "sources/test_converters_hostile.py",
     "sources/test_converters_edges.py",
+    "sources/test_arrow_table_hostile.py",
     "reader/test_descriptors.py",
     "order/test_order_state_checks.py",
 ]
