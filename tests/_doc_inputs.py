@@ -144,6 +144,7 @@ def convert(folder: Path) -> dict[str, Any]:
         "y": y,
         "my_dataset": _Squares(),
         "samples": _samples,
+        "pa": pa,
         "dask_x": dask.array.from_array(x, chunks=32),
         "dask_y": dask.array.from_array(y, chunks=32),
         "build": lambda: {"tokens": [np.arange(i + 1) for i in range(10)]},

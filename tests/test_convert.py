@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import h5py
 import numpy as np
 import pytest
@@ -60,7 +62,7 @@ def test_detects_objects(tmp_path):
     assert isinstance(open_source({"x": X}), MemorySource)
     assert isinstance(open_source(TensorDataset(torch.zeros(3))), TorchSource)
     assert isinstance(open_source(iter([{"x": 1}])), IterableSource)
-    with pytest.raises(SourceError, match="cannot convert a int"):
+    with pytest.raises(SourceError, match=r"cannot convert a int: .* a pyarrow Table"):
         open_source(3)
 
 
@@ -201,3 +203,72 @@ def test_part_size_splits_and_is_refused_where_parts_are_given(tmp_path):
         chute.convert({"x": dask.from_array(np.arange(10))}, tmp_path / "d.chute", part_size=4)
     with pytest.raises(ArgumentError, match="one part per file"):
         chute.convert("a.parquet", tmp_path / "p.chute", part_size=4, processes=2)
+
+
+def _table() -> Any:
+    pa = pytest.importorskip("pyarrow")
+    n = 9
+    inner = pa.array([{"b": f"é{i}" * (i % 3), "c": [i] * (i % 4)} for i in range(n)])
+    meta = pa.StructArray.from_arrays([pa.array(range(n), pa.int16()), inner], ["a", "inner"])
+    return pa.table(
+        {
+            "meta": meta,  # nested struct: meta/a, meta/inner/b, meta/inner/c
+            "tokens": pa.array([list(range(i)) for i in range(n)], pa.list_(pa.int32())),
+            "text": [f"row {i} ✓" if i % 2 else "" for i in range(n)],
+            "big": pa.array([2**64 - 1 - i for i in range(n)], pa.uint64()),
+            "wide": pa.array([(-(2**63), 2**63 - 1)[i % 2] for i in range(n)], pa.int64()),
+        }
+    )
+
+
+def _rows(ds: chute.Dataset) -> list[dict[str, Any]]:
+    return [
+        {k: v if isinstance(v, str) else v.tolist() for k, v in ds[i].items()}
+        for i in range(len(ds))
+    ]
+
+
+def _expected(table: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "meta/a": r["meta"]["a"],
+            "meta/inner/b": r["meta"]["inner"]["b"],
+            "meta/inner/c": r["meta"]["inner"]["c"],
+            "tokens": r["tokens"],
+            "text": r["text"],
+            "big": r["big"],
+            "wide": r["wide"],
+        }
+        for r in table.to_pylist()
+    ]
+
+
+def test_a_pyarrow_table_converts_as_a_parquet_file_does(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = _table()
+    chunked = pa.concat_tables([table.slice(0, 4), table.slice(4)])  # two chunks
+    assert type(open_source(chunked)).__name__ == "ArrowTableSource"
+    out = chute.convert(chunked, tmp_path / "t.chute", progress=False, batch_bytes=64)
+    ds = chute.open(out)
+    assert ds.schema["big"].dtype == "uint64" and ds.schema["wide"].dtype == "int64"
+    assert ds.schema["meta/a"].dtype == "int16"
+    assert _rows(ds) == _expected(table)
+    pq.write_table(table, tmp_path / "t.parquet")  # the same fields and values as from a file
+    from_file = chute.open(chute.convert(tmp_path / "t.parquet", tmp_path / "p.chute"))
+    assert from_file.schema == ds.schema and _rows(from_file) == _rows(ds)
+
+
+def test_a_pyarrow_record_batch_and_options(tmp_path):
+    table = _table()
+    (rb,) = table.combine_chunks().to_batches()
+    out = chute.convert(
+        rb, tmp_path / "rb.chute", {"text": "t", "meta/inner/b": "b"}, progress=False
+    )
+    assert _rows(chute.open(out)) == [
+        {"t": r["text"], "b": r["meta/inner/b"]} for r in _expected(table)
+    ]
+    with pytest.raises(ArgumentError, match=r"<pyarrow.Table>: option\(s\) \['bogus'\]"):
+        chute.convert(table, tmp_path / "x.chute", bogus=1)
+    with pytest.raises(ArgumentError, match="not a pyarrow Table"):
+        chute.convert(table, tmp_path / "x.chute", processes=2)

@@ -38,6 +38,7 @@ from .sources.jsonl import JsonlSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.parquet import ParquetSource
 from .sources.processes import convert_in_processes
+from .sources.table import ArrowTableSource, is_arrow_table
 from .sources.torch import TorchSource
 from .sources.webdataset import WebDatasetSource
 from .sources.write import write_source
@@ -66,7 +67,8 @@ MULTI_FILE = ("parquet", "arrow", "jsonl", "csv", "webdataset")
 def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
     """The :class:`~chute.sources.base.Source` for ``src``, detected from its type or path.
 
-    An open h5py File / Group / Dataset or zarr Group / Array is read exactly like its path.
+    An open h5py File / Group / Dataset or zarr Group / Array is read exactly like its path,
+    a ``pyarrow.Table`` / ``RecordBatch`` like a Parquet file.
     ``options`` go to the source: ``batch_bytes`` and ``workers`` (reader threads) for
     arrays, ``split_compound`` for HDF5/npy compound dtypes, ``num_workers``, ``batch_size``
     and ``names`` for torch datasets and iterables.
@@ -93,6 +95,8 @@ def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
         return ZarrSource(src, fields, **options)
     if is_hf_object(src):
         return HFDatasetSource(src, fields, **options)
+    if is_arrow_table(src):
+        return _make(ArrowTableSource, src, fields, options, f"<pyarrow.{type(src).__name__}>")
     if isinstance(src, Mapping):
         if any(isinstance(v, (list, tuple)) for v in src.values()):
             return ColumnsSource(src, fields, **options)  # typed by the writer, as chute.write
@@ -103,8 +107,8 @@ def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
     if isinstance(src, Iterable):
         return IterableSource(src, fields=fields, **options)
     raise SourceError(
-        f"cannot convert a {type(src).__name__}: pass a path, a dict of arrays, "
-        "a torch Dataset or an iterable of samples"
+        f"cannot convert a {type(src).__name__}: pass a path, a dict of arrays, a pyarrow "
+        "Table, a torch Dataset or an iterable of samples"
     )
 
 
@@ -148,15 +152,20 @@ def _pattern_source(text: str, fields: FieldsArg, **options: Any) -> Source:
     return _make(PATH_SOURCES[kind], files, fields, options)
 
 
-def _make(cls: type[Source], src: Any, fields: FieldsArg, options: dict[str, Any]) -> Source:
+def _make(
+    cls: type[Source], src: Any, fields: FieldsArg, options: dict[str, Any], name: str = ""
+) -> Source:
     """``cls(src, fields, **options)``; an option the source does not take is an
-    :class:`~chute.ArgumentError` naming it and those it takes (not a bare ``TypeError``)."""
+    :class:`~chute.ArgumentError` naming it (and ``src``, or ``name`` when given) and those it
+    takes (not a bare ``TypeError``)."""
     taken = _options(cls)
     wrong = sorted(set(options) - taken) if taken is not None else []
     if wrong:
+        assert taken is not None
+        given = {"self", "src", "path", "name", "arrays", "fields", "arrow_schema"}  # not options
         raise ArgumentError(
-            f"{src}: option(s) {wrong} do not apply to {cls.noun}; it takes "
-            f"{sorted(taken - {'self', 'src', 'path', 'name', 'arrays', 'fields'})}"  # type: ignore[operator]
+            f"{name or src}: option(s) {wrong} do not apply to {cls.noun}; it takes "
+            f"{sorted(taken - given)}"
         )
     return cls(src, fields, **options)  # type: ignore[call-arg]
 
@@ -206,7 +215,8 @@ def convert(
     ``src`` is a path (``.npy``, ``.npz``, a folder of ``.npy``, HDF5, Zarr v2/v3 folder or
     zip, an image folder, Parquet, Arrow IPC / Feather, JSONL, CSV, WebDataset ``.tar``
     shards, a ``datasets`` ``save_to_disk`` folder; several files as a glob or brace pattern:
-    see ``docs/convert.md``), a Hugging Face ``datasets.Dataset``, a dict of arrays (numpy,
+    see ``docs/convert.md``), a Hugging Face ``datasets.Dataset``, a ``pyarrow.Table`` or
+    ``RecordBatch`` (read as a Parquet file is), a dict of arrays (numpy,
     torch, or Dask: see :func:`chute.from_dask`), a map-style torch ``Dataset`` (see
     :func:`from_torch`) or an iterable of samples (see :func:`from_iterable`). From arrays,
     every array whose first axis has the most common length becomes a field (nested groups

@@ -4,6 +4,7 @@ waves, not noise), in the modes and encodings the codec must handle."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -61,3 +62,16 @@ def kinds() -> dict[str, bytes]:
         "palette_alpha_png": encode(pal, "PNG"),
         "gray_png": encode(rgb.convert("L"), "PNG"),
     }
+
+
+def corrupt_second_image(dst: Path) -> None:
+    """Overwrite the middle of image 1's bytes in dataset ``dst`` in place (the manifest's
+    checksum then disagrees, which only ``chute verify`` checks: reading must still fail
+    cleanly)."""
+    offsets = np.load(dst / "image.offsets.npy")
+    values = dst / "image.values.npy"
+    raw = bytearray(values.read_bytes())
+    header = len(raw) - int(offsets[-1])
+    a, b = int(offsets[1]), int(offsets[2])
+    raw[header + a + 2 : header + b] = b"\x00" * (b - a - 2)  # keeps the SOI marker
+    values.write_bytes(bytes(raw))

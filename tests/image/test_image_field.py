@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("simplejpeg")
 import torch
-from _image_files import jpeg, kinds, picture, pil_rgb
+from _image_files import corrupt_second_image, jpeg, kinds, picture, pil_rgb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageOps
@@ -167,18 +167,6 @@ def test_not_an_image_names_field_and_sample(tmp_path: Path) -> None:
     with pytest.raises(chute.SchemaError, match=r"field 'image', sample 0: .*PIL image"):
         chute.write(tmp_path / "e.chute", {"image": [1.5]}, schema={"image": chute.fields.Image()})
     assert not (tmp_path / "d.chute").exists()
-
-
-def corrupt_second_image(dst: Path) -> None:
-    """Overwrite the middle of image 1's bytes in place (the manifest's checksum then
-    disagrees, which only ``chute verify`` checks: reading must still fail cleanly)."""
-    offsets = np.load(dst / "image.offsets.npy")
-    values = dst / "image.values.npy"
-    raw = bytearray(values.read_bytes())
-    header = len(raw) - int(offsets[-1])
-    a, b = int(offsets[1]), int(offsets[2])
-    raw[header + a + 2 : header + b] = b"\x00" * (b - a - 2)  # keeps the SOI marker
-    values.write_bytes(bytes(raw))
 
 
 def test_corrupt_image_at_load_time_names_dataset_field_and_index(tmp_path: Path) -> None:

@@ -125,6 +125,28 @@ def test_chute_convert_detects_an_image_folder(tree: Path, tmp_path: Path) -> No
     assert set(ds.schema) == {"img", "y"} and ds.schema["img"] == chute.fields.Image(50)
 
 
+def test_the_opened_dataset_names_each_label_as_torchvisions_classes(
+    tree: Path, tmp_path: Path
+) -> None:
+    """``ds.metadata["classes"][label]`` is the sample's class folder, as torchvision's
+    ``ImageFolder.classes[target]``, whatever the fields are called or opened."""
+    truncate(tree)  # a skipped file shifts no label
+    out = chute.convert(
+        tree,
+        tmp_path / "c.chute",
+        {"image": "img", "label": "y", "path": "path"},
+        progress=False,
+        on_error="skip",
+        metadata={"source": "mine"},
+    )
+    for ds in (chute.open(out), chute.open(out, fields=["y"]).to_memory()):
+        classes, class_to_idx = ds.metadata["classes"], ds.metadata["class_to_idx"]
+        assert classes == ["bird", "cat", "dog"] and ds.metadata["source"] == "mine"
+        assert class_to_idx == {c: k for k, c in enumerate(classes)}
+        paths = chute.open(out)[0 : len(ds)]["path"]
+        assert [classes[int(y)] for y in ds[0 : len(ds)]["y"]] == [p.split("/")[0] for p in paths]
+
+
 def test_source_kind(tree: Path, tmp_path: Path) -> None:
     from chute.convert import source_kind
     from chute.sources.images import ImageFolderSource

@@ -135,8 +135,9 @@ def test_bad_decode_arguments(images: Path) -> None:
         chute.Loader(ds, 4, decode={"img": OPS})
     with pytest.raises(chute.ArgumentError, match="exactly one"):
         chute.Loader(ds, 4, decode={"image": [chute.RandomHorizontalFlip()]})
-    with pytest.raises(chute.ArgumentValueError, match="batch_transform"):
-        chute.dataloader(ds, 4, decode={"image": OPS}, sample_transform=lambda s: s)
+    on_device = {"image": chute.CenterCrop(32, device="cpu")}
+    with pytest.raises(chute.ArgumentValueError, match=r"\['image'\] are decoded by chute.to_dev"):
+        chute.dataloader(ds, 4, decode=on_device, sample_transform=lambda s: s)
 
 
 def test_corrupt_image_in_the_loader_names_field_and_index(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ sampler that sends those indices is ``chute/loader/samplers.py``'s. See the NOTE
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -28,16 +28,30 @@ def as_is(batch: Any) -> Any:
     return batch
 
 
+class Reported(NamedTuple):
+    """A batch with the samples its worker found corrupt and replaced since its last batch
+    (``on_error="skip"``): ``(dataset index, warning)`` pairs, which the main process warns
+    about once each and counts (:attr:`ChuteDataLoader.skipped
+    <chute.loader.dataloader.ChuteDataLoader.skipped>`). A named tuple, so torch's pin-memory
+    thread pins the batch inside it."""
+
+    batch: Any
+    skipped: list[tuple[int, str]]
+
+
 class BatchDataset(torch.utils.data.Dataset):
     """Map-style view of a chute Dataset whose ``__getitems__`` returns a whole batch.
 
     Without ``sample_transform`` (and ``collate_fn``) a batch is one ``ds.gather(indices,
     pad=pad)``.
-    With them, the batch is still gathered once and split into its samples (each as ``ds[i]``
-    returns it: fresh, writable tensors, ``str`` for strings, decoded images), each goes
-    through ``sample_transform`` and the list is merged by ``collate_fn`` (default: torch's
+    With them, the batch is still gathered once (a ``decode=`` view decodes its images
+    there, the whole batch at once) and split into its samples (each as ``ds[i]`` returns
+    it: fresh, writable tensors, ``str`` for strings, decoded images), each goes through
+    ``sample_transform`` and the list is merged by ``collate_fn`` (default: torch's
     ``default_collate``). ``batch_transform`` then runs on the batch. All of it runs in the
     worker process; under spawn the callables must be picklable (defined at module level).
+    ``skipped``: the ``decode=`` view's record of samples it replaced (``on_error="skip"``),
+    sent with the batch that found them (:class:`Reported`).
     """
 
     def __init__(
@@ -47,6 +61,7 @@ class BatchDataset(torch.utils.data.Dataset):
         batch_transform: Callable[[Any], Any] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         pad: float | int | None = None,
+        skipped: Mapping[int, str] | None = None,
     ) -> None:
         for name, fn in (
             ("sample_transform", sample_transform),
@@ -68,6 +83,8 @@ class BatchDataset(torch.utils.data.Dataset):
         self.collate_fn = collate_fn
         self.pad = pad
         self.handoff: Handoff | None = None  # set by the DataLoader for its worker processes
+        self.skipped = skipped
+        self._sent: set[int] = set()  # the indices of ``skipped`` this process reported
         self._rows: dict[str, tuple[torch.dtype, tuple[int, ...]]] | None = None
 
     def __len__(self) -> int:
@@ -130,9 +147,19 @@ class BatchDataset(torch.utils.data.Dataset):
                 f"chute.dataloader failed on the batch of samples {head(indices)}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        if handoff is None:
-            return batch
-        return handoff.pack(batch, worker)  # chute/loader/handoff.py
+        if handoff is not None:
+            batch = handoff.pack(batch, worker)  # chute/loader/handoff.py
+        new = self._newly_skipped()
+        return Reported(batch, new) if new else batch
+
+    def _newly_skipped(self) -> list[tuple[int, str]]:
+        """The entries of ``skipped`` that this process has not reported yet."""
+        skipped = self.skipped
+        if skipped is None or len(skipped) == len(self._sent):  # the usual case: none
+            return []
+        new = [(i, why) for i, why in list(skipped.items()) if i not in self._sent]
+        self._sent.update(i for i, _ in new)
+        return new
 
     def _fixed(self, ds: Gatherable, b: int) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
         """Dtype and shape of a batch of ``b`` samples of each fixed-shape field of ``ds``."""

@@ -7,12 +7,12 @@ NOTE (what crosses the process boundary, memory, state)
 
     Batches, not samples. The batch sampler yields one int64 index array per batch from
     :meth:`Order.plan() <chute.order.Order.plan>`; the DataLoader sends it to a worker, whose
-    :meth:`BatchDataset.__getitems__` does one ``ds.gather(idx)`` (or, with a
-    ``sample_transform``, transforms each sample and collates them) and then the
-    ``batch_transform``. The batch crosses the process boundary through shared-memory slots
-    that each worker allocates once and reuses (the protocol is the NOTE in
-    ``chute/loader/handoff.py``), and is copied out of them on arrival; the DataLoader's
-    ``collate_fn`` is the identity.
+    :meth:`BatchDataset.__getitems__` does one ``ds.gather(idx)``, which decodes the
+    ``decode=`` images of the whole batch at once (then, with a ``sample_transform``, splits
+    the batch, transforms each sample and collates them), and then the ``batch_transform``.
+    The batch crosses the process boundary through shared-memory slots that each worker
+    allocates once and reuses (the protocol is the NOTE in ``chute/loader/handoff.py``), and
+    is copied out of them on arrival; the DataLoader's ``collate_fn`` is the identity.
 
     Memory. The Dataset pickles as its path, so a spawned worker maps the files itself and a
     forked one inherits the maps; reads go through the OS page cache, which every process
@@ -44,6 +44,9 @@ NOTE (what crosses the process boundary, memory, state)
     starts new ones, also with ``persistent_workers``), not when torch's iterator is collected,
     which the traceback's reference cycle delays to a later gc, possibly inside the next
     DataLoader's forked workers ("Exception ignored ... can only test a child process").
+    With ``on_error="skip"`` a worker does not warn about the samples it replaced: it sends
+    them with the batch (:class:`~chute.loader.batch_dataset.Reported`), and the main process
+    warns once per sample and counts it (:attr:`ChuteDataLoader.skipped`).
 
 NOTE (a dead worker, Ctrl-C)
 
@@ -71,6 +74,7 @@ import functools
 import inspect
 import signal
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -88,8 +92,8 @@ from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.remote import needs_spawn, refuse_fork
 from ..reader.subset import loadable
 from ..reader.truncate import Truncated
-from .batch_dataset import BatchDataset, as_is
-from .decode import with_decode
+from .batch_dataset import BatchDataset, Reported, as_is
+from .decode import Decoded, with_decode
 from .finish import with_finish
 from .handoff import Handoff
 from .passes import OnePass, make_order, unknown_keywords
@@ -115,6 +119,7 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
         self.order = order
         self.batches = dataset
         self._own_pass = False  # iter() is starting torch's iterator
+        self._skipped: dict[int, str] = {}  # on_error="skip": what the workers reported
         # index arrays, not lists (__getitems__ takes both); with the epoch for a chute.Mix
         ds = dataset.dataset
         with_epoch = isinstance(ds, PerEpoch)
@@ -133,6 +138,22 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
         object.__setattr__(self, "sampler", sampler)  # torch's default one is unused
 
     _name = "DataLoader"
+
+    @property
+    def skipped(self) -> int:
+        """How many distinct samples were replaced so far because their image did not decode
+        (``on_error="skip"``; 0 otherwise), as batches holding them were received: from every
+        worker process and pass of this DataLoader, each sample counted once, as
+        :attr:`LoaderStats.skipped <chute.LoaderStats.skipped>`."""
+        return len(self._skipped)
+
+    def _report(self, got: Reported) -> Any:
+        """The batch of ``got``; each sample it newly reports replaced is warned about once."""
+        for i, message in got.skipped:
+            if i not in self._skipped:
+                self._skipped[i] = message
+                warnings.warn(message, stacklevel=3)  # the user's loop, above __next__
+        return got.batch
 
     def __iter__(self) -> _Consumed:  # type: ignore[override]
         self._end_active("iter() was called on the DataLoader again")
@@ -225,6 +246,8 @@ class _Consumed:
             raise WorkerError(death_message(dead, exc)) from exc
         next(self._progress)  # record the batch as consumed
         self._handed += 1
+        if type(batch) is Reported:  # samples replaced (on_error="skip")
+            return self._loader._report(batch)
         return batch
 
 
@@ -258,6 +281,7 @@ def dataloader(
     dtype: Any = None,
     pad_to: int | None = None,
     pad_multiple: int | None = None,
+    on_error: str = "raise",
     **dataloader_kwargs: Any,
 ) -> ChuteDataLoader:
     """A real ``torch.utils.data.DataLoader`` over chute dataset ``ds``, one gather per batch.
@@ -278,8 +302,16 @@ def dataloader(
     :class:`~chute.errors.ArgumentError` listing the valid ones. ``ds`` may also be a
     ``torch.utils.data.Subset`` of a chute Dataset (nested ones too; ``random_split``'s
     halves): only its samples are read, in an order over ``len(subset)``, as in ``Loader``.
-    ``decode``: image fields decoded per batch in the workers, as in ``Loader`` (not with
-    ``sample_transform``: use ``batch_transform``). ``max_length`` and ``batch_tokens``: as in
+    ``decode``: image fields decoded per batch in the workers, as in ``Loader``, the whole
+    batch at once; with ``sample_transform`` the decoded batch is then split into samples,
+    each as ``ds[i]`` returns it with ``decode`` applied (an image a uint8 ``(3, H, W)``
+    tensor: ``sample["image"].permute(1, 2, 0).numpy()`` is the ``(H, W, 3)`` array that
+    albumentations and OpenCV take, a view), which the function may return as tensors or
+    numpy arrays (``default_collate`` stacks either). The decoded pixels stay a pure function
+    of (seed, epoch, sample index); see ``docs/vision.md``. ``on_error="skip"`` (with
+    ``decode``): a sample whose image does not decode is replaced by the next good sample of
+    its batch, warned about once in the main process and counted in
+    :attr:`ChuteDataLoader.skipped`, as in ``Loader``. ``max_length`` and ``batch_tokens``: as in
     ``Loader``, Ragged fields cut to their first ``max_length`` rows, and batches of a varying
     number of samples (at most ``batch_size``) within a padded token budget
     (:class:`~chute.order.by_tokens.BatchByTokens`: equal steps across ranks, exact resume;
@@ -294,7 +326,8 @@ def dataloader(
     """
     plain = loadable(ds, "dataloader")
     base = plain if max_length is None else Truncated(plain, max_length)
-    decoded = with_decode(base, decode, seed)  # chute/loader/decode.py
+    # chute/loader/decode.py; the main process warns about the samples it skips
+    decoded = with_decode(base, decode, seed, on_error, warn=False)
     ds = with_finish(decoded, dtype, pad, pad_to, pad_multiple, "chute.dataloader")  # finish.py
     torch_keywords = _torch_keywords()
     unknown = [k for k in dataloader_kwargs if k not in torch_keywords and k not in _OWN]
@@ -302,9 +335,12 @@ def dataloader(
         chute_keywords = [k for k in inspect.signature(dataloader).parameters if k != "ds"]
         valid = [k for k in chute_keywords if k != "dataloader_kwargs"] + sorted(torch_keywords)
         raise unknown_keywords("chute.dataloader", unknown, valid)
-    if decode is not None and sample_transform is not None:
+    split = sample_transform is not None or "collate_fn" in dataloader_kwargs
+    if split and isinstance(decoded, Decoded) and decoded.on_device:
         raise ArgumentValueError(
-            "decode= decodes whole batches: use batch_transform= with it, not sample_transform="
+            f"decode= fields {sorted(decoded.on_device)} are decoded by chute.to_device, after "
+            "the batch arrives: a sample_transform or collate_fn cannot see their pixels; "
+            "decode them in the workers (no device=), or use batch_transform="
         )
     clash = sorted(k for k in dataloader_kwargs if k in _OWN)
     if clash:
@@ -343,6 +379,11 @@ def dataloader(
         dataloader_kwargs.setdefault("multiprocessing_context", "forkserver")
         refuse_fork(ds, dataloader_kwargs["multiprocessing_context"])
     dataset = BatchDataset(
-        ds, sample_transform, batch_transform, dataloader_kwargs.pop("collate_fn", None), pad
+        ds,
+        sample_transform,
+        batch_transform,
+        dataloader_kwargs.pop("collate_fn", None),
+        pad,
+        skipped=decoded.skipped if isinstance(decoded, Decoded) else None,
     )
     return ChuteDataLoader(dataset, order, num_workers=workers, **dataloader_kwargs)

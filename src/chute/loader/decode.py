@@ -88,13 +88,17 @@ class Decoded(ReadsBatches):
         seed: int,
         epoch: int = 0,
         on_error: str = "raise",
+        warn: bool = True,
     ):
         if on_error not in ("raise", "skip"):
             raise ArgumentError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         self.on_error = on_error
-        # Dataset indices whose image failed to decode (on_error="skip"); shared by the
-        # shallow copies the loaders take (at_epoch, with_split); set.add is atomic.
-        self.skipped: set[int] = set()
+        # Dataset indices whose image failed to decode (on_error="skip"), each with its
+        # warning; shared by the shallow copies the loaders take (at_epoch, with_split); a
+        # dict's item assignment is atomic. ``warn``: warn here, once per index (False: the
+        # reader of ``skipped`` reports them, as chute.dataloader's main process does).
+        self.skipped: dict[int, str] = {}
+        self.warn = warn
         if not isinstance(ops, Mapping) or not ops:
             raise ArgumentError(
                 "decode= takes a dict field -> decode ops, e.g. {'image': "
@@ -266,12 +270,13 @@ class Decoded(ReadsBatches):
             j = next((g for g in good if g > i), good[0])
             new[i] = idx[j]
             if int(idx[i]) not in self.skipped:
-                self.skipped.add(int(idx[i]))
-                warnings.warn(
+                message = (
                     f"{self._where(next(iter(self.ops)))}: sample {int(idx[i])} does not decode; "
-                    f"on_error='skip' replaced it by sample {int(idx[j])} (reported once)",
-                    stacklevel=2,
+                    f"on_error='skip' replaced it by sample {int(idx[j])} (reported once)"
                 )
+                self.skipped[int(idx[i])] = message
+                if self.warn:
+                    warnings.warn(message, stacklevel=2)
         return new
 
     def _follow(
@@ -399,15 +404,20 @@ class Decoded(ReadsBatches):
 
 
 def with_decode(
-    ds: Gatherable, decode: Mapping[str, Any] | None, seed: int, on_error: str = "raise"
+    ds: Gatherable,
+    decode: Mapping[str, Any] | None,
+    seed: int,
+    on_error: str = "raise",
+    warn: bool = True,
 ) -> Gatherable:
     """``ds`` decoding the fields of ``decode`` (None: ``ds`` itself); ``on_error="skip"``
-    replaces a sample whose image fails to decode by the next good one of its batch."""
+    replaces a sample whose image fails to decode by the next good one of its batch, and
+    warns once per sample (``warn=False``: only records it in the view's ``skipped``)."""
     if decode is None:
         if on_error != "raise":
             raise ArgumentError(f"on_error={on_error!r} applies to decode=; no field is decoded")
         return ds
-    return Decoded(ds, decode, seed, on_error=on_error)
+    return Decoded(ds, decode, seed, on_error=on_error, warn=warn)
 
 
 FIRST_SPLIT = min(4, os.cpu_count() or 1)  # threads that decode a pass's first batch

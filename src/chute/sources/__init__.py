@@ -3,8 +3,9 @@
 ``base`` holds the contract (:class:`Source`: batches in sample order) and the machinery
 shared by array sources (field picking, length checks, chunk-aligned ranges, read-ahead).
 Optional dependencies (h5py, zarr, dask, pyarrow, datasets) are imported only when their
-source is used. Tables (Parquet, Arrow IPC, Hugging Face, JSONL, CSV) share ``arrow``: their
-schema comes from the Arrow types; ``webdataset`` reads ``.tar`` shards with ``tarfile``.
+source is used. Tables (Parquet, Arrow IPC, Hugging Face, JSONL, CSV, an in-memory pyarrow
+Table) share ``arrow``: their schema comes from the Arrow types; ``webdataset`` reads ``.tar``
+shards with ``tarfile``.
 """
 
 from .arrow import ArrowSource
@@ -17,6 +18,7 @@ from .iterable import IterableSource
 from .jsonl import JsonlSource
 from .npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .parquet import ParquetSource
+from .table import ArrowTableSource
 from .torch import TorchSource
 from .webdataset import WebDatasetSource
 from .zarr import ZarrSource
@@ -25,6 +27,7 @@ __all__ = [
     "ArraySource",
     "ArrowFileSource",
     "ArrowSource",
+    "ArrowTableSource",
     "CsvSource",
     "HDF5Source",
     "HFDatasetSource",
