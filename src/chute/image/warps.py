@@ -73,15 +73,16 @@ def move_images(x: np.ndarray, rows: np.ndarray, name: str, mag: np.ndarray) -> 
 
 
 def move_planes(x: np.ndarray, rows: np.ndarray, name: str, mag: np.ndarray, fill: int) -> None:
-    """Warp samples ``rows`` of ``x`` (B, H, W), any integer dtype, in place by ``name`` at
-    ``mag`` (one per row), through the index the image uses; uncovered pixels become
-    ``fill``. Values are copied, never mixed."""
-    h, w = x.shape[-2:]
-    which, index = warp_index(name, mag, h, w)
-    tail = np.array([fill], dtype=x.dtype)
-    for j, r in enumerate(np.asarray(rows).tolist()):
-        src = np.concatenate([x[r].reshape(-1), tail])
-        x[r] = src[index[which[j]]].reshape(h, w)
+    """Warp samples ``rows`` of the C-contiguous ``x`` (B, H, W), any integer dtype that
+    holds ``fill``, in place by ``name`` at ``mag`` (one per row), through the index the
+    image uses; uncovered pixels become ``fill``. Values are copied, never mixed."""
+    if x.ndim != 3 or not x.flags.c_contiguous or x.dtype.kind not in "iu":
+        raise ArgumentError(
+            f"move_planes: x must be a C-contiguous integer (B, H, W) batch, got {x.dtype} "
+            f"{x.shape}"
+        )
+    which, index = warp_index(name, mag, *x.shape[-2:])
+    load("warp").gather_planes(x, np.asarray(rows, np.int64), which, index, fill)
 
 
 def forward(name: str, mag: np.ndarray, h: int, w: int) -> np.ndarray:
