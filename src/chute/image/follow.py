@@ -37,6 +37,7 @@ __all__ = [
     "Follow",
     "Geometry",
     "View",
+    "check_fill",
     "check_followable",
     "follow_warps",
     "geometry",
@@ -130,6 +131,20 @@ def check_followable(ops: Sequence[Any], what: str) -> None:
                 f"image move with it (its 'moves' is not one of {MOVES}); a mask, box or "
                 "keypoint would be left behind. Drop the tied field or the op"
             )
+
+
+def check_fill(fill: int, kind: str, dtype: str, what: str) -> None:
+    """Refuse (:class:`~chute.ArgumentError`) a :class:`Follow` ``fill`` that a follower of
+    ``kind`` ("mask" or "image") and ``dtype`` cannot take."""
+    if kind == "image" and fill != 0:
+        raise ArgumentError(
+            f"{what}: fill={fill} is for a mask; an image follower is filled with 0, as its leader"
+        )
+    if kind == "mask" and not np.iinfo(dtype).min <= fill <= np.iinfo(dtype).max:
+        raise ArgumentError(
+            f"{what}: fill={fill} does not fit the mask's {dtype} class ids; give a fill in "
+            f"[{np.iinfo(dtype).min}, {np.iinfo(dtype).max}]"
+        )
 
 
 def _warping(ops: Sequence[Any]) -> list[tuple[int, Any]]:

@@ -58,6 +58,7 @@ from ..image.follow import (
     Follow,
     Geometry,
     View,
+    check_fill,
     check_followable,
     follow_warps,
     geometry,
@@ -190,17 +191,7 @@ class Decoded(ReadsBatches):
             return fmt.Tensor((geometry_width(leader),), "float64")
         self._check_image(name, what, ("image", "mask"))
         f = self.dataset.schema[name]
-        if f.kind == "image" and tie.fill != 0:
-            raise ArgumentError(
-                f"decode={{{name!r}: {what}}}: fill={tie.fill} is for a mask; an image "
-                "follower is filled with 0, as its leader"
-            )
-        if f.kind == "mask" and not np.iinfo(f.dtype).min <= tie.fill <= np.iinfo(f.dtype).max:
-            raise ArgumentError(
-                f"decode={{{name!r}: {what}}}: fill={tie.fill} does not fit the mask's "
-                f"{f.dtype} class ids; give a fill in [{np.iinfo(f.dtype).min}, "
-                f"{np.iinfo(f.dtype).max}]"
-            )
+        check_fill(tie.fill, f.kind, f.dtype, f"decode={{{name!r}: {what}}}")
         return fmt.Tensor((h, w), f.dtype) if f.kind == "mask" else fmt.Tensor((3, h, w), "uint8")
 
     def _here(self, name: str) -> bool:
