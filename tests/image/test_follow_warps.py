@@ -311,3 +311,14 @@ def test_an_op_that_does_not_say_how_followers_move_is_refused(data: Path) -> No
         with pytest.raises(chute.ArgumentError, match=r"Wobble.*left behind"):
             chute.Loader(ds, 4, decode={"image": [RRC, Wobble()], name: tie})
     next(iter(chute.Loader(ds, 4, decode={"image": [RRC, Wobble(0.1)]})))  # alone: no follower
+
+
+@pytest.mark.parametrize("mix", [chute.MixUp(N), chute.CutMix(N)], ids=lambda m: type(m).__name__)
+def test_mixing_a_batch_with_a_mask_is_refused(data: Path, mix: Any) -> None:
+    """MixUp / CutMix move image pixels between samples and cannot mix class ids: a mask
+    that follows the image is refused, naming it (v2 refuses masks too)."""
+    ds = chute.open(data)
+    decode = {"image": [RRC], "mask": chute.Follow("image")}
+    with pytest.raises(chute.ArgumentError, match=r"field 'mask' \(4, 24, 32\) is a mask"):
+        next(iter(chute.Loader(ds, 4, decode=decode, transform=mix)))
+    next(iter(chute.Loader(ds, 4, decode={"image": [RRC]}, transform=mix)))  # no mask: mixed
