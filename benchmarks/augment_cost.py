@@ -4,9 +4,13 @@ JPEGs (``_photos.py``) decoded with ``RandomResizedCrop(size)`` + flip by
 batch, both on one thread (``torch.set_num_threads(1)``, as in the loader's worker threads).
 
 Per-sample ops (``decode=`` lists) run through ``chute.image.augment.augment`` with every
-sample augmented (``p=1``, the worst case); MixUp / CutMix through their ``apply``. Each row is
-the best of ``--rounds`` (the machine is shared; the load average is printed) and its cost is
-``augment ms / decode ms`` of the same batch.
+sample augmented (``p=1``, the worst case); MixUp / CutMix through their ``apply``. The
+``follower`` rows are what a field tied to the image costs on top: a uint8 segmentation
+mask (``Follow("image", fill=255)``) and a second image (``Follow("image")``) moved by the
+warps RandAugment / TrivialAugmentWide drew for the image
+(``chute.image.follow.follow_warps``), and the ``Geometry`` row's affine matrices
+(``warp_matrices``). Each row is the best of ``--rounds`` (the machine is shared; the load
+average is printed) and its cost is ``augment ms / decode ms`` of the same batch.
 
     python benchmarks/augment_cost.py [--images 256] [--size 160] [--rounds 5] [--kornia]
         [--json benchmarks/results/augment_cost.json]
@@ -34,6 +38,7 @@ from _photos import photo_jpegs
 import chute
 from chute.image import decode_batch, jpeg_size
 from chute.image.augment import augment
+from chute.image.follow import follow_warps, warp_matrices
 
 COLUMNS = [
     ("name", "augmentation", "s"),
@@ -61,6 +66,17 @@ def augmentations() -> dict[str, Any]:
         "CutMix(10)": chute.CutMix(10),
     }
     return ops
+
+
+def followers() -> dict[str, tuple[Any, str]]:
+    """What follows the image through its warps: (the leader's augmentation, the follower)."""
+    return {
+        "RandAugment(2, 9): mask follower": (chute.RandAugment(2, 9), "mask"),
+        "RandAugment(2, 9): image follower": (chute.RandAugment(2, 9), "image"),
+        "RandAugment(2, 9): Geometry matrices": (chute.RandAugment(2, 9), "geometry"),
+        "TrivialAugmentWide(): mask follower": (chute.TrivialAugmentWide(), "mask"),
+        "TrivialAugmentWide(): image follower": (chute.TrivialAugmentWide(), "image"),
+    }
 
 
 def kornia_peers() -> dict[str, Any]:
@@ -109,6 +125,23 @@ class Batch:
         self.decoded = torch.from_numpy(out.copy())
         self.work = self.decoded.clone()
         self.labels = torch.from_numpy(self.idx % 10)
+        rng = np.random.default_rng(0)  # a segmentation mask of 21 classes, in blocks
+        blocks = rng.integers(0, 21, (images, size // 8, size // 8), dtype=np.uint8)
+        self.mask = np.ascontiguousarray(blocks.repeat(8, 1).repeat(8, 2))
+        self.mask_work = self.mask.copy()
+        self.size = (size, size)
+
+    def follow(self, op: Any, follower: str) -> None:
+        """The leader's ``op``'s warps applied to a fresh copy of a follower (a mask, an
+        image) or written as Geometry's matrices."""
+        if follower == "geometry":
+            warp_matrices([op], self.idx, 0, 0, self.size)
+        elif follower == "mask":
+            self.mask_work[...] = self.mask
+            follow_warps([op], self.mask_work, self.idx, 0, 0, 255)
+        else:
+            self.work.copy_(self.decoded)
+            follow_warps([op], self.work.numpy(), self.idx, 0, 0)
 
     def augment(self, op: Any) -> None:
         """``op`` on a fresh copy of the decoded batch (the copy is timed too: ~1%)."""
@@ -146,6 +179,11 @@ def main() -> None:
         if name in peers:
             k = timed(lambda aug=peers[name]: on_uint8(aug, batch.decoded), args.rounds)
             rows[-1].update(kornia_pct=100 * k / decode_s, kornia_x=k / s)
+        load.append(os.getloadavg()[0])
+    for name, (op, follower) in followers().items():
+        batch.follow(op, follower)  # compiles its kernels, if any
+        s = timed(lambda op=op, f=follower: batch.follow(op, f), args.rounds)
+        rows.append({"name": name, "ms": 1e3 * s, "cost_pct": 100 * s / decode_s})
         load.append(os.getloadavg()[0])
     print(table(rows, COLUMNS + (KORNIA_COLUMNS if peers else [])))
     print(

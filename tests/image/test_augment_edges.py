@@ -327,3 +327,61 @@ def test_every_bad_parameter_is_refused_when_built(cls: type, record_property: R
         outcomes.total(),
         outcomes,
     )
+
+
+def test_followers_that_warps_cannot_move_are_refused_when_configured(
+    tmp_path: Any, record_property: Record
+) -> None:
+    """A Follow fill that is no integer, that a mask's dtype cannot hold or that is given to
+    an image follower, and a leader op that does not say how followers move: refused when
+    the Follow or the Loader is made, never a mask silently left behind or wrapped around."""
+    pytest.importorskip("simplejpeg")
+    from _image_files import jpeg
+
+    dst = tmp_path / "seg.chute"
+    chute.write(
+        dst,
+        {
+            "image": [jpeg(20, 24, seed=i) for i in range(4)],
+            "copy": [jpeg(20, 24, seed=i) for i in range(4)],
+            "mask": [np.zeros((20, 24), np.uint8)] * 4,
+        },
+        schema={
+            "image": chute.fields.Image(),
+            "copy": chute.fields.Image(),
+            "mask": chute.fields.Mask(),
+        },
+    )
+    ds = chute.open(dst)
+    ops = [chute.RandomResizedCrop(16), chute.RandAugment(2, 20)]
+    outcomes: Counter = Counter()
+    for fill in (1.5, "255", True, None, np.float32(3)):
+        with pytest.raises(ArgumentError, match=r"Follow\('image'\): fill must be an integer"):
+            chute.Follow("image", fill=fill)  # type: ignore[arg-type]
+        outcomes["ArgumentError at Follow()"] += 1
+    for fill in (256, -1, 2**40):
+        with pytest.raises(ArgumentError, match=rf"fill={fill} does not fit the mask's uint8"):
+            chute.Loader(ds, 2, decode={"image": ops, "mask": chute.Follow("image", fill=fill)})
+        outcomes["ArgumentError at Loader()"] += 1
+    with pytest.raises(ArgumentError, match="an image follower is filled with 0"):
+        chute.Loader(ds, 2, decode={"image": ops, "copy": chute.Follow("image", fill=255)})
+    outcomes["ArgumentError at Loader()"] += 1
+
+    class Wobble(chute.ColorJitter):  # says nothing known of its followers
+        moves = "sideways"
+
+    with pytest.raises(ArgumentError, match="left behind"):
+        chute.Loader(ds, 2, decode={"image": [*ops, Wobble()], "mask": chute.Follow("image")})
+    outcomes["ArgumentError at Loader()"] += 1
+    batch = next(
+        iter(chute.Loader(ds, 4, decode={"image": ops, "mask": chute.Follow("image", 255)}))
+    )
+    assert batch["mask"].dtype == torch.uint8  # 255 fits: the warps fill with it
+    record(
+        record_property,
+        "image: followers a warp cannot move",
+        "Follow fills 1.5, '255', True, None, float32; 256, -1, 2**40 for a uint8 mask; 255 "
+        "for an image follower; a decode op whose 'moves' is unknown",
+        outcomes.total(),
+        outcomes,
+    )

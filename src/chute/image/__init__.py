@@ -8,9 +8,10 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
 - :mod:`.decode`: ``decode_batch``, ``decode_planned`` (``scaled_boxes``: where it decodes)
 - :mod:`.augment`: ``ColorJitter``, ``Grayscale``, ``GaussianBlur``, ``RandomErasing`` (in
   ``decode=`` lists); :mod:`.mixing`: ``MixUp``, ``CutMix`` (``transform=``)
-- :mod:`.randaugment`: ``RandAugment``, ``TrivialAugmentWide`` (in ``decode=`` lists)
-- :mod:`.follow`: ``Follow``, ``Geometry`` (fields tied to an image's crop; masks by
-  nearest), ``View`` (the image decoded again with ops of its own: multi-crop)
+- :mod:`.randaugment`: ``RandAugment``, ``TrivialAugmentWide`` (in ``decode=`` lists);
+  :mod:`.warps`: their shears, translations and rotations, for the image and its followers
+- :mod:`.follow`: ``Follow``, ``Geometry`` (fields tied to an image's crop, flip and
+  warps; masks by nearest), ``View`` (the image decoded again with ops of its own: multi-crop)
 - :mod:`.kernels`: the compiled per-pixel kernels of the augmentations (numba), which check
   no index; :mod:`.checks` checks what reaches them
 - :mod:`.boxes`: ``transform_boxes``, ``transform_points`` (into a decoded image's frame)

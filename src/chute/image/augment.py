@@ -70,6 +70,7 @@ class ColorJitter:
     saturation: float = 0.0
     hue: float = 0.0
     draws = 4
+    moves = "none"  # followers stay as they are (chute.image.ops.DECODE_OPS)
 
     def __post_init__(self) -> None:
         _range("brightness", self.brightness, 1.0)
@@ -100,6 +101,7 @@ class Grayscale:
 
     p: float = 0.1
     draws = 1
+    moves = "none"  # followers stay as they are (chute.image.ops.DECODE_OPS)
 
     def __post_init__(self) -> None:
         probability("Grayscale", "p", self.p)
@@ -127,6 +129,7 @@ class GaussianBlur:
     sigma: tuple[float, float] = (0.1, 2.0)
     p: float = 1.0
     draws = 2
+    moves = "none"  # followers stay as they are (chute.image.ops.DECODE_OPS)
 
     def __post_init__(self) -> None:
         k = integer("GaussianBlur", "kernel_size", self.kernel_size, 1, _MAX_KERNEL)
@@ -161,6 +164,7 @@ class RandomErasing:
     ratio: tuple[float, float] = (0.3, 3.3)
     value: float = 0.0
     draws = 41  # apply?, then 10 tries x (area, log-ratio, top, left)
+    moves = "none"  # followers stay as they are (chute.image.ops.DECODE_OPS)
 
     def __post_init__(self) -> None:
         probability("RandomErasing", "p", self.p)

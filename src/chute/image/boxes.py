@@ -1,10 +1,16 @@
-"""Boxes and keypoints mapped into a decoded image's frame, from the per-sample plan a
-:class:`chute.Geometry` field carries (crop box in stored pixels, output size, flip).
+"""Boxes and keypoints mapped into a decoded image's frame, from what a
+:class:`chute.Geometry` field carries per sample: the plan (crop box in stored pixels,
+output size, flip), then the affine map of each warp round (RandAugment's shears,
+translations and rotations; :mod:`chute.image.warps`).
 
-The semantics are torchvision.transforms.v2's for ``tv_tensors.BoundingBoxes`` under
-crop -> resize -> horizontal flip: boxes are shifted into the crop and clipped to it, scaled
-to the output size, mirrored (``x -> W' - x``); ``valid`` is what
-``SanitizeBoundingBoxes(min_size)`` keeps (both sides at least ``min_size`` output pixels).
+The semantics are torchvision.transforms.v2's for ``tv_tensors.BoundingBoxes`` and
+``tv_tensors.KeyPoints`` under crop -> resize -> horizontal flip -> ``F.affine`` /
+``F.rotate`` per warp. Boxes (edges): shifted into the crop and clipped to it, scaled to the
+output size, mirrored (``x -> W' - x``); then per warp, the four corners mapped, the box
+enclosing them, clipped to the image. ``valid`` is what ``SanitizeBoundingBoxes(min_size)``
+keeps (both sides at least ``min_size`` output pixels). Keypoints (pixel centres): shifted,
+scaled, mirrored ``x -> W' - 1 - x``, mapped by each warp, never clipped; ``inside`` is
+whether they lie within ``[0, W' - 1] x [0, H' - 1]`` (v2's ``clamp_keypoints`` range).
 """
 
 from __future__ import annotations
@@ -20,16 +26,25 @@ __all__ = ["BOX_FORMATS", "transform_boxes", "transform_points"]
 BOX_FORMATS = ("xyxy", "xywh", "cxcywh")
 
 
-def _frame(params: Any, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The geometry columns, broadcast against ``like`` (..., k) along all but its last axis."""
+def _frame(params: Any, like: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The geometry columns, broadcast against ``like`` (..., k) along all but its last axis:
+    the 7 of the plan, and the 6 of each warp round."""
     p = torch.as_tensor(params, dtype=torch.float64)
-    if p.shape[-1] != 7:
+    if p.ndim == 0 or p.shape[-1] < 7 or (p.shape[-1] - 7) % 6:
         raise ArgumentError(
-            f"params must end in the 7 geometry columns, got shape {tuple(p.shape)}"
+            "params must be a chute.Geometry field: the 7 geometry columns, then 6 per warp "
+            f"round, got shape {tuple(p.shape)}"
         )
-    while p.ndim < like.ndim:  # (B, 7) against (B, K, 4): one params row per sample
+    while p.ndim < like.ndim:  # (B, C) against (B, K, 4): one params row per sample
         p = p.unsqueeze(-2)
-    return tuple(p[..., j : j + 1] for j in range(7))
+    cols = [p[..., j : j + 1] for j in range(p.shape[-1])]
+    return cols[:7], cols[7:]
+
+
+def _affine(x: torch.Tensor, y: torch.Tensor, m: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Points ``(x, y)`` through the forward affine map ``m`` (its 6 columns)."""
+    a, b, c, d, e, f = m
+    return a * x + b * y + c, d * x + e * y + f
 
 
 def _to_xyxy(b: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -52,7 +67,7 @@ def transform_boxes(
     boxes: Any, params: Any, format: str = "xyxy", min_size: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``boxes`` (..., 4) in stored pixels, mapped into the output frame of ``params`` (a
-    :class:`chute.Geometry` field: (7,) for one sample, (B, 7) for boxes (B, K, 4); for a
+    :class:`chute.Geometry` field: (C,) for one sample, (B, C) for boxes (B, K, 4); for a
     ragged batch of boxes repeat each row, ``params.repeat_interleave(counts, 0)``).
 
     Returns ``(boxes, valid)``: float64 boxes in ``format`` (``xyxy``, ``xywh`` or
@@ -64,27 +79,34 @@ def transform_boxes(
     b = torch.as_tensor(boxes, dtype=torch.float64)
     if b.ndim == 0 or b.shape[-1] != 4:
         raise ArgumentError(f"transform_boxes: boxes must be (..., 4), got {tuple(b.shape)}")
-    left, top, right, bottom, oh, ow, flip = _frame(params, b)
+    (left, top, right, bottom, oh, ow, flip), warps = _frame(params, b)
     xy = _to_xyxy(b, format)
     sx, sy = ow / (right - left), oh / (bottom - top)
     x = ((xy[..., 0::2] - left).clamp_min(0).minimum(right - left)) * sx
     y = ((xy[..., 1::2] - top).clamp_min(0).minimum(bottom - top)) * sy
     x = torch.where(flip > 0, (ow - x).flip(-1), x)
+    for r in range(0, len(warps), 6):  # each warp: the box enclosing its corners, clipped
+        cx, cy = _affine(x[..., [0, 1, 1, 0]], y[..., [0, 0, 1, 1]], warps[r : r + 6])
+        x = torch.stack([cx.amin(-1), cx.amax(-1)], -1).clamp_min(0).minimum(ow)
+        y = torch.stack([cy.amin(-1), cy.amax(-1)], -1).clamp_min(0).minimum(oh)
     out = torch.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], dim=-1)
     valid = ((out[..., 2] - out[..., 0]) >= min_size) & ((out[..., 3] - out[..., 1]) >= min_size)
     return _from_xyxy(out, format), valid
 
 
 def transform_points(points: Any, params: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keypoints ``(..., 2)`` ``(x, y)`` in stored pixels, mapped into the output frame of
-    ``params`` (as for :func:`transform_boxes`). Returns ``(points, inside)``: float64
-    points (not clipped) and a bool mask of those inside the output image."""
+    """Keypoints ``(..., 2)`` ``(x, y)`` in stored pixels (pixel centres at whole numbers),
+    mapped into the output frame of ``params`` (as for :func:`transform_boxes`); a flip maps
+    ``x`` to ``W' - 1 - x``, as v2. Returns ``(points, inside)``: float64 points (not
+    clipped) and a bool mask of those within ``[0, W' - 1] x [0, H' - 1]``."""
     pt = torch.as_tensor(points, dtype=torch.float64)
     if pt.ndim == 0 or pt.shape[-1] != 2:
         raise ArgumentError(f"transform_points: points must be (..., 2), got {tuple(pt.shape)}")
-    left, top, right, bottom, oh, ow, flip = _frame(params, pt)
+    (left, top, right, bottom, oh, ow, flip), warps = _frame(params, pt)
     x = (pt[..., :1] - left) * (ow / (right - left))
     y = (pt[..., 1:] - top) * (oh / (bottom - top))
-    x = torch.where(flip > 0, ow - x, x)
-    inside = ((x >= 0) & (x <= ow) & (y >= 0) & (y <= oh))[..., 0]
+    x = torch.where(flip > 0, ow - 1 - x, x)
+    for r in range(0, len(warps), 6):
+        x, y = _affine(x, y, warps[r : r + 6])
+    inside = ((x >= 0) & (x <= ow - 1) & (y >= 0) & (y <= oh - 1))[..., 0]
     return torch.cat([x, y], dim=-1), inside

@@ -69,6 +69,26 @@ class _Mixing(BatchTransform):
         if self.image == self.label:
             raise ArgumentValueError(f"{op}: image and label are one field, {self.image!r}")
 
+    def _no_mask(self, batch: Mapping[str, Any], img: torch.Tensor) -> None:
+        """Refuse a batch with a mask of the images (an integer ``(B, H, W)`` tensor, e.g. a
+        ``chute.Follow`` field): mixing moves image pixels it would leave behind
+        (torchvision v2's MixUp and CutMix refuse masks too)."""
+        if img.dim() != 4:
+            return
+        for k, v in batch.items():
+            if (
+                k != self.image
+                and isinstance(v, torch.Tensor)
+                and tuple(v.shape) == (len(img), *img.shape[-2:])
+                and not (v.dtype.is_floating_point or v.dtype.is_complex)
+            ):
+                op = type(self).__name__
+                raise ArgumentError(
+                    f"{op}: field {k!r} {tuple(v.shape)} is a mask of the images in "
+                    f"{self.image!r}; {op} mixes images and labels only and would leave it "
+                    "behind (torchvision v2 refuses masks too): drop the transform or the field"
+                )
+
     def _parts(
         self, batch: Mapping[str, Any], indices: np.ndarray, seed: int, epoch: int
     ) -> tuple[torch.Tensor, torch.Tensor, np.random.Generator]:
@@ -85,6 +105,7 @@ class _Mixing(BatchTransform):
                 f"{op}: field {self.image!r} must be a tensor of images with at least "
                 f"{self.dims} dimensions {self.shape}, got {got}"
             )
+        self._no_mask(batch, img)
         lab = torch.as_tensor(lab).reshape(-1)
         if lab.dtype.is_floating_point or lab.dtype.is_complex or lab.dtype == torch.bool:
             raise SchemaError(

@@ -30,6 +30,8 @@ from .checks import number, pair, probability
 from .draws import uniforms
 
 __all__ = [
+    "DECODE_OPS",
+    "MOVES",
     "CenterCrop",
     "DecodeOp",
     "Plan",
@@ -95,6 +97,7 @@ class RandomResizedCrop:
     device: str | None = None
     exact: bool = False
     draws = 40  # 10 tries x (area, log-ratio, top, left)
+    moves = "plan"  # see DECODE_OPS
 
     def __post_init__(self) -> None:
         _size2(self.size, "RandomResizedCrop")
@@ -147,6 +150,7 @@ class CenterCrop:
     device: str | None = None
     exact: bool = False
     draws = 0
+    moves = "plan"
 
     def __post_init__(self) -> None:
         _size2(self.size, "CenterCrop")
@@ -185,6 +189,7 @@ class Resize:
     device: str | None = None
     exact: bool = False
     draws = 0
+    moves = "plan"
 
     def __post_init__(self) -> None:
         _size2(self.size, "Resize")
@@ -205,6 +210,7 @@ class RandomHorizontalFlip:
 
     p: float = 0.5
     draws = 1
+    moves = "plan"
 
     def __post_init__(self) -> None:
         probability("RandomHorizontalFlip", "p", self.p)
@@ -215,13 +221,22 @@ class RandomHorizontalFlip:
 
 _GEOMETRIC = (RandomResizedCrop, CenterCrop, Resize)
 
+DECODE_OPS: tuple[type, ...] = (*_GEOMETRIC, RandomHorizontalFlip, *AUGMENTS)
+"""Every op class a ``decode=`` list takes. Each says, as its ``moves``, how the fields that
+follow its image (:mod:`chute.image.follow`) move with it: ``"plan"``, through the planned
+crop, resize and flip; ``"warp"``, by its own warps after decoding (``rounds`` names them per
+sample); ``"none"``, it moves no pixel (colour, blur, erasing)."""
+
+MOVES = ("plan", "warp", "none")
+"""The values of an op's ``moves`` (see :data:`DECODE_OPS`)."""
+
 
 def check_ops(ops: Any) -> tuple[Any, ...]:
     """``ops`` as a tuple (one op may be given alone), checked: one geometric op, flips, and
     the augmentations of :mod:`chute.image.augment` (applied after decoding)."""
     ops = tuple(ops) if isinstance(ops, (list, tuple)) else (ops,)
     geo = [op for op in ops if isinstance(op, _GEOMETRIC)]
-    other = [op for op in ops if not isinstance(op, (*_GEOMETRIC, RandomHorizontalFlip, *AUGMENTS))]
+    other = [op for op in ops if not isinstance(op, DECODE_OPS)]
     if other:
         raise ArgumentError(f"not an image decode op: {other[0]!r}")
     if len(geo) != 1:

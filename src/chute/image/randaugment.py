@@ -29,8 +29,9 @@ import torch
 from ..errors import ArgumentError, ArgumentValueError
 from .checks import check_batch, check_draws, check_rows, integer
 from .kernels import load
+from .warps import WARPS, move_images
 
-__all__ = ["OPS", "RandAugment", "TrivialAugmentWide", "magnitudes"]
+__all__ = ["OPS", "RandAugment", "Round", "TrivialAugmentWide", "magnitudes"]
 
 OPS = (
     "Identity",
@@ -74,6 +75,10 @@ def magnitudes(wide: bool, bins: int, height: int, width: int) -> np.ndarray:
     return np.stack([table.get(name, np.zeros(bins)) for name in OPS])
 
 
+Round = tuple[np.ndarray, np.ndarray]
+"""One round of a RandAugment: each sample's op number (into :data:`OPS`) and signed
+magnitude."""
+
 MAX_BINS = 1024
 """The most magnitude bins (torchvision's default is 31): each batch makes the
 ``(len(OPS), bins)`` table of :func:`magnitudes`."""
@@ -110,18 +115,32 @@ class RandAugment:
         _check_bins("RandAugment", self.num_magnitude_bins)
         integer("RandAugment", "magnitude", self.magnitude, 0, self.num_magnitude_bins - 1)
 
+    moves = "warp"  # its shears, translations and rotations move pixels after decoding
+
     @property
     def draws(self) -> int:
         return 2 * self.num_ops  # per round: the op, the sign
+
+    @property
+    def rounds_per_sample(self) -> int:
+        return self.num_ops
+
+    def rounds(self, u: np.ndarray, height: int, width: int) -> list[Round]:
+        """Each round's op numbers and signed magnitudes per sample, for draws ``u`` in an
+        output frame of ``height`` x ``width``."""
+        table = magnitudes(False, self.num_magnitude_bins, height, width)[:, self.magnitude]
+        out = []
+        for r in range(self.num_ops):
+            op = _pick(u[:, 2 * r], len(OPS))
+            out.append((op, table[op] * _sign(op, u[:, 2 * r + 1])))
+        return out
 
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
         """Augment the uint8 batch ``out`` (B, 3, H, W) in place; returns it."""
         if _check("RandAugment", out, u, self.draws):
             return out
-        table = magnitudes(False, self.num_magnitude_bins, *out.shape[-2:])[:, self.magnitude]
-        for r in range(self.num_ops):
-            op = _pick(u[:, 2 * r], len(OPS))
-            apply_ops(out, op, table[op] * _sign(op, u[:, 2 * r + 1]))
+        for op, mag in self.rounds(u, *out.shape[-2:]):
+            apply_ops(out, op, mag)
         return out
 
 
@@ -133,17 +152,25 @@ class TrivialAugmentWide:
 
     num_magnitude_bins: int = 31
     draws = 3  # the op, the bin, the sign
+    moves = "warp"
+    rounds_per_sample = 1
 
     def __post_init__(self) -> None:
         _check_bins("TrivialAugmentWide", self.num_magnitude_bins)
+
+    def rounds(self, u: np.ndarray, height: int, width: int) -> list[Round]:
+        """The op numbers and signed magnitudes per sample (one round), for draws ``u`` in an
+        output frame of ``height`` x ``width``."""
+        bins = self.num_magnitude_bins
+        op, b = _pick(u[:, 0], len(OPS)), _pick(u[:, 1], bins)
+        return [(op, magnitudes(True, bins, height, width)[op, b] * _sign(op, u[:, 2]))]
 
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
         """Augment the uint8 batch ``out`` (B, 3, H, W) in place; returns it."""
         if _check("TrivialAugmentWide", out, u, self.draws):
             return out
-        bins = self.num_magnitude_bins
-        op, b = _pick(u[:, 0], len(OPS)), _pick(u[:, 1], bins)
-        apply_ops(out, op, magnitudes(True, bins, *out.shape[-2:])[op, b] * _sign(op, u[:, 2]))
+        ((op, mag),) = self.rounds(u, *out.shape[-2:])
+        apply_ops(out, op, mag)
         return out
 
 
@@ -188,79 +215,13 @@ Op = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 # ------------------------------------------------------------------ geometric ops
 
 
-IndexOf = Callable[[np.ndarray], np.ndarray]
-"""Distinct warps' keys (a row each) to their index (uint32, a row each): each output pixel's
-input pixel in its plane, ``H * W`` for 0."""
+def _warp(name: str) -> Op:
+    """Warp ``name`` of :mod:`chute.image.warps`, moving the image's pixels."""
 
+    def run(x: np.ndarray, rows: np.ndarray, mag: np.ndarray) -> None:
+        move_images(x, rows, name, mag)
 
-def _warp(x: np.ndarray, rows: np.ndarray, keys: np.ndarray, index: IndexOf) -> None:
-    """Nearest-neighbour warp of samples ``rows`` of ``x`` in place, sample ``rows[i]`` by the
-    warp ``keys[i]`` (a row of numbers): output pixel ``k`` takes input pixel
-    ``index(warps)[u, k]`` of its plane (``H * W`` for the fill, 0), ``warps[u]`` the sample's
-    key. Each distinct warp's index is made once (the ops draw few magnitudes: RandAugment
-    two, +-m) and shared by its samples."""
-    warps, which = np.unique(keys.reshape(len(rows), -1), axis=0, return_inverse=True)
-    load("warp").gather(x, rows, which.reshape(-1), index(warps))
-
-
-def _affine(x: np.ndarray, rows: np.ndarray, m: np.ndarray) -> None:
-    """Warp by inverse affine maps ``m`` (n, 2, 3) from output to input pixel coordinates,
-    sampled at pixel centres as PIL's ``Image.transform(AFFINE, NEAREST)``; outside: 0."""
-    h, w = x.shape[-2:]
-    _warp(x, rows, m, lambda k: load("warp").affine_index(k.reshape(-1, 2, 3), h, w))
-
-
-def _shear(x: np.ndarray, rows: np.ndarray, mag: np.ndarray, dim: int) -> None:
-    """Shear about the top-left corner, as torchvision (``center=[0, 0]``): along ``dim`` (3:
-    each row shifted, ShearX; 2: each column, ShearY) output pixel ``i`` of line ``j`` reads
-    input ``i + floor(0.5 + mag * (j + 0.5))``, PIL's pixel-centre nearest sample; outside:
-    0. A whole-pixel shift per line: the index in integers."""
-    h, w = x.shape[-2:]
-    lines = np.arange(h if dim == 3 else w) + 0.5
-
-    def index(keys: np.ndarray) -> np.ndarray:
-        shifts = np.floor(0.5 + keys[:, :1] * lines).astype(np.int64)
-        return load("warp").shear_index(shifts, h, w, dim == 3)
-
-    _warp(x, rows, mag, index)
-
-
-def _shear_x(x: np.ndarray, rows: np.ndarray, mag: np.ndarray) -> None:
-    _shear(x, rows, mag, 3)
-
-
-def _shear_y(x: np.ndarray, rows: np.ndarray, mag: np.ndarray) -> None:
-    _shear(x, rows, mag, 2)
-
-
-def _translate(x: np.ndarray, rows: np.ndarray, mag: np.ndarray, along: int) -> None:
-    """Shift by whole pixels (torchvision: ``int(magnitude)``) right (``along`` 0) or down (1),
-    zeros shifted in: the affine warp that reads input ``x - d`` (or ``y - d``)."""
-    m = np.zeros((len(rows), 2, 3))
-    m[:, 0, 0] = m[:, 1, 1] = 1.0
-    m[:, along, 2] = -np.trunc(mag)
-    _affine(x, rows, m)
-
-
-def _translate_x(x: np.ndarray, rows: np.ndarray, mag: np.ndarray) -> None:
-    _translate(x, rows, mag, 0)
-
-
-def _translate_y(x: np.ndarray, rows: np.ndarray, mag: np.ndarray) -> None:
-    _translate(x, rows, mag, 1)
-
-
-def _rotate(x: np.ndarray, rows: np.ndarray, mag: np.ndarray) -> None:
-    """Counter-clockwise by ``mag`` degrees about the image centre, as PIL's ``rotate``."""
-    h, w = x.shape[-2:]
-    cx, cy = w / 2.0, h / 2.0
-    a = -np.radians(mag)
-    cos, sin = np.round(np.cos(a), 15), np.round(np.sin(a), 15)
-    m = np.empty((len(mag), 2, 3))
-    m[:, 0, 0], m[:, 0, 1], m[:, 1, 0], m[:, 1, 1] = cos, sin, -sin, cos
-    m[:, 0, 2] = cos * -cx + sin * -cy + cx
-    m[:, 1, 2] = -sin * -cx + cos * -cy + cy
-    _affine(x, rows, m)
+    return run
 
 
 # ------------------------------------------------------------------ colour ops
@@ -306,11 +267,7 @@ def _equalize(x: np.ndarray, rows: np.ndarray, mag: np.ndarray) -> None:
 
 
 _APPLY: dict[str, Op] = {
-    "ShearX": _shear_x,
-    "ShearY": _shear_y,
-    "TranslateX": _translate_x,
-    "TranslateY": _translate_y,
-    "Rotate": _rotate,
+    **{name: _warp(name) for name in WARPS},
     "Sharpness": _sharpness,
     "Brightness": _blend("Brightness"),
     "Contrast": _blend("Contrast"),

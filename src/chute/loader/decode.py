@@ -11,9 +11,12 @@ pool of fresh buffers, or its ring with ``reuse_after=k``) hold it like any fixe
 Tied fields. ``decode={"image": ops, "mask": chute.Follow("image"), "geo":
 chute.Geometry("image")}``: each sample's crop and flip are planned once, for ``"image"``, and
 applied to the fields that follow it (a :class:`chute.fields.Mask` by nearest neighbour into a
-``Tensor((H, W), mask dtype)``, another image bilinearly), while ``"geo"`` (a name the dataset
-does not have) carries the plan itself, float64 ``(B, 7)`` (see :mod:`chute.image.follow`),
-for :func:`chute.transform_boxes`. The op order of the leader is the only one there is.
+``Tensor((H, W), mask dtype)``, another image bilinearly), then the warps its RandAugment /
+TrivialAugmentWide drew move them through the image's own pixel index (uncovered mask
+pixels take ``Follow(..., fill=)``), while ``"geo"`` (a name the dataset does not have)
+carries the plan and each warp's affine map, float64 ``(B, 7 + 6 * rounds)`` (see
+:mod:`chute.image.follow`), for :func:`chute.transform_boxes`. The op order of the leader is
+the only one there is.
 
 Views. ``decode={"image": ops, "local": chute.View("image", local_ops)}``: ``"local"`` (a
 name the dataset does not have) is ``"image"``'s stored image decoded again with its own ops
@@ -52,11 +55,14 @@ from .._torch import as_numpy, empty_buffers
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
 from ..image.augment import AUGMENTS, augment
 from ..image.follow import (
-    GEOMETRY_COLUMNS,
     Follow,
     Geometry,
     View,
+    check_fill,
+    check_followable,
+    follow_warps,
     geometry,
+    geometry_width,
     resize_nearest,
     view_seed,
 )
@@ -183,11 +189,14 @@ class Decoded(ReadsBatches):
                 f"decode=, decoded in the loader (not device=); got {sorted(self.ops)}"
             )
         h, w = self.sizes[tie.field]
+        leader = self.ops[tie.field]
+        check_followable(leader, f"decode={{{name!r}: {what}}}")
         if isinstance(tie, Geometry):
             self._check_new(name, what, "geometry")
-            return fmt.Tensor((len(GEOMETRY_COLUMNS),), "float64")
+            return fmt.Tensor((geometry_width(leader),), "float64")
         self._check_image(name, what, ("image", "mask"))
         f = self.dataset.schema[name]
+        check_fill(tie.fill, f.kind, f.dtype, f"decode={{{name!r}: {what}}}")
         return fmt.Tensor((h, w), f.dtype) if f.kind == "mask" else fmt.Tensor((3, h, w), "uint8")
 
     def _here(self, name: str) -> bool:
@@ -288,13 +297,15 @@ class Decoded(ReadsBatches):
         planned: tuple[np.ndarray, Plan],
         dst: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Field ``name`` cropped, resized and flipped as its leader's ``planned``."""
+        """Field ``name`` cropped, resized and flipped as its leader's ``planned``, then
+        moved by the leader's warps."""
         b = len(idx)
         dst = self._out(name, b, dst)
         sizes, p = planned
         arr = as_numpy(dst)
+        leader, seed = self.ops[tie.field], self._seed(tie.field)
         if isinstance(tie, Geometry):
-            geometry(p, arr)
+            geometry(p, arr, leader, idx, seed, self.epoch)
             return dst
         own = (enc.shapes if self.dataset.schema[name].kind == "mask" else enc.sizes).numpy()
         bad = np.flatnonzero((own != sizes).any(axis=1))
@@ -307,13 +318,14 @@ class Decoded(ReadsBatches):
             )
         if self.dataset.schema[name].kind == "image":
             self._decode(name, enc, idx, planned, dst)
-            return dst
-        values = enc.values.numpy()
-        offsets = enc.offsets.numpy().tolist()
-        boxes, flips = p.boxes.tolist(), p.flips.tolist()
-        for i in range(b):
-            src = values[offsets[i] : offsets[i + 1]].reshape(own[i])
-            resize_nearest(src, boxes[i], flips[i], arr[i])
+        else:
+            values = enc.values.numpy()
+            offsets = enc.offsets.numpy().tolist()
+            boxes, flips = p.boxes.tolist(), p.flips.tolist()
+            for i in range(b):
+                src = values[offsets[i] : offsets[i + 1]].reshape(own[i])
+                resize_nearest(src, boxes[i], flips[i], arr[i])
+        follow_warps(leader, arr, idx, seed, self.epoch, tie.fill)
         return dst
 
     def _out(self, name: str, b: int, dst: torch.Tensor | None) -> torch.Tensor:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["gather"]
+__all__ = ["affine_index", "gather", "gather_planes", "shear_index"]
 
 
 @njit(cache=True, nogil=True)
@@ -31,6 +31,26 @@ def gather(x: np.ndarray, rows: np.ndarray, which: np.ndarray, index: np.ndarray
             out_r[p] = r[q]
             out_g[p] = g[q]
             out_b[p] = b[q]
+
+
+@njit(cache=True, nogil=True)
+def gather_planes(
+    x: np.ndarray, rows: np.ndarray, which: np.ndarray, index: np.ndarray, fill: int
+) -> None:
+    """:func:`gather` for a C-contiguous batch of planes ``x`` (B, H, W) of any integer dtype
+    (a mask: compiled once per dtype): pixel ``p`` of sample ``rows[j]`` takes pixel
+    ``index[which[j], p]``, ``H * W`` being ``fill``."""
+    _, h, w = x.shape
+    n = h * w
+    src = np.empty(n + 1, x.dtype)
+    src[n] = fill
+    for j in range(len(rows)):
+        px = x[rows[j]].reshape(n)
+        k = index[which[j]]
+        for p in range(n):
+            src[p] = px[p]
+        for p in range(n):
+            px[p] = src[k[p]]
 
 
 @njit(cache=True, nogil=True)
