@@ -139,10 +139,12 @@ def test_the_opened_dataset_names_each_label_as_torchvisions_classes(
         on_error="skip",
         metadata={"source": "mine"},
     )
+    assert chute.open(tmp_path / "c.chute").classes == ["bird", "cat", "dog"]
     for ds in (chute.open(out), chute.open(out, fields=["y"]).to_memory()):
         classes, class_to_idx = ds.metadata["classes"], ds.metadata["class_to_idx"]
         assert classes == ["bird", "cat", "dog"] and ds.metadata["source"] == "mine"
         assert class_to_idx == {c: k for k, c in enumerate(classes)}
+        assert ds.classes == classes and ds.class_to_idx == class_to_idx  # torchvision's names
         paths = chute.open(out)[0 : len(ds)]["path"]
         assert [classes[int(y)] for y in ds[0 : len(ds)]["y"]] == [p.split("/")[0] for p in paths]
 

@@ -304,6 +304,17 @@ class Dataset(ReadsBatches, torch.utils.data.Dataset):
         return mem
 
     @property
+    def classes(self) -> list[str]:
+        """The class names by label, as torchvision's ``ImageFolder.classes``: a dataset
+        converted from an image folder keeps them (``metadata["classes"]``); else empty."""
+        return list(self.metadata.get("classes", ()))
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        """``{class name: label}``, as torchvision's ``ImageFolder.class_to_idx``."""
+        return {name: label for label, name in enumerate(self.classes)}
+
+    @property
     def nbytes(self) -> int:
         """Bytes on disk of the selected fields."""
         return sum(
