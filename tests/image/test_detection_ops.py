@@ -138,7 +138,7 @@ def v2_steps(ops: list[Any], i: int) -> tuple[list[tuple], bool]:
                 pr, pb = (ow - rw + 1) // 2 if ow > rw else 0, (oh - rh + 1) // 2 if oh > rh else 0
                 new.append(("pad", pl, pt, pr, pb))
                 rh, rw = rh + pt + pb, rw + pl + pr
-            new.append(("crop", int(round((rh - oh) / 2)), int(round((rw - ow) / 2)), oh, ow))
+            new.append(("crop", round((rh - oh) / 2), round((rw - ow) / 2), oh, ow))
         elif name == "RandomCrop":
             oh, ow = op.out_size
             p = op.padding
@@ -217,7 +217,7 @@ def run_steps(
             plane = out
         else:
             top, left, ch, cw = step[1:]
-            assert 0 <= top and top + ch <= h and 0 <= left and left + cw <= w, step
+            assert top >= 0 and left >= 0 and top + ch <= h and left + cw <= w, step
             plane = plane[top : top + ch, left : left + cw]
     return plane[:, ::-1] if flip else plane
 
@@ -440,7 +440,7 @@ def test_instance_masks_store_any_count_and_follow_warps(data: Path, tmp_path: P
     for workers in (0, 2):
         for b in chute.Loader(ds, 6, seed=SEED, num_workers=workers, decode=decode):
             assert isinstance(b["inst"], chute.RaggedBatch)
-            for j, i in enumerate(b["label"].tolist()):
+            for j in range(len(b["label"])):
                 got = b["ids"][j].numpy()
                 warped += (got == -1).any()
                 for k, plane in enumerate(b["inst"][j].numpy()):
