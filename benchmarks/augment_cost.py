@@ -9,8 +9,12 @@ sample augmented (``p=1``, the worst case); MixUp / CutMix through their ``apply
 mask (``Follow("image", fill=255)``) and a second image (``Follow("image")``) moved by the
 warps RandAugment / TrivialAugmentWide drew for the image
 (``chute.image.follow.follow_warps``), and the ``Geometry`` row's affine matrices
-(``warp_matrices``). Each row is the best of ``--rounds`` (the machine is shared; the load
-average is printed) and its cost is ``augment ms / decode ms`` of the same batch.
+(``warp_matrices``). The ``recipe`` rows are the detection ops
+(``chute.image.placing``): the same batch decoded with the recipe in place of
+``RandomResizedCrop`` + flip, its cost the extra decode time over the plain decode's
+(negative: the recipe decodes less, e.g. at a smaller DCT scale). Each row is the best of
+``--rounds`` (the machine is shared; the load average is printed) and its cost is
+``augment ms / decode ms`` of the same batch.
 
     python benchmarks/augment_cost.py [--images 256] [--size 160] [--rounds 5] [--kornia]
         [--json benchmarks/results/augment_cost.json]
@@ -36,7 +40,7 @@ from _common import RESULTS, table, write_json
 from _photos import photo_jpegs
 
 import chute
-from chute.image import decode_batch, jpeg_size
+from chute.image import decode_batch, decode_planned, jpeg_size
 from chute.image.augment import augment
 from chute.image.follow import follow_warps, warp_matrices
 
@@ -76,6 +80,18 @@ def followers() -> dict[str, tuple[Any, str]]:
         "RandAugment(2, 9): Geometry matrices": (chute.RandAugment(2, 9), "geometry"),
         "TrivialAugmentWide(): mask follower": (chute.TrivialAugmentWide(), "mask"),
         "TrivialAugmentWide(): image follower": (chute.TrivialAugmentWide(), "image"),
+    }
+
+
+def recipes(size: int) -> dict[str, list[Any]]:
+    """The detection ops, each decoding the batch in place of RandomResizedCrop + flip."""
+    flip = chute.RandomHorizontalFlip()
+    return {
+        "recipe: RandomCrop(padding=16)": [chute.RandomCrop(size, 16, True), flip],
+        "recipe: ResizePad (letterbox)": [chute.ResizePad(size, center=True), flip],
+        "recipe: ScaleJitter (LSJ)": [chute.ScaleJitter(size), flip],
+        "recipe: ZoomOut + Resize": [chute.ZoomOut(p=1.0), chute.Resize(size), flip],
+        "recipe: RandomIoUCrop + Resize": [chute.RandomIoUCrop(), chute.Resize(size), flip],
     }
 
 
@@ -122,6 +138,15 @@ class Batch:
         out = np.empty((images, 3, size, size), np.uint8)
         self.decode = lambda: decode_batch(jpegs, hw[:, 0], hw[:, 1], crop, self.idx, 0, 0, out)
         self.decode()
+        rng = np.random.default_rng(1)  # one to three boxes per photo, for RandomIoUCrop
+        xy = [np.sort(rng.uniform(0, [w, h], (2, 1 + i % 3, 2)), 0) for i, (h, w) in enumerate(hw)]
+        boxes = {"boxes": [np.concatenate([a[0], a[1]], 1) for a in xy]}
+
+        def recipe(ops: list[Any]) -> None:
+            p = chute.image.plan(ops, hw[:, 0], hw[:, 1], self.idx, 0, 0, boxes)
+            decode_planned(jpegs, hw[:, 0], hw[:, 1], p, out, self.idx)
+
+        self.recipe = recipe
         self.decoded = torch.from_numpy(out.copy())
         self.work = self.decoded.clone()
         self.labels = torch.from_numpy(self.idx % 10)
@@ -184,6 +209,11 @@ def main() -> None:
         batch.follow(op, follower)  # compiles its kernels, if any
         s = timed(lambda op=op, f=follower: batch.follow(op, f), args.rounds)
         rows.append({"name": name, "ms": 1e3 * s, "cost_pct": 100 * s / decode_s})
+        load.append(os.getloadavg()[0])
+    for name, ops in recipes(args.size).items():
+        s = timed(lambda ops=ops: batch.recipe(ops), args.rounds)
+        d = timed(batch.decode, args.rounds)  # side by side: the machine is shared
+        rows.append({"name": name, "ms": 1e3 * s, "cost_pct": 100 * (s - d) / d})
         load.append(os.getloadavg()[0])
     print(table(rows, COLUMNS + (KORNIA_COLUMNS if peers else [])))
     print(

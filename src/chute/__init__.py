@@ -52,6 +52,7 @@ from .image.boxes import transform_boxes, transform_points
 from .image.follow import Follow, Geometry, View
 from .image.normalize import normalize
 from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
+from .image.placing import RandomCrop, RandomIoUCrop, ResizePad, ScaleJitter, ZoomOut
 from .image.randaugment import RandAugment, TrivialAugmentWide
 from .loader.dataloader import dataloader
 from .loader.loader import Loader, LoaderStats
@@ -109,12 +110,16 @@ __all__ = [
     "Ragged",
     "RaggedBatch",
     "RandAugment",
+    "RandomCrop",
     "RandomErasing",
     "RandomHorizontalFlip",
+    "RandomIoUCrop",
     "RandomResizedCrop",
     "RemoteError",
     "Resize",
+    "ResizePad",
     "SampleIndexError",
+    "ScaleJitter",
     "SchemaError",
     "SourceError",
     "StaleIteratorError",
@@ -127,6 +132,7 @@ __all__ = [
     "WorkerError",
     "WriteError",
     "Writer",
+    "ZoomOut",
     "cache",
     "convert",
     "dataloader",

@@ -75,16 +75,17 @@ def warp_nearest(plane: np.ndarray, inv: np.ndarray, fill: int) -> np.ndarray:
 
 
 def boxes_through(boxes: np.ndarray, geo: np.ndarray) -> np.ndarray:
-    """v2's xyxy boxes of one sample through its Geometry row ``geo``, one box at a time."""
-    left, top, right, bottom, oh, ow, flip = geo[:7].tolist()
+    """v2's xyxy boxes of one sample through its Geometry row ``geo``, one box at a time:
+    clipped to the part of the image shown (``inner``: the crop, less any padding)."""
+    left, top, right, bottom, oh, ow, flip, il, it, ir, ib = geo[:11].tolist()
     out = []
     for x1, y1, x2, y2 in boxes.tolist():
         cw, ch = right - left, bottom - top
-        x1, x2 = (min(max(x - left, 0.0), cw) * ow / cw for x in (x1, x2))
-        y1, y2 = (min(max(y - top, 0.0), ch) * oh / ch for y in (y1, y2))
+        x1, x2 = ((min(max(x, il), ir) - left) * ow / cw for x in (x1, x2))
+        y1, y2 = ((min(max(y, it), ib) - top) * oh / ch for y in (y1, y2))
         if flip:
             x1, x2 = ow - x2, ow - x1
-        for m in geo[7:].reshape(-1, 2, 3):
+        for m in geo[11:].reshape(-1, 2, 3):
             corners = np.array([[x1, y1, 1], [x2, y1, 1], [x2, y2, 1], [x1, y2, 1]]) @ m.T
             x1, y1 = np.clip(corners.min(0), 0, [ow, oh])
             x2, y2 = np.clip(corners.max(0), 0, [ow, oh])
@@ -100,7 +101,7 @@ def points_through(points: np.ndarray, geo: np.ndarray) -> np.ndarray:
         x, y = (x - left) * ow / (right - left), (y - top) * oh / (bottom - top)
         if flip:
             x = ow - 1 - x
-        for m in geo[7:].reshape(-1, 2, 3):
+        for m in geo[11:].reshape(-1, 2, 3):
             x, y = m @ [x, y, 1.0]
         out.append([x, y])
     return np.array(out, np.float64)

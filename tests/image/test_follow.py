@@ -162,7 +162,7 @@ def test_follow_errors(tmp_path: Path, seg: Path) -> None:
 def reference_boxes(boxes: np.ndarray, g: np.ndarray) -> np.ndarray:
     """torchvision.transforms.v2's box maths, one box at a time in plain python: crop
     (shift, clamp to the crop), resize (scale), horizontal flip (x -> W - x, swapped)."""
-    left, top, right, bottom, oh, ow, flip = g.tolist()
+    left, top, right, bottom, oh, ow, flip = g[:7].tolist()
     out = []
     for x1, y1, x2, y2 in boxes.tolist():
         cw, ch = right - left, bottom - top
@@ -180,7 +180,7 @@ def test_transform_boxes_matches_the_reference_in_every_format() -> None:
     heights, widths = rng.integers(30, 90, 16), rng.integers(30, 90, 16)
     p = plan(ops, heights, widths, np.arange(16), seed=1)
     g = np.concatenate(
-        [p.boxes, np.tile(p.size, (16, 1)), p.flips[:, None].astype(np.float64)], axis=1
+        [p.boxes, np.tile(p.size, (16, 1)), p.flips[:, None].astype(np.float64), p.boxes], axis=1
     )
     xy = np.sort(rng.uniform(0, 90, (16, 5, 2, 2)), axis=2)  # (B, K, corner, xy)
     boxes = xy.transpose(0, 1, 3, 2).reshape(16, 5, 4)[..., [0, 2, 1, 3]]
@@ -198,7 +198,7 @@ def test_transform_boxes_matches_the_reference_in_every_format() -> None:
     )
     got_c, _ = chute.transform_boxes(cxcy, g, format="cxcywh")
     np.testing.assert_allclose(got_c.numpy()[..., 2:], wh, atol=1e-9)
-    one, _ = chute.transform_boxes(boxes[3], g[3])  # one sample: (K, 4) with (7,)
+    one, _ = chute.transform_boxes(boxes[3], g[3])  # one sample: (K, 4) with (11,)
     np.testing.assert_allclose(one.numpy(), want[3], atol=1e-9)
     points = boxes[..., :2]
     pts, inside = chute.transform_points(points, g)

@@ -28,7 +28,7 @@ from _warp_reference import (
 import chute
 from chute.image import plan, resize_nearest, uniforms
 from chute.image.augment import augment
-from chute.image.ops import DECODE_OPS, MOVES
+from chute.image.ops import DECODE_OPS, MOVES, padded, placed
 from chute.image.randaugment import OPS
 
 N = 40
@@ -50,6 +50,12 @@ def stored_mask(i: int) -> np.ndarray:
     return np.ascontiguousarray(_blocks(h, w, i)[:h, :w])
 
 
+def stored_box(i: int) -> np.ndarray:
+    """One box per sample, (1, 4) xyxy, for RandomIoUCrop."""
+    h, w = _size(i)
+    return np.array([[w / 4, h / 5, w * 2 / 3, h * 3 / 4]])
+
+
 def stored_ids(i: int) -> np.ndarray:
     """Each stored pixel's own number, ``y * w + x``: where each one lands is readable."""
     h, w = _size(i)
@@ -67,6 +73,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "mask": [stored_mask(i) for i in range(N)],
             "ids": [stored_ids(i) for i in range(N)],
             "label": np.arange(N),
+            "box": [stored_box(i) for i in range(N)],
         },
         schema={
             "image": chute.fields.Image(),
@@ -74,6 +81,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "mask": chute.fields.Mask(),
             "ids": chute.fields.Mask("int32"),
             "label": chute.fields.Tensor((), "int64"),
+            "box": chute.Ragged("float64", (4,)),
         },
         part_size=13,
     )
@@ -132,7 +140,7 @@ def test_followers_move_with_every_warp(data: Path, aug: str, workers: int) -> N
         p = plan(ops, sizes[:, 0], sizes[:, 1], idx, seed=SEED)
         rounds = drawn(ops, idx, p.size)
         geo = b["geo"].numpy()
-        assert geo.shape == (len(idx), 7 + 6 * len(rounds[0]))
+        assert geo.shape == (len(idx), 11 + 6 * len(rounds[0]))
         plain = np.empty((len(idx), 3, *p.size), np.uint8)  # decoded, no augmentation
         enc = ds.gather(idx)["image"]
         chute.image.decode_batch(enc, sizes[:, 0], sizes[:, 1], ops[:2], idx, SEED, 0, plain)
@@ -147,7 +155,7 @@ def test_followers_move_with_every_warp(data: Path, aug: str, workers: int) -> N
             why = f"sample {i}, rounds {rounds[j]}"
             np.testing.assert_array_equal(b["mask"][j].numpy(), mask, err_msg=why)
             np.testing.assert_array_equal(b["ids"][j].numpy(), ids, err_msg=why)
-            np.testing.assert_allclose(geo[j, 7:].reshape(-1, 2, 3), mats, atol=1e-9)
+            np.testing.assert_allclose(geo[j, 11:].reshape(-1, 2, 3), mats, atol=1e-9)
             if names & set(WARP_NAMES):
                 warped += 1
                 moved += not np.array_equal(b["mask"][j].numpy(), cropped[0])
@@ -249,6 +257,11 @@ def _examples() -> dict[type, Any]:
         chute.RandomResizedCrop: RRC,
         chute.CenterCrop: chute.CenterCrop(24, ratio=0.8),
         chute.Resize: chute.Resize((24, 32)),
+        chute.RandomCrop: chute.RandomCrop((24, 32), padding=3, pad_if_needed=True),
+        chute.ResizePad: chute.ResizePad((24, 32), center=True),
+        chute.ScaleJitter: chute.ScaleJitter((24, 32)),
+        chute.ZoomOut: chute.ZoomOut(),
+        chute.RandomIoUCrop: chute.RandomIoUCrop("box"),
         chute.RandomHorizontalFlip: chute.RandomHorizontalFlip(),
         chute.ColorJitter: chute.ColorJitter(0.4, 0.4, 0.4, 0.1),
         chute.Grayscale: chute.Grayscale(1.0),
@@ -280,18 +293,24 @@ def test_every_decode_op_moves_its_followers_or_is_refused(data: Path, cls: type
     op = examples[cls]
     assert op.moves in MOVES
     ds = chute.open(data)
-    ops = [op] if op.moves == "plan" and hasattr(op, "out_size") else [RRC, op]
+    if isinstance(op, (chute.ZoomOut, chute.RandomIoUCrop)):  # frame ops: a size after them
+        ops = [op, chute.Resize((24, 32))]
+    else:
+        ops = [op] if op.moves == "plan" and hasattr(op, "out_size") else [RRC, op]
     decode = {"image": ops, "ids": chute.Follow("image", fill=-1), "geo": chute.Geometry("image")}
     (b,) = list(chute.Loader(ds, N, shuffle=False, seed=SEED, decode=decode))
     idx = np.arange(N)
     sizes = ds.gather(idx)["image"].sizes.numpy()
-    p = plan(ops, sizes[:, 0], sizes[:, 1], idx, seed=SEED)
+    targets = {"box": [stored_box(i) for i in range(N)]}
+    p = plan(ops, sizes[:, 0], sizes[:, 1], idx, seed=SEED, targets=targets)
     rounds = drawn(ops, idx, p.size)
-    assert b["geo"].shape == (N, 7 + 6 * len(rounds[0]))
+    assert b["geo"].shape == (N, 11 + 6 * len(rounds[0]))
     moved = 0
+    pad, dest = padded(p), placed(p)
     for j in range(N):
+        extra = {"inner": p.inner[j], "dest": dest[j], "fill": -1} if pad[j] else {}
         ids = resize_nearest(
-            stored_ids(j), p.boxes[j], bool(p.flips[j]), np.empty(p.size, np.int32)
+            stored_ids(j), p.boxes[j], bool(p.flips[j]), np.empty(p.size, np.int32), **extra
         )
         want, _ = reference(ids, rounds[j], -1)
         got = b["ids"][j].numpy()

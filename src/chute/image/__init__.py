@@ -4,7 +4,8 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
 
 - :mod:`.codec`: ``encode_image``, ``decode_image``, ``jpeg_size``
 - :mod:`.ops`: ``RandomResizedCrop``, ``CenterCrop``, ``Resize``, ``RandomHorizontalFlip``,
-  ``plan``
+  ``plan``; :mod:`.placing`: ``RandomCrop``, ``ResizePad``, ``ScaleJitter``, ``ZoomOut``,
+  ``RandomIoUCrop`` (detection recipes: padding, scale jitter, crops around the boxes)
 - :mod:`.decode`: ``decode_batch``, ``decode_planned`` (``scaled_boxes``: where it decodes)
 - :mod:`.augment`: ``ColorJitter``, ``Grayscale``, ``GaussianBlur``, ``RandomErasing`` (in
   ``decode=`` lists); :mod:`.mixing`: ``MixUp``, ``CutMix`` (``transform=``)
@@ -50,6 +51,7 @@ from .ops import (
     plan,
     uniforms,
 )
+from .placing import RandomCrop, RandomIoUCrop, ResizePad, ScaleJitter, ZoomOut
 from .randaugment import RandAugment, TrivialAugmentWide
 
 __all__ = [
@@ -68,13 +70,18 @@ __all__ = [
     "MixUp",
     "Plan",
     "RandAugment",
+    "RandomCrop",
     "RandomErasing",
     "RandomHorizontalFlip",
+    "RandomIoUCrop",
     "RandomResizedCrop",
     "Resize",
+    "ResizePad",
+    "ScaleJitter",
     "ScaledBoxes",
     "TrivialAugmentWide",
     "View",
+    "ZoomOut",
     "as_buffers",
     "dct_scales",
     "decode_batch",

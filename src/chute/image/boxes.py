@@ -26,19 +26,22 @@ __all__ = ["BOX_FORMATS", "transform_boxes", "transform_points"]
 BOX_FORMATS = ("xyxy", "xywh", "cxcywh")
 
 
+_PLAN = 11  # the plan's columns (chute.image.follow.GEOMETRY_COLUMNS)
+
+
 def _frame(params: Any, like: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The geometry columns, broadcast against ``like`` (..., k) along all but its last axis:
-    the 7 of the plan, and the 6 of each warp round."""
+    the 11 of the plan, and the 6 of each warp round."""
     p = torch.as_tensor(params, dtype=torch.float64)
-    if p.ndim == 0 or p.shape[-1] < 7 or (p.shape[-1] - 7) % 6:
+    if p.ndim == 0 or p.shape[-1] < _PLAN or (p.shape[-1] - _PLAN) % 6:
         raise ArgumentError(
-            "params must be a chute.Geometry field: the 7 geometry columns, then 6 per warp "
-            f"round, got shape {tuple(p.shape)}"
+            f"params must be a chute.Geometry field: the {_PLAN} geometry columns, then 6 per "
+            f"warp round, got shape {tuple(p.shape)}"
         )
     while p.ndim < like.ndim:  # (B, C) against (B, K, 4): one params row per sample
         p = p.unsqueeze(-2)
     cols = [p[..., j : j + 1] for j in range(p.shape[-1])]
-    return cols[:7], cols[7:]
+    return cols[:_PLAN], cols[_PLAN:]
 
 
 def _affine(x: torch.Tensor, y: torch.Tensor, m: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -64,7 +67,7 @@ def _from_xyxy(b: torch.Tensor, fmt: str) -> torch.Tensor:
 
 
 def transform_boxes(
-    boxes: Any, params: Any, format: str = "xyxy", min_size: float = 1.0
+    boxes: Any, params: Any, format: str = "xyxy", min_size: float = 1.0, centre: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``boxes`` (..., 4) in stored pixels, mapped into the output frame of ``params`` (a
     :class:`chute.Geometry` field: (C,) for one sample, (B, C) for boxes (B, K, 4); for a
@@ -72,18 +75,24 @@ def transform_boxes(
 
     Returns ``(boxes, valid)``: float64 boxes in ``format`` (``xyxy``, ``xywh`` or
     ``cxcywh``, as given), clipped to the output image, and a bool (...) mask of those with
-    both sides >= ``min_size`` (the others are degenerate: cut away by the crop).
+    both sides >= ``min_size`` (the others are degenerate: cut away by the crop); with
+    ``centre=True``, also with their centre strictly inside the part of the image shown
+    (v2's :class:`~chute.image.placing.RandomIoUCrop` drops the others).
     """
     if format not in BOX_FORMATS:
         raise ArgumentError(f"transform_boxes: format must be one of {BOX_FORMATS}, got {format!r}")
     b = torch.as_tensor(boxes, dtype=torch.float64)
     if b.ndim == 0 or b.shape[-1] != 4:
         raise ArgumentError(f"transform_boxes: boxes must be (..., 4), got {tuple(b.shape)}")
-    (left, top, right, bottom, oh, ow, flip), warps = _frame(params, b)
+    (left, top, right, bottom, oh, ow, flip, il, it, ir, ib), warps = _frame(params, b)
     xy = _to_xyxy(b, format)
     sx, sy = ow / (right - left), oh / (bottom - top)
-    x = ((xy[..., 0::2] - left).clamp_min(0).minimum(right - left)) * sx
-    y = ((xy[..., 1::2] - top).clamp_min(0).minimum(bottom - top)) * sy
+    x = (xy[..., 0::2].clamp(il, ir) - left) * sx  # clipped to the part of the image shown
+    y = (xy[..., 1::2].clamp(it, ib) - top) * sy
+    if centre:  # v2's RandomIoUCrop: a box whose centre is outside the crop is dropped
+        cx = ((xy[..., 0] + xy[..., 2]) / 2)[..., None]
+        cy = ((xy[..., 1] + xy[..., 3]) / 2)[..., None]
+        kept = (il < cx) & (cx < ir) & (it < cy) & (cy < ib)
     x = torch.where(flip > 0, (ow - x).flip(-1), x)
     for r in range(0, len(warps), 6):  # each warp: the box enclosing its corners, clipped
         cx, cy = _affine(x[..., [0, 1, 1, 0]], y[..., [0, 0, 1, 1]], warps[r : r + 6])
@@ -91,6 +100,8 @@ def transform_boxes(
         y = torch.stack([cy.amin(-1), cy.amax(-1)], -1).clamp_min(0).minimum(oh)
     out = torch.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], dim=-1)
     valid = ((out[..., 2] - out[..., 0]) >= min_size) & ((out[..., 3] - out[..., 1]) >= min_size)
+    if centre:
+        valid &= kept[..., 0]
     return _from_xyxy(out, format), valid
 
 
@@ -102,7 +113,7 @@ def transform_points(points: Any, params: Any) -> tuple[torch.Tensor, torch.Tens
     pt = torch.as_tensor(points, dtype=torch.float64)
     if pt.ndim == 0 or pt.shape[-1] != 2:
         raise ArgumentError(f"transform_points: points must be (..., 2), got {tuple(pt.shape)}")
-    (left, top, right, bottom, oh, ow, flip), warps = _frame(params, pt)
+    (left, top, right, bottom, oh, ow, flip, *_), warps = _frame(params, pt)
     x = (pt[..., :1] - left) * (ow / (right - left))
     y = (pt[..., 1:] - top) * (oh / (bottom - top))
     x = torch.where(flip > 0, ow - 1 - x, x)

@@ -17,7 +17,17 @@ import torch
 
 from ..errors import ArgumentError, ArgumentValueError
 
-__all__ = ["check_batch", "check_draws", "check_rows", "integer", "number", "pair", "probability"]
+__all__ = [
+    "check_batch",
+    "check_draws",
+    "check_exact",
+    "check_rows",
+    "integer",
+    "number",
+    "pair",
+    "probability",
+    "size2",
+]
 
 
 def _is_number(value: Any) -> bool:
@@ -116,3 +126,22 @@ def check_rows(op: str, rows: Any, n: int, what: str = "row") -> np.ndarray:
         bad = int(arr[(arr < 0) | (arr >= n)][0])
         raise ArgumentValueError(f"{op}: {what} {bad} is outside [0, {n})")
     return arr
+
+
+def size2(size: Any, name: str) -> tuple[int, int]:
+    """``size`` (an int or ``(height, width)`` of positive ints) as ``(height, width)``."""
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        return (size, size)
+    if (
+        isinstance(size, (tuple, list))
+        and len(size) == 2
+        and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size)
+    ):
+        return (int(size[0]), int(size[1]))
+    raise ArgumentError(f"{name}: size must be a positive int or (height, width), got {size!r}")
+
+
+def check_exact(name: str, exact: Any) -> None:
+    """``exact`` (a geometric op's) must be a bool."""
+    if not isinstance(exact, bool):
+        raise ArgumentError(f"{name}: exact must be True or False, got {exact!r}")

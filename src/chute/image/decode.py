@@ -38,7 +38,7 @@ from .. import _compat
 from ..buffers import thread_scratch
 from ..errors import ArgumentError, FormatError, require
 from .codec import check_pixels, decode_image, is_jpeg
-from .ops import Plan, plan
+from .ops import Plan, padded, placed, plan
 
 __all__ = [
     "ScaledBoxes",
@@ -110,7 +110,8 @@ def scaled_boxes(p: Plan, heights: Any, widths: Any) -> ScaledBoxes:
 
 def plan_slice(p: Plan, a: int, b: int) -> Plan:
     """Samples ``a:b`` of a plan (to decode a batch's slice in another thread)."""
-    return Plan(p.boxes[a:b], p.flips[a:b], p.size, p.exact)
+    inner = None if p.inner is None else p.inner[a:b]
+    return Plan(p.boxes[a:b], p.flips[a:b], p.size, p.exact, inner, p.fill)
 
 
 def decode_batch(
@@ -162,7 +163,13 @@ def decode_planned(
     w = np.asarray(widths, dtype=np.int64).reshape(-1)
     _check_headers(bufs, h, w, indices, sj.decode_jpeg_header)  # before sizing any buffer
     dh, dw, boxes, exact = scaled_boxes(p, h, w)
-    by_torch = exact & _TORCH_RESIZE
+    pad = padded(p)
+    by_torch = exact & _TORCH_RESIZE & ~pad
+    if pad.any():  # the part of the image each padded output shows, in decoded pixels
+        assert p.inner is not None
+        fx, fy = dw / w, dh / h
+        inner = (p.inner * np.stack([fx, fy, fx, fy], axis=1)).tolist()
+        dest = placed(p).tolist()
     # Boxes in decoded pixels, as python floats for PIL (one tolist, not one per number);
     # whole-pixel ones as ints for torch's crop-then-resize (see the module docstring).
     dbox = boxes.tolist()
@@ -203,13 +210,17 @@ def decode_planned(
             pixels = decode_jpeg(buf, mode, min_height=ih, min_width=iw, buffer=scratch)
         except ValueError as exc:
             if "not a JPEG" in str(exc):  # PNG & co: PIL's slow path, full size
-                _decode_other(buf, h[i], w[i], p.boxes[i], flips[i], out[i], indices, i)
+                _decode_other(buf, h[i], w[i], plan_slice(p, i, i + 1), out[i], indices, i)
                 continue
             if _header_size(sj, buf, ih, iw) not in (None, (ih, iw)):  # larger than stored
                 raise FormatError(_where(indices, i) + _mismatch(h[i], w[i])) from None
             raise FormatError(_where(indices, i) + f"corrupt or truncated JPEG: {exc}") from None
         if pixels.shape[0] != ih or pixels.shape[1] != iw:
             raise FormatError(_where(indices, i) + _mismatch(h[i], w[i]))
+        if pad[i]:  # the shown part resized into its place, the rest the fill colour
+            whole = view(pixels, (iw, ih), 0, iw * 4)
+            _place(whole, inner[i], dest[i], p.fill, flips[i], out[i], hwc, paster)
+            continue
         if by_torch[i]:  # crop into a contiguous (h, w, 3) array: torch's kernel takes it as is
             x0, y0, x1, y1 = ibox[i]
             crop = crop_scratch[: (y1 - y0) * (x1 - x0) * 3].reshape(y1 - y0, x1 - x0, 3)
@@ -231,10 +242,35 @@ def decode_planned(
     return out
 
 
-def _decode_other(
-    buf: Any, h: int, w: int, box: np.ndarray, flip: bool, dst: np.ndarray, indices: Any, i: int
+def _place(
+    image: Any,
+    box: list[float],
+    dest: list[int],
+    fill: tuple[int, int, int],
+    flip: bool,
+    dst: np.ndarray,
+    hwc: np.ndarray,
+    paster: Any,
 ) -> None:
-    """Any other format: a full decode through PIL, then the same crop + resize."""
+    """``box`` of ``image`` (PIL, RGBX) resized bilinearly into the pixels ``dest`` (x0, y0,
+    x1, y1) of ``dst`` (3, H, W), the rest ``fill``; mirrored when ``flip``. ``hwc``: scratch
+    of at least H * W * 4 bytes."""
+    from PIL import Image
+
+    for c in range(3):
+        dst[c] = fill[c]
+    x0, y0, x1, y1 = dest
+    if x1 > x0 and y1 > y0:
+        part = hwc.reshape(-1)[: (y1 - y0) * (x1 - x0) * 4].reshape(y1 - y0, x1 - x0, 4)
+        paster(part)(image.resize((x1 - x0, y1 - y0), int(Image.Resampling.BILINEAR), box))
+        dst[:, y0:y1, x0:x1] = part[:, :, :3].transpose(2, 0, 1)
+    if flip:
+        dst[...] = dst[:, :, ::-1].copy()
+
+
+def _decode_other(buf: Any, h: int, w: int, p: Plan, dst: np.ndarray, indices: Any, i: int) -> None:
+    """Any other format: a full decode through PIL, then the same crop + resize (one
+    sample's plan ``p``)."""
     from PIL import Image
 
     try:
@@ -245,9 +281,23 @@ def _decode_other(
         raise FormatError(
             _where(indices, i) + f"decoded to {chw.shape[1:]}, its stored height/width are {(h, w)}"
         )
-    im = Image.fromarray(np.ascontiguousarray(chw.transpose(1, 2, 0)))
-    small = np.asarray(im.resize(dst.shape[:0:-1], Image.Resampling.BILINEAR, box=box.tolist()))
-    dst[...] = (small[:, ::-1] if flip else small).transpose(2, 0, 1)
+    im = Image.fromarray(np.ascontiguousarray(chw.transpose(1, 2, 0))).convert("RGBX")
+    if p.inner is not None and padded(p)[0]:
+        hwc = np.empty((*p.size, 4), np.uint8)
+        _place(
+            im,
+            p.inner[0].tolist(),
+            placed(p)[0].tolist(),
+            p.fill,
+            bool(p.flips[0]),
+            dst,
+            hwc,
+            lambda part: lambda small: np.copyto(part, np.asarray(small)),
+        )
+        return
+    box = p.boxes[0].tolist()
+    small = np.asarray(im.resize(dst.shape[:0:-1], Image.Resampling.BILINEAR, box=box))[..., :3]
+    dst[...] = (small[:, ::-1] if p.flips[0] else small).transpose(2, 0, 1)
 
 
 def _header_size(sj: Any, buf: Any, ih: int, iw: int) -> tuple[int, int] | None:

@@ -17,15 +17,22 @@ def _mix(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, k: int) -> np.ndarray:
+def uniforms(
+    seed: int, epoch: int, indices: np.ndarray, stream: int, k: int, start: int = 0
+) -> np.ndarray:
     """``(B, k)`` float64 uniforms in [0, 1), a pure function of (seed, epoch, index, stream,
-    column): the same sample index always draws the same numbers, whatever batch it is in."""
+    column): the same sample index always draws the same numbers, whatever batch it is in.
+    Columns ``start`` to ``start + k - 1`` of the stream (an op that draws until it succeeds
+    takes them a block at a time)."""
     golden = np.uint64(0x9E3779B97F4A7C15)
     idx = np.asarray(indices, dtype=np.int64).astype(np.uint64)
     with np.errstate(over="ignore"):
         key = _mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) + golden)
         key = _mix(key ^ (np.uint64(epoch & 0xFFFFFFFFFFFFFFFF) * golden))
         key = _mix(key ^ (np.uint64(stream) * np.uint64(0xD1B54A32D192ED03)))
-        z = _mix(key ^ (idx * golden))[:, None] + np.arange(1, k + 1, dtype=np.uint64) * golden
+        z = (
+            _mix(key ^ (idx * golden))[:, None]
+            + np.arange(start + 1, start + k + 1, dtype=np.uint64) * golden
+        )
         z = _mix(z & _M64)
     return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))

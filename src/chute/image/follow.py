@@ -47,10 +47,24 @@ __all__ = [
     "warp_matrices",
 ]
 
-GEOMETRY_COLUMNS = ("left", "top", "right", "bottom", "out_height", "out_width", "flip")
-"""The first columns of a :class:`Geometry` field, per sample: the crop box in stored pixels
-(may be fractional), the output size, and 1.0 when mirrored left-right after the resize.
-Then 6 per warp round of the leader's ops (:data:`WARP_COLUMNS`)."""
+GEOMETRY_COLUMNS = (
+    "left",
+    "top",
+    "right",
+    "bottom",
+    "out_height",
+    "out_width",
+    "flip",
+    "inner_left",
+    "inner_top",
+    "inner_right",
+    "inner_bottom",
+)
+"""The first columns of a :class:`Geometry` field, per sample: the box in stored pixels that
+the output frame shows (may be fractional, and reach past the image where it is padded), the
+output size, 1.0 when mirrored left-right after the resize, and the part of the image the
+output shows (the box clipped to the image and to every crop on the way; boxes are clipped
+to it). Then 6 per warp round of the leader's ops (:data:`WARP_COLUMNS`)."""
 
 WARP_COLUMNS = ("a", "b", "c", "d", "e", "f")
 """The columns of one warp round in a :class:`Geometry` row: the forward affine map
@@ -88,9 +102,9 @@ class Follow:
 
 @dataclass(frozen=True)
 class Geometry:
-    """A float64 ``(B, 7 + 6 * rounds)`` batch field holding how image field ``field`` was
+    """A float64 ``(B, 11 + 6 * rounds)`` batch field holding how image field ``field`` was
     made: per sample, the plan (:data:`GEOMETRY_COLUMNS`), then the affine map of each warp
-    round of its ops (:data:`WARP_COLUMNS`; ``(B, 7)`` without RandAugment /
+    round of its ops (:data:`WARP_COLUMNS`; ``(B, 11)`` without RandAugment /
     TrivialAugmentWide). Give it to :func:`chute.transform_boxes` or
     :func:`chute.transform_points`."""
 
@@ -153,7 +167,7 @@ def _warping(ops: Sequence[Any]) -> list[tuple[int, Any]]:
 
 
 def geometry_width(ops: Sequence[Any]) -> int:
-    """The columns of a :class:`Geometry` row for leader ``ops``: 7, and 6 per warp round."""
+    """The columns of a :class:`Geometry` row for leader ``ops``: 11, and 6 per warp round."""
     return len(GEOMETRY_COLUMNS) + len(WARP_COLUMNS) * sum(
         op.rounds_per_sample for _, op in _warping(ops)
     )
@@ -221,6 +235,7 @@ def geometry(
     out[:, :4] = p.boxes
     out[:, 4], out[:, 5] = p.size
     out[:, 6] = p.flips
+    out[:, 7:11] = p.boxes if p.inner is None else p.inner
     if _warping(ops):
         out[:, len(GEOMETRY_COLUMNS) :] = warp_matrices(ops, indices, seed, epoch, p.size).reshape(
             len(out), -1
@@ -238,16 +253,47 @@ def _nearest(lo: float, hi: float, n: int, size: int) -> np.ndarray:
     return np.clip(centres, 0, size - 1).astype(np.intp)
 
 
-def resize_nearest(src: np.ndarray, box: Any, flip: bool, out: np.ndarray) -> np.ndarray:
+def _placed_axis(lo: float, hi: float, inner: Any, a: int, b: int, n: int, size: int) -> Any:
+    """The stored pixel each output pixel ``a..b-1`` of ``n`` reads along one axis of a box
+    ``lo..hi`` that reaches past the image: ``floor(lo + (x + 0.5) * (hi - lo) / n)``, kept
+    within ``inner`` (the part of the image shown)."""
+    centres = lo + (np.arange(a, b) + 0.5) * ((hi - lo) / n)
+    first = max(0, int(np.floor(inner[0])))
+    last = min(size, int(np.ceil(inner[1]))) - 1
+    return np.clip(np.floor(centres), first, max(first, last)).astype(np.intp)
+
+
+def resize_nearest(
+    src: np.ndarray,
+    box: Any,
+    flip: bool,
+    out: np.ndarray,
+    inner: Any = None,
+    dest: Any = None,
+    fill: int = 0,
+) -> np.ndarray:
     """Nearest-neighbour crop + resize of 2-D ``src`` into ``out`` (H', W'), pixel for pixel
     PIL's ``resize(size, NEAREST, box=box)``: output pixel ``x`` reads stored column
     ``floor(left + (x + 0.5) * (right - left) / W')`` (pixel centres), rows alike; then
-    mirrored when ``flip``. Values are copied, never mixed."""
+    mirrored when ``flip``. Values are copied, never mixed. A padded plan
+    (:func:`chute.image.ops.padded`) gives ``inner`` (the part of ``src`` shown) and ``dest``
+    (the output pixels showing it, :func:`chute.image.ops.placed`): the other pixels become
+    ``fill``."""
     oh, ow = out.shape
     x0, y0, x1, y1 = (float(v) for v in box)
-    cols = _nearest(x0, x1, ow, src.shape[1])
-    rows = _nearest(y0, y1, oh, src.shape[0])
+    if inner is None:
+        cols = _nearest(x0, x1, ow, src.shape[1])
+        rows = _nearest(y0, y1, oh, src.shape[0])
+        if flip:
+            cols = cols[::-1]
+        np.take(np.take(src, rows, axis=0), cols, axis=1, out=out)
+        return out
+    a, b, c, d = (int(v) for v in dest)
+    out[...] = fill
+    if c > a and d > b:
+        cols = _placed_axis(x0, x1, (inner[0], inner[2]), a, c, ow, src.shape[1])
+        rows = _placed_axis(y0, y1, (inner[1], inner[3]), b, d, oh, src.shape[0])
+        out[b:d, a:c] = np.take(np.take(src, rows, axis=0), cols, axis=1)
     if flip:
-        cols = cols[::-1]
-    np.take(np.take(src, rows, axis=0), cols, axis=1, out=out)
+        out[...] = out[:, ::-1].copy()
     return out

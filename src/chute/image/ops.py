@@ -18,7 +18,7 @@ fixes the output size; :class:`RandomHorizontalFlip` may be added, and the augme
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -26,8 +26,16 @@ import numpy as np
 
 from ..errors import ArgumentError
 from .augment import AUGMENTS
-from .checks import number, pair, probability
+from .checks import check_exact, number, pair, probability, size2
 from .draws import uniforms
+from .placing import (
+    RandomCrop,
+    RandomIoUCrop,
+    ResizePad,
+    ScaleJitter,
+    ZoomOut,
+    fill_colour,
+)
 
 __all__ = [
     "DECODE_OPS",
@@ -38,6 +46,8 @@ __all__ = [
     "RandomHorizontalFlip",
     "RandomResizedCrop",
     "Resize",
+    "padded",
+    "placed",
     "plan",
     "uniforms",
 ]
@@ -45,14 +55,19 @@ __all__ = [
 
 class Plan(NamedTuple):
     """What to do with each image of a batch. ``boxes``: (B, 4) float64 ``(left, top, right,
-    bottom)`` in stored pixels (PIL's ``box=`` order; may be fractional); ``flips``: (B,) bool,
-    mirror left-right after resizing; ``size``: the output ``(height, width)``; ``exact``:
-    decode at full size (no DCT scaling), see the geometric ops' ``exact``."""
+    bottom)`` in stored pixels (PIL's ``box=`` order; may be fractional): what the output
+    frame shows, which may reach past the image (padding); ``flips``: (B,) bool, mirror
+    left-right after resizing; ``size``: the output ``(height, width)``; ``exact``: decode at
+    full size (no DCT scaling), see the geometric ops' ``exact``; ``inner``: (B, 4) the part
+    of the image the frame shows (``boxes`` clipped to the image and to every crop on the
+    way; None: ``boxes`` itself, no padding); ``fill``: the RGB of the padding."""
 
     boxes: np.ndarray
     flips: np.ndarray
     size: tuple[int, int]
     exact: bool = False
+    inner: np.ndarray | None = None
+    fill: tuple[int, int, int] = (0, 0, 0)
 
 
 @runtime_checkable
@@ -62,23 +77,6 @@ class DecodeOp(Protocol):
     per sample it takes from its own stream."""
 
     draws: int
-
-
-def _size2(size: Any, name: str) -> tuple[int, int]:
-    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
-        return (size, size)
-    if (
-        isinstance(size, (tuple, list))
-        and len(size) == 2
-        and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size)
-    ):
-        return (int(size[0]), int(size[1]))
-    raise ArgumentError(f"{name}: size must be a positive int or (height, width), got {size!r}")
-
-
-def _check_exact(name: str, exact: Any) -> None:
-    if not isinstance(exact, bool):
-        raise ArgumentError(f"{name}: exact must be True or False, got {exact!r}")
 
 
 @dataclass(frozen=True)
@@ -100,14 +98,14 @@ class RandomResizedCrop:
     moves = "plan"  # see DECODE_OPS
 
     def __post_init__(self) -> None:
-        _size2(self.size, "RandomResizedCrop")
+        size2(self.size, "RandomResizedCrop")
         pair("RandomResizedCrop", "scale", self.scale)
         pair("RandomResizedCrop", "ratio", self.ratio)
-        _check_exact("RandomResizedCrop", self.exact)
+        check_exact("RandomResizedCrop", self.exact)
 
     @property
     def out_size(self) -> tuple[int, int]:
-        return _size2(self.size, "RandomResizedCrop")
+        return size2(self.size, "RandomResizedCrop")
 
     def boxes(self, heights: np.ndarray, widths: np.ndarray, u: np.ndarray) -> np.ndarray:
         h_img = heights.astype(np.float64)[:, None]
@@ -143,6 +141,7 @@ class CenterCrop:
     """Evaluation crop: resize so the shorter side is ``int(size / ratio)`` (torchvision's
     ``Resize(int(size / ratio))``), then take the central ``size``; planned as one box in stored
     pixels with the scales torchvision's two steps give. ``ratio=1`` crops the central square.
+    A crop larger than the resized image is padded with zeros, as v2's ``CenterCrop``.
     ``device``, ``exact``: as for :class:`RandomResizedCrop`."""
 
     size: int | tuple[int, int]
@@ -153,13 +152,13 @@ class CenterCrop:
     moves = "plan"
 
     def __post_init__(self) -> None:
-        _size2(self.size, "CenterCrop")
+        size2(self.size, "CenterCrop")
         number("CenterCrop", "ratio", self.ratio, 0.0, 1.0, above=True)
-        _check_exact("CenterCrop", self.exact)
+        check_exact("CenterCrop", self.exact)
 
     @property
     def out_size(self) -> tuple[int, int]:
-        return _size2(self.size, "CenterCrop")
+        return size2(self.size, "CenterCrop")
 
     def boxes(self, heights: np.ndarray, widths: np.ndarray, u: np.ndarray) -> np.ndarray:
         oh, ow = self.out_size
@@ -171,10 +170,10 @@ class CenterCrop:
         rh = np.where(tall, np.floor(short * h / w), short)
         rw = np.where(tall, short, np.floor(short * w / h))
         sy, sx = h / rh, w / rw  # stored pixels per resized pixel
-        # torchvision CenterCrop: int(round((resized - crop) / 2)), padding if too small
-        # (not reproduced: the box then reaches past the image and is clamped by the resize).
-        top = np.round((rh - oh) / 2.0)
-        left = np.round((rw - ow) / 2.0)
+        # torchvision CenterCrop: int(round((resized - crop) / 2)); a crop larger than the
+        # resized image pads it with zeros first, (crop - side) // 2 before it.
+        top = np.where(rh < oh, -((oh - rh) // 2), np.round((rh - oh) / 2.0))
+        left = np.where(rw < ow, -((ow - rw) // 2), np.round((rw - ow) / 2.0))
         return np.stack([left * sx, top * sy, (left + ow) * sx, (top + oh) * sy], axis=1)
 
 
@@ -192,12 +191,12 @@ class Resize:
     moves = "plan"
 
     def __post_init__(self) -> None:
-        _size2(self.size, "Resize")
-        _check_exact("Resize", self.exact)
+        size2(self.size, "Resize")
+        check_exact("Resize", self.exact)
 
     @property
     def out_size(self) -> tuple[int, int]:
-        return _size2(self.size, "Resize")
+        return size2(self.size, "Resize")
 
     def boxes(self, heights: np.ndarray, widths: np.ndarray, u: np.ndarray) -> np.ndarray:
         z = np.zeros(len(heights))
@@ -219,21 +218,24 @@ class RandomHorizontalFlip:
         return u[:, 0] < self.p
 
 
-_GEOMETRIC = (RandomResizedCrop, CenterCrop, Resize)
+_GEOMETRIC = (RandomResizedCrop, CenterCrop, Resize, RandomCrop, ResizePad, ScaleJitter)
+_FRAMES = (ZoomOut, RandomIoUCrop)  # give the next geometric op a frame of their own
 
-DECODE_OPS: tuple[type, ...] = (*_GEOMETRIC, RandomHorizontalFlip, *AUGMENTS)
+DECODE_OPS: tuple[type, ...] = (*_GEOMETRIC, *_FRAMES, RandomHorizontalFlip, *AUGMENTS)
 """Every op class a ``decode=`` list takes. Each says, as its ``moves``, how the fields that
 follow its image (:mod:`chute.image.follow`) move with it: ``"plan"``, through the planned
-crop, resize and flip; ``"warp"``, by its own warps after decoding (``rounds`` names them per
-sample); ``"none"``, it moves no pixel (colour, blur, erasing)."""
+crop, padding, resize and flip; ``"warp"``, by its own warps after decoding (``rounds`` names
+them per sample); ``"none"``, it moves no pixel (colour, blur, erasing)."""
 
 MOVES = ("plan", "warp", "none")
 """The values of an op's ``moves`` (see :data:`DECODE_OPS`)."""
 
 
 def check_ops(ops: Any) -> tuple[Any, ...]:
-    """``ops`` as a tuple (one op may be given alone), checked: one geometric op, flips, and
-    the augmentations of :mod:`chute.image.augment` (applied after decoding)."""
+    """``ops`` as a tuple (one op may be given alone), checked: frame ops
+    (:class:`~chute.image.placing.ZoomOut`, :class:`~chute.image.placing.RandomIoUCrop`), then
+    one sizing op, flips, and the augmentations of :mod:`chute.image.augment` (applied after
+    decoding); the ops that pad agree on the fill."""
     ops = tuple(ops) if isinstance(ops, (list, tuple)) else (ops,)
     geo = [op for op in ops if isinstance(op, _GEOMETRIC)]
     other = [op for op in ops if not isinstance(op, DECODE_OPS)]
@@ -241,10 +243,45 @@ def check_ops(ops: Any) -> tuple[Any, ...]:
         raise ArgumentError(f"not an image decode op: {other[0]!r}")
     if len(geo) != 1:
         raise ArgumentError(
-            "image decode ops need exactly one of RandomResizedCrop, CenterCrop, Resize (it "
-            f"fixes the batch's image size), got {len(geo)} in {ops!r}"
+            "image decode ops need exactly one of RandomResizedCrop, CenterCrop, Resize, "
+            "RandomCrop, ResizePad, ScaleJitter (it fixes the batch's image size), got "
+            f"{len(geo)} in {ops!r}"
         )
+    late = [op for op in ops[ops.index(geo[0]) :] if isinstance(op, _FRAMES)]
+    if late:
+        raise ArgumentError(
+            f"{type(late[0]).__name__} must come before {type(geo[0]).__name__} (the op that "
+            f"fixes the batch's image size), got {ops!r}"
+        )
+    fills = {
+        fill_colour(type(op).__name__, op.fill)
+        for op in ops
+        if isinstance(op, (*_GEOMETRIC, *_FRAMES)) and hasattr(op, "fill")
+    }
+    if len(fills) > 1:
+        raise ArgumentError(f"the ops that pad the image must have one fill, got {sorted(fills)}")
     return ops
+
+
+def _boxes_in(targets: Any, op: Any, n: int) -> list[np.ndarray]:
+    """Each sample's boxes (K, 4) xyxy for ``op`` (its ``boxes`` field) from ``targets``."""
+    got = None if targets is None else targets.get(op.boxes)
+    if got is None or len(got) != n:
+        raise ArgumentError(
+            f"{type(op).__name__}: needs each sample's boxes, from field {op.boxes!r}; the "
+            "decode step was given none (name the dataset's ragged (K, 4) boxes field with "
+            f"boxes=, or pass targets={{{op.boxes!r}: per-sample boxes}} to plan)"
+        )
+    boxes = []
+    for j, b in enumerate(got):
+        arr = np.asarray(b, dtype=np.float64)
+        if arr.size % 4:
+            raise ArgumentError(
+                f"{type(op).__name__}: field {op.boxes!r} of row {j} of the batch holds "
+                f"{arr.size} numbers, not boxes of 4 (x1, y1, x2, y2)"
+            )
+        boxes.append(arr.reshape(-1, 4))
+    return boxes
 
 
 def plan(
@@ -254,11 +291,15 @@ def plan(
     indices: Any,
     seed: int = 0,
     epoch: int = 0,
+    targets: Mapping[str, Sequence[Any]] | None = None,
 ) -> Plan:
     """Plan crop boxes and flips for a batch from the stored sizes, before any decoding.
 
     ``indices`` are the samples' indices in the dataset (their random draws depend on them,
-    not on their position in the batch). Op ``k`` of ``ops`` draws from stream ``k``.
+    not on their position in the batch). Op ``k`` of ``ops`` draws from stream ``k``. The
+    geometric ops compose: each one's box, in the frame the ops before it made, becomes a box
+    in stored pixels; ``targets`` maps a field name to each sample's boxes (in stored pixels,
+    xyxy), for :class:`~chute.image.placing.RandomIoUCrop`.
     """
     ops = check_ops(ops)
     heights = np.asarray(heights, dtype=np.int64).reshape(-1)
@@ -271,16 +312,66 @@ def plan(
         )
     if len(heights) and (heights.min() < 1 or widths.min() < 1):
         raise ArgumentError("image heights and widths must be >= 1")
-    boxes = np.zeros((len(heights), 4))
-    flips = np.zeros(len(heights), dtype=bool)
-    size, exact = (0, 0), False
+    n = len(heights)
+    whole = np.stack([np.zeros(n), np.zeros(n), widths, heights], axis=1).astype(np.float64)
+    boxes, inner = whole.copy(), whole.copy()
+    fh, fw = heights, widths  # the current frame's size, per sample
+    flips = np.zeros(n, dtype=bool)
+    size, exact, fill = (0, 0), False, (0, 0, 0)
+    nh: Any
+    nw: Any
     for k, op in enumerate(ops):
-        if not isinstance(op, (*_GEOMETRIC, RandomHorizontalFlip)):
-            continue  # an augmentation, applied after decoding (chute.image.augment)
-        u = uniforms(seed, epoch, indices, k, op.draws) if op.draws else np.empty((len(indices), 0))
+        if isinstance(op, (*_GEOMETRIC, *_FRAMES)) and hasattr(op, "fill"):
+            fill = fill_colour(type(op).__name__, op.fill)
         if isinstance(op, RandomHorizontalFlip):
-            flips ^= op.flips(u)
-        else:
-            boxes = op.boxes(heights, widths, u)
+            flips ^= op.flips(uniforms(seed, epoch, indices, k, op.draws))
+            continue
+        if isinstance(op, _FRAMES):
+            sx, sy = (boxes[:, 2] - boxes[:, 0]) / fw, (boxes[:, 3] - boxes[:, 1]) / fh
+            own = None
+            if isinstance(op, RandomIoUCrop):  # the sample's boxes in the current frame
+                own = [
+                    (b - boxes[j, [0, 1, 0, 1]]) / [sx[j], sy[j], sx[j], sy[j]]
+                    for j, b in enumerate(_boxes_in(targets, op, n))
+                ]
+
+            def draw(start: int, cols: int, k: int = k) -> np.ndarray:
+                return uniforms(seed, epoch, indices, k, cols, start)
+
+            box, nh, nw = op.frame(fh, fw, draw, own)
+        elif isinstance(op, _GEOMETRIC):
+            u = uniforms(seed, epoch, indices, k, op.draws) if op.draws else np.empty((n, 0))
+            box = op.boxes(fh, fw, u)
             size, exact = op.out_size, bool(op.exact)
-    return Plan(boxes, flips, size, exact)
+            nh, nw = size
+        else:
+            continue  # an augmentation, applied after decoding (chute.image.augment)
+        sx, sy = (boxes[:, 2] - boxes[:, 0]) / fw, (boxes[:, 3] - boxes[:, 1]) / fh
+        boxes = boxes[:, [0, 1, 0, 1]] + box * np.stack([sx, sy, sx, sy], axis=1)
+        inner[:, :2] = np.maximum(inner[:, :2], boxes[:, :2])
+        inner[:, 2:] = np.maximum(np.minimum(inner[:, 2:], boxes[:, 2:]), inner[:, :2])
+        fh, fw = np.broadcast_to(nh, (n,)), np.broadcast_to(nw, (n,))
+    padded = (np.abs(inner - boxes) > 1e-9).any()
+    return Plan(boxes, flips, size, exact, inner if padded else None, fill)
+
+
+def placed(p: Plan) -> np.ndarray:
+    """(B, 4) int64 ``(x0, y0, x1, y1)``: the output pixels of plan ``p`` that show the image,
+    those whose centre maps inside ``p.inner`` (before any flip); the others are padding.
+    Shared by the image and its followers, so both pad exactly the same pixels."""
+    oh, ow = p.size
+    inner = p.boxes if p.inner is None else p.inner
+    sx = ow / (p.boxes[:, 2] - p.boxes[:, 0])
+    sy = oh / (p.boxes[:, 3] - p.boxes[:, 1])
+    scale = np.stack([sx, sy, sx, sy], axis=1)
+    edges = np.ceil((inner - p.boxes[:, [0, 1, 0, 1]]) * scale - 0.5 - 1e-9)
+    edges = np.clip(edges, 0, [ow, oh, ow, oh]).astype(np.int64)
+    edges[:, 2:] = np.maximum(edges[:, 2:], edges[:, :2])
+    return edges
+
+
+def padded(p: Plan) -> np.ndarray:
+    """(B,) bool: the samples of plan ``p`` whose output has padding."""
+    if p.inner is None:
+        return np.zeros(len(p.boxes), bool)
+    return (np.abs(p.inner - p.boxes) > 1e-9).any(axis=1)

@@ -52,6 +52,7 @@ import torch
 
 from .. import format as fmt
 from .._torch import as_numpy, empty_buffers
+from ..batch import RaggedBatch
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
 from ..image.augment import AUGMENTS, augment
 from ..image.follow import (
@@ -67,7 +68,7 @@ from ..image.follow import (
     view_seed,
 )
 from ..image.on_device import DeviceImages, check_device, decode_images
-from ..image.ops import Plan, check_ops, plan
+from ..image.ops import Plan, check_ops, padded, placed, plan
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from ..reader.samples import ReadsBatches
 from .finish import Finished
@@ -197,6 +198,8 @@ class Decoded(ReadsBatches):
         self._check_image(name, what, ("image", "mask"))
         f = self.dataset.schema[name]
         check_fill(tie.fill, f.kind, f.dtype, f"decode={{{name!r}: {what}}}")
+        if getattr(f, "instances", False):
+            return f  # ragged: each sample's (N, h, w) planes, a RaggedBatch
         return fmt.Tensor((h, w), f.dtype) if f.kind == "mask" else fmt.Tensor((3, h, w), "uint8")
 
     def _here(self, name: str) -> bool:
@@ -251,7 +254,7 @@ class Decoded(ReadsBatches):
         bad: set[int] = set()  # positions whose image is corrupt (on_error="skip")
         enc = {name: batch[self.views.get(name, name)] for name in self.ops}  # still encoded
         for name in self.ops:
-            plans[name] = self._plan(name, enc[name], idx, epoch)
+            plans[name] = self._plan(name, enc[name], idx, epoch, batch)
             if name in self.on_device:
                 batch[name] = self._planned(name, enc[name], idx, plans[name])
                 continue
@@ -296,18 +299,24 @@ class Decoded(ReadsBatches):
         idx: np.ndarray,
         planned: tuple[np.ndarray, Plan],
         dst: torch.Tensor | None,
-    ) -> torch.Tensor:
+    ) -> torch.Tensor | RaggedBatch:
         """Field ``name`` cropped, resized and flipped as its leader's ``planned``, then
         moved by the leader's warps."""
-        b = len(idx)
-        dst = self._out(name, b, dst)
         sizes, p = planned
-        arr = as_numpy(dst)
         leader, seed = self.ops[tie.field], self._seed(tie.field)
+        field = None if isinstance(tie, Geometry) else self.dataset.schema[name]
+        instances = bool(getattr(field, "instances", False))
         if isinstance(tie, Geometry):
-            geometry(p, arr, leader, idx, seed, self.epoch)
+            dst = self._out(name, len(idx), dst)
+            geometry(p, as_numpy(dst), leader, idx, seed, self.epoch)
             return dst
-        own = (enc.shapes if self.dataset.schema[name].kind == "mask" else enc.sizes).numpy()
+        assert field is not None
+        own = (enc.shapes if field.kind == "mask" else enc.sizes).numpy()
+        if instances:  # (N, h, w) per sample: each plane follows as a 2-D mask
+            counts, own = own[:, 0], own[:, 1:]
+        else:
+            out = self._out(name, len(idx), dst)
+            arr = as_numpy(out)
         bad = np.flatnonzero((own != sizes).any(axis=1))
         if len(bad):
             i = int(bad[0])
@@ -316,17 +325,48 @@ class Decoded(ReadsBatches):
                 f"width) but its {tie.field!r} is {tuple(sizes[i].tolist())}; a field that "
                 "follows another must have its size"
             )
-        if self.dataset.schema[name].kind == "image":
-            self._decode(name, enc, idx, planned, dst)
-        else:
-            values = enc.values.numpy()
-            offsets = enc.offsets.numpy().tolist()
-            boxes, flips = p.boxes.tolist(), p.flips.tolist()
-            for i in range(b):
-                src = values[offsets[i] : offsets[i + 1]].reshape(own[i])
-                resize_nearest(src, boxes[i], flips[i], arr[i])
+        if field.kind == "image":
+            self._decode(name, enc, idx, planned, out)
+            follow_warps(leader, arr, idx, seed, self.epoch, tie.fill)
+            return out
+        if instances:
+            return self._follow_instances(enc, counts, idx, p, leader, seed, tie.fill)
+        values = enc.values.numpy()
+        offsets = enc.offsets.numpy().tolist()
+        for i, (box, flip, padding) in enumerate(_planes(p, tie.fill)):
+            src = values[offsets[i] : offsets[i + 1]].reshape(own[i])
+            resize_nearest(src, box, flip, arr[i], **padding)
         follow_warps(leader, arr, idx, seed, self.epoch, tie.fill)
-        return dst
+        return out
+
+    def _follow_instances(
+        self,
+        enc: Any,
+        counts: np.ndarray,
+        idx: np.ndarray,
+        p: Plan,
+        leader: tuple[Any, ...],
+        seed: int,
+        fill: int,
+    ) -> RaggedBatch:
+        """Instance masks ``enc`` ((N, h, w) per sample) cropped, resized, padded, flipped
+        and warped plane by plane as the leader: a RaggedBatch of (N, H, W) per sample."""
+        oh, ow = p.size
+        values = enc.values.numpy()
+        out = np.empty((int(counts.sum()), oh, ow), values.dtype)
+        offsets = enc.offsets.numpy().tolist()
+        first = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        for i, (box, flip, padding) in enumerate(_planes(p, fill)):
+            src = values[offsets[i] : offsets[i + 1]].reshape(-1, *enc.shapes[i, 1:].tolist())
+            for k in range(len(src)):
+                resize_nearest(src[k], box, flip, out[first[i] + k], **padding)
+        follow_warps(leader, out, np.repeat(idx, counts), seed, self.epoch, fill)
+        shapes = np.stack([counts, np.full_like(counts, oh), np.full_like(counts, ow)], axis=1)
+        return RaggedBatch(
+            torch.from_numpy(out.reshape(-1)),
+            torch.from_numpy(np.asarray(first, np.int64) * oh * ow),
+            torch.from_numpy(shapes.astype(np.int64)),
+        )
 
     def _out(self, name: str, b: int, dst: torch.Tensor | None) -> torch.Tensor:
         """Where field ``name`` of a batch of ``b`` is written: ``dst`` (the loader's buffer,
@@ -335,10 +375,25 @@ class Decoded(ReadsBatches):
             return empty_buffers({name: self._schema[name]}, b)[name]
         return dst if len(dst) == b else dst[:b]
 
-    def _plan(self, name: str, enc: Any, idx: np.ndarray, epoch: int) -> tuple[np.ndarray, Plan]:
-        """The stored (height, width) of each image of ``enc``, and field ``name``'s plan."""
+    def _plan(
+        self, name: str, enc: Any, idx: np.ndarray, epoch: int, batch: Mapping[str, Any]
+    ) -> tuple[np.ndarray, Plan]:
+        """The stored (height, width) of each image of ``enc``, and field ``name``'s plan
+        (with the boxes its ops read from ``batch``, e.g. RandomIoUCrop's)."""
         sizes = enc.sizes.numpy()
-        return sizes, plan(self.ops[name], sizes[:, 0], sizes[:, 1], idx, self._seed(name), epoch)
+        targets = {}
+        for op in self.ops[name]:
+            field = getattr(op, "boxes", None)
+            if isinstance(field, str):
+                if field not in batch:
+                    raise SchemaError(
+                        f"{self._where(name)}: {type(op).__name__}(boxes={field!r}) reads "
+                        f"each sample's boxes from field {field!r}; the dataset has none "
+                        f"({sorted(self.dataset.schema)})"
+                    )
+                targets[field] = list(batch[field])
+        h, w, seed = sizes[:, 0], sizes[:, 1], self._seed(name)
+        return sizes, plan(self.ops[name], h, w, idx, seed, epoch, targets)
 
     def _planned(
         self, name: str, enc: Any, idx: np.ndarray, planned: tuple[np.ndarray, Plan]
@@ -347,6 +402,12 @@ class Decoded(ReadsBatches):
         sizes, p = planned
         where = self._where(name)
         device = self.on_device[name]
+        if padded(p).any():
+            j = int(np.flatnonzero(padded(p))[0])
+            raise ArgumentError(
+                f"{where}: sample {int(idx[j])}'s crop is larger than the image and would be "
+                "padded, which is done in the loader's workers, not on the device: drop device="
+            )
         return DeviceImages(
             enc.values, enc.offsets, sizes, p.boxes, p.flips, p.size, device, where, idx
         )
@@ -413,6 +474,19 @@ class Decoded(ReadsBatches):
     def __repr__(self) -> str:
         ops = {k: list(v) for k, v in self.ops.items()}
         return f"chute.loader.decode.Decoded({self.dataset!r}, decode={ops}, seed={self.seed})"
+
+
+def _planes(p: Plan, fill: int) -> list[tuple[Any, bool, dict[str, Any]]]:
+    """Per sample of plan ``p``, how :func:`resize_nearest` moves a plane: its box, flip, and
+    for a padded sample its ``inner``, ``dest`` and ``fill``."""
+    boxes, flips = p.boxes.tolist(), p.flips.tolist()
+    if p.inner is None:
+        return [(boxes[i], flips[i], {}) for i in range(len(boxes))]
+    pad, dest = padded(p), placed(p)
+    return [
+        (boxes[i], flips[i], {"inner": p.inner[i], "dest": dest[i], "fill": fill} if pad[i] else {})
+        for i in range(len(boxes))
+    ]
 
 
 def with_decode(
