@@ -110,7 +110,8 @@ class DocumentOrder:
             for name, values, eos in columns(p):
                 flat = rows[name].reshape(-1)
                 flat[to] = values[segments(src, real[mine], len(values))]
-                flat[dst[cut] + real[cut]] = eos
+                if len(cut):
+                    flat[dst[cut] + real[cut]] = eos
         where = segments(dst, n, size)
         doc_ids, positions = ids
         if doc_ids is not None:
