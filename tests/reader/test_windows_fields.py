@@ -199,3 +199,33 @@ def test_per_epoch_arguments_refused(tmp_path):
     assert b["labels"].tolist() == [*range(o + 1, o + 8), IGNORE]
     with pytest.raises(ArgumentValueError, match="epoch"):
         w.set_epoch(-1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 30), max_size=25),
+    length=st.integers(1, 40),
+    seed=st.integers(0, 1000),
+    dtype=st.sampled_from(["uint16", "int64", "bool", "float32"]),
+)
+def test_eos_rows_compiled_and_numpy_agree(lengths, length, seed, dtype):
+    """Both placements of eos windows inside a part (the compiled loop, and numpy's boolean
+    assignment where numba is missing) write what the stream built the obvious way holds."""
+    from chute.reader.window_fill import compiled_eos, copy_rows_eos
+
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 2, sum(lengths)).astype(dtype)
+    ends = np.cumsum(lengths)
+    eos_at = ends + np.arange(len(lengths))
+    stream = np.insert(values, ends, 1) if len(lengths) else values
+    if len(stream) < length:
+        return
+    x = rng.integers(0, len(stream) - length + 1, 9)
+    want = np.stack([stream[a : a + length] for a in x])
+    for compiled in (True, False) if compiled_eos() else (False,):
+        rows = np.zeros((9, length), dtype)
+        sel = np.arange(9)
+        done = copy_rows_eos([(rows, values, 1)], sel, x, eos_at, length, compiled=compiled)
+        assert (rows[done] == want[done]).all()
+        if compiled:  # the compiled loop writes every window inside the part
+            assert done.all()

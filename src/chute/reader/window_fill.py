@@ -6,11 +6,13 @@ indices.
 * No ``eos``: a window inside a part is a slice of its values, so a batch of them is one
   strided copy (a sliding-window view indexed by the window starts), no Python per window.
 * ``eos``: a window inside a part is the part's tokens from ``a`` on with an ``eos`` after each
-  document that ends in it. The rows are copied as without ``eos`` (``length`` tokens from
-  ``a``), then placed by one boolean assignment into rows ``length + K`` wide (``K``: the most
-  eos in a window of the batch) whose eos slots, and the ``K - k`` slots past each row's
-  ``length - k`` tokens, are masked out; the eos are set after. No flat index is built: a
-  couple of passes over the batch, about 0.5-1 ns a token.
+  document that ends in it. With numba installed (the ``image`` extra), one compiled loop
+  copies each row's runs between two eos straight into the rows (:mod:`chute.reader.eos_kernel`):
+  one copy, where the strided copy above makes two (numpy's fancy index, then the rows).
+  Without it, the rows are copied as without ``eos`` (``length`` tokens from ``a``), then
+  placed by one boolean assignment into rows ``length + K`` wide (``K``: the most eos in a
+  window of the batch) whose eos slots, and the ``K - k`` slots past each row's ``length - k``
+  tokens, are masked out; the eos are set after: no flat index, a few passes over the batch.
 * Anything else (a window across a part boundary, the padded tail, the last window of a part):
   a flat index per token (numpy, no Python per document), the eos positions set after.
 """
@@ -23,9 +25,22 @@ import numpy as np
 
 from .gather import segments
 
-__all__ = ["Column", "copy_rows", "copy_rows_eos", "copy_segments"]
+__all__ = ["Column", "compiled_eos", "copy_rows", "copy_rows_eos", "copy_segments"]
 
 Column = tuple[np.ndarray, np.ndarray, Any]  # (the batch's (B, L) rows, the part's values, eos)
+_KERNEL: list[Any] = []  # the compiled eos copy, or None without numba: looked up once
+
+
+def compiled_eos() -> Any:
+    """:func:`chute.reader.eos_kernel.windows_eos`, or None when numba is not installed."""
+    if not _KERNEL:
+        try:
+            from .eos_kernel import windows_eos
+        except ImportError:
+            _KERNEL.append(None)
+        else:
+            _KERNEL.append(windows_eos)
+    return _KERNEL[0]
 
 
 def copy_rows(columns: list[Column], sel: np.ndarray, x: np.ndarray, length: int) -> None:
@@ -35,12 +50,23 @@ def copy_rows(columns: list[Column], sel: np.ndarray, x: np.ndarray, length: int
 
 
 def copy_rows_eos(
-    columns: list[Column], sel: np.ndarray, x: np.ndarray, eos_at: np.ndarray, length: int
+    columns: list[Column],
+    sel: np.ndarray,
+    x: np.ndarray,
+    eos_at: np.ndarray,
+    length: int,
+    compiled: bool = True,
 ) -> np.ndarray:
-    """Rows ``sel``, windows starting at ``x`` in the part's share of a stream with an eos at
-    each of ``eos_at`` (sorted), by the boolean assignment of the module doc. Returns which of
-    ``sel`` it wrote: not those whose ``length`` tokens run past the part's values."""
+    """Rows ``sel``, windows wholly inside the part's share of a stream with an eos at each
+    of ``eos_at`` (sorted), starting at ``x``: compiled when numba is there and ``compiled``,
+    else by the boolean assignment of the module doc. Returns which of ``sel`` it wrote (the
+    boolean assignment leaves those whose ``length`` tokens run past the part's values)."""
     ex = np.searchsorted(eos_at, x, side="left")  # eos before x: the real start is x - ex
+    kernel = compiled_eos() if compiled else None
+    if kernel is not None:
+        for rows, values, eos in columns:
+            kernel(rows, sel, values, x, ex, eos_at, eos, length)
+        return np.ones(len(sel), bool)
     ey = np.searchsorted(eos_at, x + length, side="left")
     a = x - ex
     done = a + length <= len(columns[0][1])
