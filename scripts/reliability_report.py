@@ -52,6 +52,7 @@ OTHER = [
     "sources/test_converters_hostile.py",
     "sources/test_converters_edges.py",
     "reader/test_descriptors.py",
+    "reader/test_tokens_hostile.py",
     "order/test_order_state_checks.py",
 ]
 # tests kept beside the stage they test, whose cases (recorded by tests/_faults.py) the table

@@ -10,14 +10,12 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 from _chat import IGNORE, chat_documents, reference_row, write_chat
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import chute
-from chute import ArgumentError, ArgumentValueError, SchemaError
 
 PAD = -1
 FIELDS = ["tokens", "loss_mask", "doc", "at"]
@@ -121,41 +119,3 @@ def test_same_labels_match_hugging_face_flattening(tmp_path):
     cu, _ = rows.flat_cu_seqlens(batch["cu_seqlens"])
     flat = batch["labels"].reshape(-1)
     assert (flat[cu[:-1].long()] == IGNORE).all()  # every sequence's first label
-
-
-def test_mismatched_lengths_and_bad_arguments(tmp_path):
-    schema = {"tokens": chute.Ragged("int32"), "mask": chute.Ragged("uint8")}
-    with chute.Writer(tmp_path / "bad.chute", schema, part_size=2) as w:
-        for n, m in ((3, 3), (4, 4), (5, 5), (2, 3)):
-            w.append({"tokens": np.arange(n, dtype=np.int32), "mask": np.ones(m, np.uint8)})
-    bad = chute.open(tmp_path / "bad.chute")
-    with pytest.raises(SchemaError, match=r"field 'mask' of document 3 has 3 values.*'tokens' 2"):
-        chute.pack(bad, ["tokens", "mask"], 8)
-    w = chute.windows(bad, ["tokens", "mask"], 2)
-    w.gather([0])  # part 0 is aligned
-    with pytest.raises(SchemaError, match="field 'mask' of document 3"):
-        w.gather(np.arange(len(w)))
-    docs = chat_documents(4, 0)
-    ds = write_chat(tmp_path / "c.chute", docs, None)
-    with pytest.raises(SchemaError, match="'nope'"):
-        chute.pack(ds, ["tokens", "nope"], 8)
-    with pytest.raises(ArgumentValueError, match="twice"):
-        chute.pack(ds, ["tokens", "tokens"], 8)
-    with pytest.raises(ArgumentError, match="list of them"):
-        chute.pack(ds, [], 8)
-    with pytest.raises(ArgumentValueError, match="labels="):
-        chute.pack(ds, "tokens", 8, labels="shifted")
-    with pytest.raises(ArgumentValueError, match="label_mask='loss_mask'"):
-        chute.pack(ds, "tokens", 8, labels="next", label_mask="loss_mask")
-    with pytest.raises(ArgumentValueError, match=r"fill\['loss_mask'\]=300"):
-        chute.pack(ds, ["tokens", "loss_mask"], 8, fill={"loss_mask": 300})
-    with pytest.raises(ArgumentValueError, match="not aligned fields"):
-        chute.pack(ds, ["tokens", "loss_mask"], 8, fill={"doc": 1})
-    flat = chute.write(tmp_path / "f.chute", {"tokens": np.arange(10), "x": np.ones(10)})
-    schema = {"tokens": chute.Ragged("int32"), "loss_mask": chute.fields.Tensor((3,), "uint8")}
-    with chute.Writer(tmp_path / "m.chute", schema) as w:
-        w.append({"tokens": np.arange(3, dtype=np.int32), "loss_mask": np.ones(3, np.uint8)})
-    with pytest.raises(SchemaError, match=r"field 'loss_mask'.*Ragged field with one value"):
-        chute.pack(chute.open(tmp_path / "m.chute"), ["tokens", "loss_mask"], 8)
-    w2 = chute.windows(chute.open(flat), ["tokens", "x"], 4)  # a flat stream carries flat fields
-    assert w2[1]["x"].tolist() == [1.0] * 4

@@ -9,14 +9,12 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 from _chat import IGNORE, chat_documents, write_chat
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import chute
-from chute import ArgumentValueError
 from chute.order.permute import Permutation
 from chute.reader.gatherable import PerEpoch
 from chute.reader.window_order import ORDER_KEY, epoch_offset
@@ -183,22 +181,6 @@ def test_every_token_once_per_epoch_with_shuffled_documents(tmp_path):
         pairs = sorted(zip(b["tokens"][keep].tolist(), b["at"][keep].tolist(), strict=True))
         want = sorted((t, k) for d in docs for k, t in enumerate(d["tokens"]))
         assert pairs == want
-
-
-def test_per_epoch_arguments_refused(tmp_path):
-    ds = write_chat(tmp_path / "c.chute", chat_documents(5, 0), None)
-    with pytest.raises(ArgumentValueError, match="drop_tail=True"):
-        chute.windows(ds, "tokens", 8, random_offset=True, drop_tail=False)
-    flat = chute.open(chute.write(tmp_path / "f.chute", {"tokens": np.arange(100)}))
-    with pytest.raises(ArgumentValueError, match="shuffle_documents"):
-        chute.windows(flat, "tokens", 8, shuffle_documents=True)
-    w = chute.windows(flat, "tokens", 8, random_offset=True, labels="next", seed=3)
-    b = w.at_epoch(5)[0]
-    o = epoch_offset(3, 5, 8)
-    assert b["tokens"].tolist() == list(range(o, o + 8))
-    assert b["labels"].tolist() == [*range(o + 1, o + 8), IGNORE]
-    with pytest.raises(ArgumentValueError, match="epoch"):
-        w.set_epoch(-1)
 
 
 @settings(max_examples=40, deadline=None)
