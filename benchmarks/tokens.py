@@ -21,6 +21,10 @@ warm files:
   tokens out as int64, as nanoGPT does (``windows(dtype="int64")``: cast while copying); the
   ``in order`` row reads without shuffling, which shows what the order's per-batch index
   computation costs.
+* ``chute windows eos``: the same with ``eos=50256`` after every document (nanoGPT's
+  EOT-separated stream), right after the plain rows of the same batch and threads;
+  ``x flat`` is its tokens/s over theirs (compiled with numba when it is installed, else
+  numpy's boolean placement: see ``chute/reader/window_fill.py``).
 
 Reported: tokens/s after the first batch (LitData over a tenth of the batches: it is slow
 here), the first batch's seconds, the peak PSS of the process tree above the baseline, each
@@ -53,6 +57,7 @@ import chute
 BLOCK = 1024
 MAX_DOC = 41_000
 PAD = 65535  # the packed rows' padding; document tokens are < 50257 (GPT-2's vocabulary)
+EOT = 50256  # GPT-2's <|endoftext|>: nanoGPT's separator between documents
 
 
 def make_corpus(folder: Path, tokens: int, seed: int = 0) -> tuple[Path, Path, np.ndarray]:
@@ -116,9 +121,14 @@ def nanogpt(bin_path: Path, batch: int) -> Iterator[tuple[torch.Tensor, torch.Te
 
 
 def chute_windows(
-    ds: chute.Dataset, batch: int, workers: int, int64: bool, shuffle: bool = True
+    ds: chute.Dataset,
+    batch: int,
+    workers: int,
+    int64: bool,
+    shuffle: bool = True,
+    eos: int | None = None,
 ) -> Iterator[Any]:
-    w = chute.windows(ds, "tokens", BLOCK + 1, dtype="int64" if int64 else None)
+    w = chute.windows(ds, "tokens", BLOCK + 1, dtype="int64" if int64 else None, eos=eos)
     loader = chute.Loader(w, batch_size=batch, num_workers=workers, seed=0, shuffle=shuffle)
     while True:
         for b in loader:
@@ -252,6 +262,11 @@ def main() -> None:
                     name += " + int64" if int64 else ""
                     it = chute_windows(ds, batch, workers, int64)
                     rows.append(measure(name, it, n, _xy_tokens))
+                    if not int64:  # the EOT-separated stream, beside the plain one
+                        flat = rows[-1]["tokens_per_s"]
+                        it = chute_windows(ds, batch, workers, False, eos=EOT)
+                        rows.append(measure(f"{name} eos", it, n, _xy_tokens))
+                        rows[-1]["x_flat"] = rows[-1]["tokens_per_s"] / flat
             it = chute_windows(ds, batch, 2, False, shuffle=False)  # the order's cost, apart
             rows.append(measure(f"chute windows, {batch}, 2 threads, in order", it, n, _xy_tokens))
             for r in rows:
@@ -266,6 +281,7 @@ def main() -> None:
             ("reader", "reader", "s"),
             ("tokens_per_s", "tokens/s", ",.0f"),
             ("x_nanogpt", "x nanoGPT", ".2f"),
+            ("x_flat", "x flat", ".2f"),
             ("first_batch_s", "first batch s", ".4f"),
             ("peak_pss_mb", "peak PSS MB", ".1f"),
             ("skipped", "skipped", "s"),

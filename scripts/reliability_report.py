@@ -54,6 +54,7 @@ OTHER = [
     "sources/test_arrow_table_hostile.py",
     "reader/test_descriptors.py",
     "reader/test_getitem_recheck.py",
+    "reader/test_tokens_hostile.py",
     "order/test_order_state_checks.py",
     "frameworks/test_sharders.py",
 ]

@@ -31,14 +31,20 @@ epoch would change the number of rows, hence the steps of an epoch, which the Or
 front.) Every document, or piece of one, is in exactly one row, so in exactly one sample per
 epoch.
 
-A gather copies each piece's tokens with one flat index per part (numpy, no Python per
-document or row).
+Aligned fields (SFT): ``field=["tokens", "loss_mask", "labels"]`` packs the other fields
+exactly as the tokens, each a ``(length,)`` field, ``fill`` on padding (default 0;
+``fill={"labels": -100}``); ``labels="next"`` / ``"same"`` adds int64 ``labels`` made from the
+tokens, ``ignore_index`` (-100) at each piece's last (``"next"``) or first (``"same"``) token,
+on padding and, with ``label_mask="loss_mask"``, where the target's mask is 0
+(:mod:`chute.reader.aligned`).
+
+A gather copies each piece's tokens (and aligned values) with one flat index per part (numpy,
+no Python per document or row).
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,7 +57,9 @@ from .._torch import empty_buffers, to_torch
 from ..batch import RaggedBatch, pad_batch
 from ..errors import ArgumentValueError
 from ..order.permute import Permutation
+from .aligned import LABELS, Aligned, check_labels, make_labels, split_fields
 from .gather import check_gather_args, check_indices, out_rows
+from .pack_plan import best_fit
 from .samples import ReadsBatches
 from .segments import segments
 from .tokens import TokenStream
@@ -66,7 +74,7 @@ _PACK_KEY = 0x5041434B  # "PACK": keeps the plan's shuffle apart from the Order'
 
 def pack(
     ds: Any,
-    field: str = "tokens",
+    field: str | Sequence[str] = "tokens",
     length: int = 4096,
     *,
     truncate: bool = False,
@@ -74,6 +82,10 @@ def pack(
     pad_id: int = 0,
     window: int = 4096,
     dtype: Any = None,
+    fill: Mapping[str, Any] | None = None,
+    labels: str | None = None,
+    label_mask: str | None = None,
+    ignore_index: int = -100,
 ) -> Pack:
     """Rows of whole documents of field ``field`` of ``ds``, at most ``length`` tokens each
     (see the module doc). Example::
@@ -82,6 +94,11 @@ def pack(
         for batch in chute.Loader(rows, batch_size=8):
             cu, max_len = rows.flat_cu_seqlens(batch["cu_seqlens"])
             out = model(batch["tokens"], position_ids=batch["position_ids"], cu_seqlens=cu)
+
+    Chat fine-tuning, the loss on the assistant's tokens only::
+
+        rows = chute.pack(sft, ["tokens", "loss_mask"], 4096, labels="next",
+                          label_mask="loss_mask")
     """
     return Pack(
         ds,
@@ -92,6 +109,10 @@ def pack(
         pad_id=pad_id,
         window=window,
         dtype=dtype,
+        fill=fill,
+        labels=labels,
+        label_mask=label_mask,
+        ignore_index=ignore_index,
     )
 
 
@@ -102,7 +123,7 @@ class Pack(ReadsBatches):
     def __init__(
         self,
         ds: Any,
-        field: str,
+        field: str | Sequence[str],
         length: int,
         *,
         truncate: bool = False,
@@ -110,8 +131,17 @@ class Pack(ReadsBatches):
         pad_id: int = 0,
         window: int = 4096,
         dtype: Any = None,
+        fill: Mapping[str, Any] | None = None,
+        labels: str | None = None,
+        label_mask: str | None = None,
+        ignore_index: int = -100,
     ) -> None:
+        field, others = split_fields(field, "chute.pack")
         self.stream = TokenStream(ds, field, "chute.pack")
+        self.aligned = Aligned(self.stream, others, fill, "chute.pack")
+        check_labels(labels, label_mask, ignore_index, others, "chute.pack")
+        self.labels, self.label_mask = labels, label_mask
+        self.ignore_index = int(ignore_index)
         self.dtype = self.stream.out_dtype(dtype, "chute.pack")
         if self.stream.flat:
             raise ArgumentValueError(
@@ -124,18 +154,23 @@ class Pack(ReadsBatches):
         self.window = check_int("window", window, 1)
         self.truncate = bool(truncate)
         self.pad_id = token_id("pad_id", pad_id, np.dtype(self.dtype))
-        for name in (POSITION_IDS, CU_SEQLENS):
-            if name == field:
+        added = [POSITION_IDS, CU_SEQLENS] + ([LABELS] if labels else [])
+        for name in [field, *others]:
+            if name in added:
                 raise ArgumentValueError(
-                    f"chute.pack: the token field is named {field!r}, as a field pack adds; "
-                    "rename it (chute.open(path, fields=...))"
+                    f"chute.pack: field {name!r} is named as a field pack adds; rename it "
+                    "(chute.open(path, fields=...))"
                 )
-        self.schema: dict[str, fmt.Field] = {
-            field: fmt.Tensor((self.length,), self.dtype),
-            POSITION_IDS: fmt.Tensor((self.length,), "int64"),
-            CU_SEQLENS: fmt.Ragged("int32"),
-        }
+        self.schema: dict[str, fmt.Field] = {field: fmt.Tensor((self.length,), self.dtype)}
+        for name in others:
+            self.schema[name] = fmt.Tensor((self.length,), self.aligned.dtypes[name])
+        self.schema[POSITION_IDS] = fmt.Tensor((self.length,), "int64")
+        if labels:
+            self.schema[LABELS] = fmt.Tensor((self.length,), "int64")
+        self.schema[CU_SEQLENS] = fmt.Ragged("int32")
         self._plan()
+        for p in range(len(self.stream.docs)):  # the lengths are read already: check them all
+            self.aligned.check(p)
 
     # ------------------------------------------------------------------ the plan
 
@@ -160,7 +195,7 @@ class Pack(ReadsBatches):
             k = np.arange(len(piece_doc), dtype=np.int64) - np.repeat(first, count)
             piece_start = k * L
             piece_len = np.minimum(np.repeat(lens, count) - piece_start, L)
-        rows = _best_fit(piece_len, L, self.window)
+        rows = best_fit(piece_len, L, self.window)
         self._piece_doc = piece_doc[rows.pieces]
         self._piece_start = piece_start[rows.pieces]
         self._piece_len = piece_len[rows.pieces]
@@ -201,13 +236,15 @@ class Pack(ReadsBatches):
         out: Mapping[str, torch.Tensor] | None = None,
         pad: float | int | None = None,
     ) -> dict[str, Any]:
-        """Rows ``indices`` as one batch: ``(B, length)`` tokens and position_ids (into ``out``
-        when given), ``cu_seqlens`` a RaggedBatch (padded, with its lengths, under ``pad=``)."""
+        """Rows ``indices`` as one batch: ``(B, length)`` tokens, aligned fields, position_ids
+        and labels (into ``out`` when given), ``cu_seqlens`` a RaggedBatch (padded, with its
+        lengths, under ``pad=``)."""
         check_gather_args(self.schema, out, pad, "")
         idx = check_indices(indices, len(self), self, positions=True)
         b, L = len(idx), self.length
+        fixed = [k for k in self.schema if k != CU_SEQLENS]
         rows = {}
-        for name in (self.field, POSITION_IDS):
+        for name in fixed:
             f = self.schema[name]
             if out is not None and name in out:
                 rows[name] = out_rows(out[name], name, f, b)  # type: ignore[arg-type]
@@ -215,6 +252,8 @@ class Pack(ReadsBatches):
                 rows[name] = np.empty((b, L), fmt.storage_dtype(f.dtype))
         rows[self.field][...] = self.pad_id
         rows[POSITION_IDS][...] = 0
+        for name in self.aligned.names:
+            rows[name][...] = self.aligned.fill[name]
         first, last = self._row_ptr[idx], self._row_ptr[idx + 1]
         per_row = last - first
         pieces = segments(first, per_row, len(self._piece_len) + 1).astype(np.int64)
@@ -223,21 +262,31 @@ class Pack(ReadsBatches):
         dst = owner * L + self._at[pieces]
         doc = self._piece_doc[pieces]
         part = np.searchsorted(self.stream.doc_ends, doc, side="right")
-        tokens = rows[self.field].reshape(-1)
+        size = b * L
         for p in distinct(part).tolist():
             mine = part == p
             local = doc[mine] - (self.stream.doc_ends[p] - self.stream.docs[p])
             src = self.stream.offsets(p)[local] + self._piece_start[pieces[mine]]
-            values = self.stream.values(p)
-            tokens[segments(dst[mine], n[mine], len(tokens))] = values[
-                segments(src, n[mine], len(values))
-            ]
-        rows[POSITION_IDS].reshape(-1)[segments(dst, n, len(tokens))] = segments(
+            to = segments(dst[mine], n[mine], size)
+            sources = [(self.field, self.stream.values(p))]
+            sources += [(a, self.aligned.values(p, a)) for a in self.aligned.names]
+            for name, values in sources:
+                rows[name].reshape(-1)[to] = values[segments(src, n[mine], len(values))]
+        rows[POSITION_IDS].reshape(-1)[segments(dst, n, size)] = segments(
             np.zeros(len(n), np.int64), n, L
         )
+        if self.labels:
+            rows[LABELS][...] = make_labels(
+                rows[self.field],
+                rows[POSITION_IDS],
+                self._used[idx],
+                rows[self.label_mask] if self.label_mask else None,
+                self.labels,
+                self.ignore_index,
+            )
         self.stream.recheck(distinct(part).tolist())
         batch: dict[str, Any] = {}
-        for name in (self.field, POSITION_IDS):
+        for name in fixed:
             if out is not None and name in out:
                 batch[name] = out[name] if len(out[name]) == b else out[name][:b]
             else:
@@ -285,45 +334,3 @@ class Pack(ReadsBatches):
             f"chute.pack({self.stream.ds!r}, {self.field!r}, length={self.length}, "
             f"{len(self)} rows, {self.padding:.1%} padding)"
         )
-
-
-class _Rows:
-    """A packing: ``pieces`` (indices, row after row), ``ptr`` (each row's first, and the
-    end), ``at`` (each piece's start in its row, in ``pieces`` order)."""
-
-    def __init__(self, pieces: np.ndarray, ptr: np.ndarray, at: np.ndarray) -> None:
-        self.pieces, self.ptr, self.at = pieces, ptr, at
-
-
-def _best_fit(lengths: np.ndarray, capacity: int, window: int) -> _Rows:
-    """Best-fit decreasing over consecutive windows of ``window`` pieces: within a window the
-    longest piece goes first, each into the open row with the least room that still holds it
-    (a sorted list of rooms, bisected), else into a new row. Rows stay in the window they were
-    opened in. O(pieces log rows) time, Python per piece (about 1 us)."""
-    rows_of: list[list[int]] = []
-    for a in range(0, len(lengths), window):
-        chunk = np.arange(a, min(a + window, len(lengths)))
-        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
-        rooms: list[tuple[int, int]] = []  # (room left, row), sorted
-        opened: list[list[int]] = []
-        for i, n in zip(chunk.tolist(), lengths[chunk].tolist(), strict=True):
-            k = bisect.bisect_left(rooms, (n, -1))
-            if k < len(rooms):
-                room, r = rooms.pop(k)
-                opened[r].append(i)
-                room -= n
-            else:
-                r, room = len(opened), capacity - n
-                opened.append([i])
-            if room > 0:
-                bisect.insort(rooms, (room, r))
-        rows_of.extend(opened)
-    sizes = np.array([len(r) for r in rows_of], np.int64)
-    ptr = np.zeros(len(rows_of) + 1, np.int64)
-    np.cumsum(sizes, out=ptr[1:])
-    pieces = np.array([i for r in rows_of for i in r], np.int64)
-    n = lengths[pieces] if len(pieces) else np.zeros(0, np.int64)
-    ends = np.cumsum(n)
-    starts_of_row = np.concatenate([[0], ends])[ptr[:-1]]
-    at = ends - n - np.repeat(starts_of_row, sizes)
-    return _Rows(pieces, ptr, at)
