@@ -25,7 +25,7 @@ import numpy as np
 
 from .._arrays import distinct
 from ..order.permute import Permutation
-from .gather import segments
+from .segments import segments
 from .tokens import TokenStream
 
 __all__ = ["DocumentOrder", "epoch_offset"]
