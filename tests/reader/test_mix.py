@@ -395,8 +395,14 @@ def test_empty_source_with_weight_and_other_refusals(tmp_path, pool):
     with pytest.raises(ArgumentError, match="non-empty dict"):
         chute.mix({})
     m = chute.mix({"o": one})
-    with pytest.raises(ArgumentError, match="itself a mix"):
+    with pytest.raises(ArgumentError, match="'m' is a mix"):
         chute.mix({"m": m, "o": one})
+    with chute.Writer(tmp_path / "t.chute", {"t": chute.Ragged("int64")}) as w:
+        for k in range(1, 9):
+            w.append({"t": np.arange(k)})
+    shifting = chute.windows(chute.open(tmp_path / "t.chute"), "t", 4, random_offset=True)
+    with pytest.raises(ArgumentError, match="samples change per epoch.*plain windows"):
+        chute.mix({"w": shifting, "o": one})
     train, _ = torch.utils.data.random_split(m, [0.5, 0.5])
     with pytest.raises(ArgumentValueError, match=r"Subset of a chute\.mix"):
         chute.Loader(train, 2)

@@ -143,8 +143,11 @@ class Mix(ReadsBatches):
         datasets = []
         for name, ds in sources.items():
             if hasattr(ds, "at_epoch"):
+                what = "a mix" if isinstance(ds, Mix) else "a view whose samples change per epoch"
                 raise ArgumentError(
-                    f"source {name!r} is itself a mix; mix all the datasets in one chute.mix"
+                    f"source {name!r} is {what} ({type(ds).__name__}); a mix draws its own "
+                    "order per epoch from sources that do not change: mix the datasets in one "
+                    "chute.mix, or plain windows (without random_offset / shuffle_documents)"
                 )
             datasets.append(loadable(ds, f"chute.mix (source {name!r})"))
         self.seed = check_int("seed", seed, 0)
