@@ -401,7 +401,7 @@ def test_empty_source_with_weight_and_other_refusals(tmp_path, pool):
         for k in range(1, 9):
             w.append({"t": np.arange(k)})
     shifting = chute.windows(chute.open(tmp_path / "t.chute"), "t", 4, random_offset=True)
-    with pytest.raises(ArgumentError, match="samples change per epoch.*plain windows"):
+    with pytest.raises(ArgumentError, match=r"samples change per epoch.*plain windows"):
         chute.mix({"w": shifting, "o": one})
     train, _ = torch.utils.data.random_split(m, [0.5, 0.5])
     with pytest.raises(ArgumentValueError, match=r"Subset of a chute\.mix"):
