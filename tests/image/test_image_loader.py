@@ -230,9 +230,9 @@ def test_normalize_cpu() -> None:
 def test_first_batch_split_across_threads_gives_the_same_pixels(
     images: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import chute.loader.decode as decode
+    import chute.loader.decode_split as split
 
-    monkeypatch.setattr(decode, "FIRST_SPLIT", 3)
+    monkeypatch.setattr(split, "FIRST_SPLIT", 3)
     ds = chute.open(images)
     loader = chute.Loader(ds, 40, seed=2, num_workers=1, decode={"image": OPS})
     for epoch in (0, 1):  # each pass splits its first batch (40 images: 3 slices)
@@ -244,7 +244,7 @@ def test_decode_split_policy() -> None:
     """A pass's first batch is decoded by FIRST_SPLIT threads, each of its last ``workers``
     work items by every worker, the rest by one; a batch is cut into slices of at least
     ``min_per_thread`` images."""
-    from chute.loader.decode import FIRST_SPLIT, decode_threads, split_cuts
+    from chute.loader.decode_split import FIRST_SPLIT, decode_threads, split_cuts
 
     per_item = [decode_threads(q, 5, 2, first_batch=q == 0) for q in range(5)]
     assert per_item == [FIRST_SPLIT, 1, 1, 2, 2]
@@ -260,7 +260,7 @@ def test_decode_split_policy() -> None:
 
 def test_a_split_decode_gives_the_pixels_of_one_decode(images: Path) -> None:
     from chute.image import decode_planned, plan
-    from chute.loader.decode import decode_split
+    from chute.loader.decode_split import decode_split
 
     ds = chute.open(images)
     idx = np.arange(N)

@@ -37,7 +37,8 @@ from .decode import (
     plan_slice,
     scaled_boxes,
 )
-from .follow import GEOMETRY_COLUMNS, Follow, Geometry, View, resize_nearest
+from .follow import GEOMETRY_COLUMNS, Follow, Geometry, View
+from .masks import resize_nearest
 from .mixing import BatchTransform, CutMix, MixUp
 from .normalize import normalize
 from .on_device import DeviceImages

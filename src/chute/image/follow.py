@@ -42,7 +42,6 @@ __all__ = [
     "follow_warps",
     "geometry",
     "geometry_width",
-    "resize_nearest",
     "view_seed",
     "warp_matrices",
 ]
@@ -240,60 +239,4 @@ def geometry(
         out[:, len(GEOMETRY_COLUMNS) :] = warp_matrices(ops, indices, seed, epoch, p.size).reshape(
             len(out), -1
         )
-    return out
-
-
-def _nearest(lo: float, hi: float, n: int, size: int) -> np.ndarray:
-    """The stored pixel each of ``n`` output pixels reads along one axis, exactly as PIL's
-    nearest resize computes it: the box in float32, the step in float64, the centres summed
-    one step at a time (``np.add.accumulate`` adds in order), truncated, clipped."""
-    lo32, hi32 = np.float32(lo), np.float32(hi)
-    step = float(hi32 - lo32) / n
-    centres = np.add.accumulate(np.r_[float(lo32) + step * 0.5, np.full(n - 1, step)])
-    return np.clip(centres, 0, size - 1).astype(np.intp)
-
-
-def _placed_axis(lo: float, hi: float, inner: Any, a: int, b: int, n: int, size: int) -> Any:
-    """The stored pixel each output pixel ``a..b-1`` of ``n`` reads along one axis of a box
-    ``lo..hi`` that reaches past the image: ``floor(lo + (x + 0.5) * (hi - lo) / n)``, kept
-    within ``inner`` (the part of the image shown)."""
-    centres = lo + (np.arange(a, b) + 0.5) * ((hi - lo) / n)
-    first = max(0, int(np.floor(inner[0])))
-    last = min(size, int(np.ceil(inner[1]))) - 1
-    return np.clip(np.floor(centres), first, max(first, last)).astype(np.intp)
-
-
-def resize_nearest(
-    src: np.ndarray,
-    box: Any,
-    flip: bool,
-    out: np.ndarray,
-    inner: Any = None,
-    dest: Any = None,
-    fill: int = 0,
-) -> np.ndarray:
-    """Nearest-neighbour crop + resize of 2-D ``src`` into ``out`` (H', W'), pixel for pixel
-    PIL's ``resize(size, NEAREST, box=box)``: output pixel ``x`` reads stored column
-    ``floor(left + (x + 0.5) * (right - left) / W')`` (pixel centres), rows alike; then
-    mirrored when ``flip``. Values are copied, never mixed. A padded plan
-    (:func:`chute.image.ops.padded`) gives ``inner`` (the part of ``src`` shown) and ``dest``
-    (the output pixels showing it, :func:`chute.image.ops.placed`): the other pixels become
-    ``fill``."""
-    oh, ow = out.shape
-    x0, y0, x1, y1 = (float(v) for v in box)
-    if inner is None:
-        cols = _nearest(x0, x1, ow, src.shape[1])
-        rows = _nearest(y0, y1, oh, src.shape[0])
-        if flip:
-            cols = cols[::-1]
-        np.take(np.take(src, rows, axis=0), cols, axis=1, out=out)
-        return out
-    a, b, c, d = (int(v) for v in dest)
-    out[...] = fill
-    if c > a and d > b:
-        cols = _placed_axis(x0, x1, (inner[0], inner[2]), a, c, ow, src.shape[1])
-        rows = _placed_axis(y0, y1, (inner[1], inner[3]), b, d, oh, src.shape[0])
-        out[b:d, a:c] = np.take(np.take(src, rows, axis=0), cols, axis=1)
-    if flip:
-        out[...] = out[:, ::-1].copy()
     return out

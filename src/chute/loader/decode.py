@@ -25,8 +25,8 @@ and its own draws (:func:`chute.image.follow.view_seed`), from the same gathered
 Where it runs. In :class:`~chute.Loader` the gather, and so the decode, runs in the worker
 threads: simplejpeg's decode, the resize (torch's or PIL's) and numpy's copy release the GIL
 (see :mod:`chute.image.decode`); a pass's first and last batches are split across threads
-(:func:`decode_threads`, :func:`with_split`). In :func:`chute.dataloader` it runs in the worker
-processes.
+(``chute/loader/decode_split.py``, :func:`with_split`). In :func:`chute.dataloader` it runs in
+the worker processes.
 
 Randomness. A sample's crop and flip are a pure function of (the loader's ``seed``, the epoch,
 its index: the position the loader's order gives, i.e. the position in a Subset), see
@@ -40,9 +40,6 @@ would have seen.
 from __future__ import annotations
 
 import copy
-import itertools
-import os
-import threading
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -64,24 +61,17 @@ from ..image.follow import (
     follow_warps,
     geometry,
     geometry_width,
-    resize_nearest,
     view_seed,
 )
+from ..image.masks import follow_instances, follow_masks
 from ..image.on_device import DeviceImages, check_device, decode_images
-from ..image.ops import Plan, check_ops, padded, placed, plan
+from ..image.ops import Plan, check_ops, padded, plan
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from ..reader.samples import ReadsBatches
+from .decode_split import decode_split
 from .finish import Finished
 
-__all__ = [
-    "FIRST_SPLIT",
-    "Decoded",
-    "decode_split",
-    "decode_threads",
-    "split_cuts",
-    "with_decode",
-    "with_split",
-]
+__all__ = ["Decoded", "with_decode", "with_split"]
 
 
 class Decoded(ReadsBatches):
@@ -329,44 +319,15 @@ class Decoded(ReadsBatches):
             self._decode(name, enc, idx, planned, out)
             follow_warps(leader, arr, idx, seed, self.epoch, tie.fill)
             return out
-        if instances:
-            return self._follow_instances(enc, counts, idx, p, leader, seed, tie.fill)
-        values = enc.values.numpy()
-        offsets = enc.offsets.numpy().tolist()
-        for i, (box, flip, padding) in enumerate(_planes(p, tie.fill)):
-            src = values[offsets[i] : offsets[i + 1]].reshape(own[i])
-            resize_nearest(src, box, flip, arr[i], **padding)
+        values, offsets = enc.values.numpy(), enc.offsets.numpy().tolist()
+        if instances:  # each plane as a 2-D mask, then each plane's warps
+            shapes = enc.shapes.numpy()
+            planes, batch = follow_instances(values, offsets, shapes, p, tie.fill)
+            follow_warps(leader, planes, np.repeat(idx, counts), seed, self.epoch, tie.fill)
+            return batch
+        follow_masks(values, offsets, own, p, tie.fill, arr)
         follow_warps(leader, arr, idx, seed, self.epoch, tie.fill)
         return out
-
-    def _follow_instances(
-        self,
-        enc: Any,
-        counts: np.ndarray,
-        idx: np.ndarray,
-        p: Plan,
-        leader: tuple[Any, ...],
-        seed: int,
-        fill: int,
-    ) -> RaggedBatch:
-        """Instance masks ``enc`` ((N, h, w) per sample) cropped, resized, padded, flipped
-        and warped plane by plane as the leader: a RaggedBatch of (N, H, W) per sample."""
-        oh, ow = p.size
-        values = enc.values.numpy()
-        out = np.empty((int(counts.sum()), oh, ow), values.dtype)
-        offsets = enc.offsets.numpy().tolist()
-        first = np.concatenate([[0], np.cumsum(counts)]).tolist()
-        for i, (box, flip, padding) in enumerate(_planes(p, fill)):
-            src = values[offsets[i] : offsets[i + 1]].reshape(-1, *enc.shapes[i, 1:].tolist())
-            for k in range(len(src)):
-                resize_nearest(src[k], box, flip, out[first[i] + k], **padding)
-        follow_warps(leader, out, np.repeat(idx, counts), seed, self.epoch, fill)
-        shapes = np.stack([counts, np.full_like(counts, oh), np.full_like(counts, ow)], axis=1)
-        return RaggedBatch(
-            torch.from_numpy(out.reshape(-1)),
-            torch.from_numpy(np.asarray(first, np.int64) * oh * ow),
-            torch.from_numpy(shapes.astype(np.int64)),
-        )
 
     def _out(self, name: str, b: int, dst: torch.Tensor | None) -> torch.Tensor:
         """Where field ``name`` of a batch of ``b`` is written: ``dst`` (the loader's buffer,
@@ -476,19 +437,6 @@ class Decoded(ReadsBatches):
         return f"chute.loader.decode.Decoded({self.dataset!r}, decode={ops}, seed={self.seed})"
 
 
-def _planes(p: Plan, fill: int) -> list[tuple[Any, bool, dict[str, Any]]]:
-    """Per sample of plan ``p``, how :func:`resize_nearest` moves a plane: its box, flip, and
-    for a padded sample its ``inner``, ``dest`` and ``fill``."""
-    boxes, flips = p.boxes.tolist(), p.flips.tolist()
-    if p.inner is None:
-        return [(boxes[i], flips[i], {}) for i in range(len(boxes))]
-    pad, dest = padded(p), placed(p)
-    return [
-        (boxes[i], flips[i], {"inner": p.inner[i], "dest": dest[i], "fill": fill} if pad[i] else {})
-        for i in range(len(boxes))
-    ]
-
-
 def with_decode(
     ds: Gatherable,
     decode: Mapping[str, Any] | None,
@@ -506,34 +454,10 @@ def with_decode(
     return Decoded(ds, decode, seed, on_error=on_error, warn=warn)
 
 
-FIRST_SPLIT = min(4, os.cpu_count() or 1)  # threads that decode a pass's first batch
-MIN_SPLIT = 16  # images per thread, at least
-
-
-def decode_threads(q: int, items: int, workers: int, first_batch: bool) -> int:
-    """The threads that decode a batch of work item ``q`` (of ``items`` in the pass, with
-    ``workers`` worker threads): the pass's first batch by :data:`FIRST_SPLIT` (the consumer
-    waits for it while the other workers have nothing to do yet), each of the last
-    ``workers`` items by ``workers`` threads (a worker that finishes early would idle while
-    the others end the pass: with the last batches spread over every thread, they end
-    together), any other by its worker alone."""
-    if first_batch:
-        return FIRST_SPLIT
-    return workers if workers > 1 and q >= items - workers else 1
-
-
-def split_cuts(n: int, threads: int, min_per_thread: int = MIN_SPLIT) -> list[int]:
-    """Where a batch of ``n`` images is cut to be decoded by ``threads`` threads at once:
-    slice boundaries ``[0, ..., n]``, at most ``threads`` slices of ``min_per_thread``
-    images or more (one slice: not split)."""
-    k = max(1, min(threads, n // min_per_thread))
-    return np.linspace(0, n, k + 1).astype(int).tolist()
-
-
 def with_split(ds: Gatherable, threads: int) -> Gatherable:
     """``ds`` whose decodes are split across ``threads`` threads (a :class:`Decoded` view,
-    also under a :class:`~chute.loader.finish.Finished` one, see :func:`decode_threads`); any
-    other dataset as it is."""
+    also under a :class:`~chute.loader.finish.Finished` one; ``chute/loader/decode_split.py``
+    says how many); any other dataset as it is."""
     if isinstance(ds, Finished):  # dtype=, pad_to=: their view is over the decodes
         inner = with_split(ds.dataset, threads)
         return ds if inner is ds.dataset else ds.over(inner)
@@ -542,44 +466,3 @@ def with_split(ds: Gatherable, threads: int) -> Gatherable:
     view = copy.copy(ds)
     view.threads = threads
     return view
-
-
-def decode_split(
-    enc: Any,
-    h: np.ndarray,
-    w: np.ndarray,
-    p: Plan,
-    out: np.ndarray,
-    idx: Any,
-    threads: int,
-    min_per_thread: int = MIN_SPLIT,
-) -> None:
-    """``decode_planned`` with the batch cut by :func:`split_cuts`, the slices decoded at
-    once by this thread and short-lived helper threads (the GIL is released while
-    decoding). The same pixels as one call (a plan depends on each sample's index only)."""
-    from ..image.decode import as_buffers, decode_planned, plan_slice
-
-    cuts = split_cuts(len(idx), threads, min_per_thread)
-    if len(cuts) < 3:
-        decode_planned(enc, h, w, p, out, idx)
-        return
-    bufs = as_buffers(enc)
-    errors: dict[int, BaseException] = {}  # by the slice's start
-
-    def part(a: int, b: int) -> None:
-        try:
-            decode_planned(bufs[a:b], h[a:b], w[a:b], plan_slice(p, a, b), out[a:b], idx[a:b])
-        except BaseException as exc:  # re-raised in the calling thread, first slice first
-            errors[a] = exc
-
-    helpers = [
-        threading.Thread(target=part, args=(a, b), name="chute-decode-split", daemon=True)
-        for a, b in itertools.pairwise(cuts[1:])
-    ]
-    for t in helpers:
-        t.start()
-    part(cuts[0], cuts[1])
-    for t in helpers:
-        t.join()
-    if errors:
-        raise errors[min(errors)]

@@ -78,7 +78,8 @@ from ..buffers import Buffers
 from ..errors import ChuteError, StaleIteratorError, WorkerError
 from ..reader.gather import head
 from ..reader.gatherable import Gatherable
-from . import decode as decodes
+from .decode import with_split
+from .decode_split import decode_threads
 
 __all__ = ["LoaderIter", "Run"]
 
@@ -162,17 +163,17 @@ class Run:
             out = self.buffers.take(q)
         except catch as exc:  # as when the gather fails: posted in place of the batches
             return [(j, (None, exc, threading.current_thread().name)) for j in js]
-        # Decodes split across threads (see decodes.decode_threads): the pass's first batch,
+        # Decodes split across threads (see chute/loader/decode_split.py): the pass's first batch,
         # and with several workers its last ones.
-        split = decodes.decode_threads(q, self.items, self.workers, first_batch=False)
+        split = decode_threads(q, self.items, self.workers, first_batch=False)
         if q == 0 and len(js) > 1 and self.workers:
             n = len(plan[first])
-            first_split = decodes.decode_threads(q, self.items, self.workers, first_batch=True)
+            first_split = decode_threads(q, self.items, self.workers, first_batch=True)
             head_out = {k: t[:n] for k, t in out.items()}
             self.results.put(self._produce(js[:1], head_out, catch, first_split))
             js, out = js[1:], {k: t[n:] for k, t in out.items()}
         elif q == 0:
-            split = decodes.decode_threads(q, self.items, self.workers, first_batch=True)
+            split = decode_threads(q, self.items, self.workers, first_batch=True)
         return self._produce(js, out, catch, split)
 
     def _produce(
@@ -180,7 +181,7 @@ class Run:
     ) -> list[tuple[int, _Outcome]]:
         """Work item batches ``js`` gathered into ``out``, decodes split across ``threads``."""
         plan = self.plan
-        ds = decodes.with_split(self.ds, threads)
+        ds = with_split(self.ds, threads)
         where = threading.current_thread().name
         try:
             if len(js) == 1:
