@@ -161,8 +161,8 @@ class StepBatches(torch.utils.data.Sampler[Any]):
                 f"accelerate shards this chute.dataloader over {world} processes (this is "
                 f"{rank}){', splitting each batch' if split else ''}, but chute's order is "
                 f"sharded for rank {order.rank} of {order.world_size}: build the loader after "
-                "Accelerator() (chute takes the rank and world size from torch.distributed) "
-                "and keep split_batches=False"
+                "Accelerator() without rank= / world_size= (chute then takes them from "
+                "torch.distributed) and keep split_batches=False (docs/frameworks.md)"
             )
         return order.world_size > 1
 
