@@ -5,7 +5,8 @@
 SCENARIO is ``KIND[-OPTION]``: KIND ``dataloader`` or ``loader`` (what ``train_dataloader()``
 returns), OPTION ``reload`` (``reload_dataloaders_every_n_epochs=1``), ``spawn`` (strategy
 ``ddp_spawn``), ``resume`` (stop 3 steps into epoch 1, save a checkpoint, fit again from it)
-or ``single`` (fit again from that checkpoint on one device: OUT/single0.json).
+or ``single`` (fit again from that checkpoint on one device: OUT/single0.json); ``early``
+makes the loader in the module's ``__init__``, before the process group starts (refused).
 The Trainer keeps its defaults otherwise (``use_distributed_sampler=True``). Each rank writes
 OUT/rank{r}.json: the sample ids of each epoch (``resume``: also ``before`` and ``after``).
 """
@@ -33,10 +34,14 @@ class Model(L.LightningModule):
         self.kind, self.path = kind, path
         self.layer = torch.nn.Linear(4, 1)
         self.seen: dict[int, list[int]] = defaultdict(list)
+        self.early = self.make() if kind.endswith("early") else None
 
     def train_dataloader(self) -> Any:
+        return self.make() if self.early is None else self.early
+
+    def make(self) -> Any:
         ds = chute.open(self.path)
-        if self.kind == "dataloader":
+        if self.kind.startswith("dataloader"):
             return chute.dataloader(ds, 20, num_workers=0, seed=5)
         return chute.Loader(ds, 20, num_workers=1, seed=5)
 
@@ -96,6 +101,9 @@ def wait_for(*paths: Path) -> None:
 
 def main(scenario: str, path: str, out: str) -> None:
     kind, _, option = scenario.partition("-")
+    if option == "early":
+        trainer(option).fit(Model(scenario, path))
+        return
     ckpt = str(Path(out, "mid.ckpt"))
     if option == "single":
         trainer(option, callbacks=[Record(out, "single")]).fit(Model(kind, path), ckpt_path=ckpt)

@@ -55,3 +55,18 @@ def test_resume_on_another_number_of_devices(ids_dataset, tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
     single = json.loads((tmp_path / "single0.json").read_text())
     exactly_once(a["before"] + b["before"] + single["1"])
+
+
+@pytest.mark.parametrize("kind", ["dataloader", "loader"])
+def test_a_loader_made_before_the_process_group_is_refused(ids_dataset, tmp_path, kind):
+    """Made in the module's __init__ (rank 0 of 1 in the launching process), it would give
+    every rank the whole epoch: the first pass raises FrameworkError saying where to make it."""
+    done = subprocess.run(
+        [sys.executable, SCRIPT, f"{kind}-early", str(ids_dataset), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode != 0
+    assert "FrameworkError" in done.stderr and "train_dataloader()" in done.stderr

@@ -386,4 +386,6 @@ def dataloader(
         pad,
         skipped=decoded.skipped if isinstance(decoded, Decoded) else None,
     )
-    return ChuteDataLoader(dataset, order, num_workers=workers, **dataloader_kwargs)
+    loader = ChuteDataLoader(dataset, order, num_workers=workers, **dataloader_kwargs)
+    loader._shard_given = rank is not None or world_size is not None
+    return loader

@@ -212,6 +212,7 @@ class Loader(OnePass):
                 stacklevel=2,
             )
             self.pin_memory = False
+        self._shard_given = rank is not None or world_size is not None
         self.order: Steps = make_order(  # chute/loader/passes.py picks the policy
             ds,
             batch_size,

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._args import check_int, dist_defaults
-from ..errors import ArgumentError, ArgumentValueError
+from ..errors import ArgumentError, ArgumentValueError, FrameworkError
 from ..order import Order
 from ..order.by_tokens import BatchByTokens
 from ..order.parts import order_options
@@ -60,14 +60,41 @@ class OnePass:
     _active: weakref.ref[Any] | None = None
     _resume = False  # load_state_dict chose where the next pass starts
     _name = "loader"  # in StaleIteratorError messages: "the Loader", "the DataLoader"
+    _shard_given = True  # rank= or world_size= given: no check against torch.distributed
 
     def _start_pass(self) -> Iterator[np.ndarray]:
         """The order's batches for a new pass: the current epoch from its start, or right
         after ``load_state_dict`` the saved position (see the module doc)."""
+        self._check_world()
         if not self._resume:
             self.order.restart()
         self._resume = False
         return self.order.batches()
+
+    def _check_world(self) -> None:
+        """A loader whose rank and world size were not given took them when it was made
+        (``chute._args.dist_defaults``); a process group that runs another rank or world now
+        means it was made before the group started (a Lightning module's ``__init__``, outside
+        Ray Train's training function): each rank would read another rank's share or all of
+        it. That is an error, not a silent repeat."""
+        if self._shard_given:
+            return
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        now, made = (
+            (dist.get_rank(), dist.get_world_size()),
+            (self.order.rank, self.order.world_size),
+        )
+        if now != made:
+            raise FrameworkError(
+                f"this {self._name} was made as rank {made[0]} of {made[1]}, but "
+                f"torch.distributed runs rank {now[0]} of {now[1]}: it was made before the "
+                "process group started, and its ranks would not share the data. Make it after "
+                "(in Lightning's train_dataloader(), inside Ray Train's training function, after "
+                "Accelerator()), or pass rank= and world_size= (docs/frameworks.md)"
+            )
 
     def _track(self, it: Pass) -> None:
         self._active = weakref.ref(it)
