@@ -49,17 +49,11 @@ import xxhash
 from ..errors import ArgumentError, DatasetNotFoundError, RemoteError, require
 from ..manifest import MAX_MANIFEST_BYTES
 from .bounds import CorruptObjectError, StalledError, _want
+from .configure import CREDENTIALS, EXTRA, make_store, short
 from .signed import SignedReader, carries_token
-from .url import URL, endpoint_option, parse_url
+from .url import URL, parse_url
 
 T = TypeVar("T")
-
-
-_CREDENTIALS = {  # what each provider reads from the environment, for error messages
-    "s3": "e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL",
-    "gs": "e.g. GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT",
-    "az": "e.g. AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY",
-}
 
 
 class Sink(Protocol):
@@ -77,41 +71,6 @@ STREAM_CHUNK = 1 << 20  # download chunks: written (and hashed) while the next o
 # 8 MiB chunks measured 10-15% slower per GET on loopback (a first GET 20-30% slower). Each
 # must arrive within the timeout: the minimum rate is STREAM_CHUNK / timeout.
 TIMEOUT = 15.0  # default seconds for a request's headers, and for each chunk of a download
-EXTRA = "remote"
-
-# storage_options keys that configure obstore's HTTP client rather than the store
-_CLIENT_KEYS = frozenset(
-    {
-        "allow_http",
-        "allow_invalid_certificates",
-        "connect_timeout",
-        "default_content_type",
-        "default_headers",
-        "http1_only",
-        "http2_only",
-        "pool_idle_timeout",
-        "pool_max_idle_per_host",
-        "proxy_url",
-        "proxy_ca_certificate",
-        "proxy_excludes",
-        "randomize_addresses",
-        "read_timeout",
-        "root_certificate",
-        "user_agent",
-    }
-)
-_ENDPOINT_VARS = {  # the environment variables obstore reads an endpoint from, per scheme
-    "s3": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"),
-    "az": ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT"),
-    "gs": ("GOOGLE_BASE_URL",),
-}
-
-# obstore runs its requests on a process-wide tokio runtime whose threads a fork() does not
-# copy: in a child forked after its parent made a request, every request (even from a new
-# client) hangs forever (tokio-rs/tokio#4301; obstore is "not fork safe"). Such a child is
-# refused with an error instead (see _check_fork).
-_used_in: int | None = None  # the pid that started obstore's runtime
-_fork_hooked = False
 
 
 class _LocalError(Exception):
@@ -219,56 +178,10 @@ class Store:
     def _make_client(self) -> tuple[Any, Any]:
         """The obstore client, and a reader of signed URLs when it carries a session token
         (see :mod:`chute.store.signed`)."""
-        store, client = self._make_store()
+        store, client, self._endpoint = make_store(self.url, self.storage_options, self.timeout)
         if not carries_token(store):
             return store, None
         return store, SignedReader(store, client, self.timeout)
-
-    def _make_store(self) -> tuple[Any, dict[str, Any]]:
-        """The obstore store, and the HTTP client options it was given."""
-        global _used_in
-        _check_fork(self.url)
-        store_mod = require("obstore.store", EXTRA)
-        _used_in = os.getpid()
-        options = dict(self.storage_options)
-        client = {k: options.pop(k) for k in list(options) if k in _CLIENT_KEYS}
-        client.setdefault("connect_timeout", f"{max(1, int(self.timeout // 3))}s")
-        client.setdefault("read_timeout", f"{max(1, int(self.timeout))}s")
-        client["timeout"] = "24h"  # a whole large part; downloads are bounded per chunk instead
-        explicit = endpoint_option(self.url.scheme, options)
-        _check_endpoint_env(self.url, explicit)
-        endpoint = str(explicit or _env_endpoint(self.url.scheme) or "")
-        self._endpoint = endpoint
-        if endpoint.startswith("http://") or self.url.scheme == "http":
-            client.setdefault("allow_http", True)
-        retry = {"max_retries": 0}  # retried here, where a stream cut midway is retried too
-        url = self.url
-        try:
-            if url.scheme == "file":
-                Path("/" + url.prefix).mkdir(parents=True, exist_ok=True)
-                return store_mod.LocalStore("/" + url.prefix), client
-            if url.scheme in ("http", "https"):
-                if options:
-                    raise ArgumentError(
-                        f"{url}: storage_options {sorted(options)} do not apply to HTTP "
-                        f"(only client options: {', '.join(sorted(_CLIENT_KEYS))})"
-                    )
-                http = store_mod.HTTPStore.from_url(
-                    url.url, client_options=client, retry_config=retry
-                )
-                return http, client
-            store = store_mod.from_url(
-                url.url, config=options or None, client_options=client, retry_config=retry
-            )
-            return store, client
-        except ArgumentError:
-            raise
-        except Exception as exc:
-            raise ArgumentError(
-                f"{url}: cannot configure the object store client from storage_options "
-                f"{sorted(self.storage_options)} and the environment ("
-                f"{_CREDENTIALS.get(url.scheme, 'see obstore')}): {_short(exc)}"
-            ) from None
 
     # ------------------------------------------------------------------- requests
 
@@ -496,62 +409,33 @@ class Store:
         if kind == "credentials":
             return RemoteError(
                 f"{where}: no credentials for {self.url.scheme}://: set the provider's "
-                f"environment variables ({_CREDENTIALS.get(self.url.scheme, 'see obstore')}), "
+                f"environment variables ({CREDENTIALS.get(self.url.scheme, 'see obstore')}), "
                 "or pass them in storage_options, or storage_options={'skip_signature': True} "
-                f"for a public bucket ({_short(exc)})"
+                f"for a public bucket ({short(exc)})"
             )
         if kind == "denied":
             return RemoteError(
-                f"{where}: the store refused to {what} it with these credentials: {_short(exc)}"
+                f"{where}: the store refused to {what} it with these credentials: {short(exc)}"
             )
         if kind == "client":
-            return RemoteError(f"{where}: the store refused the request: {_short(exc)}")
+            return RemoteError(f"{where}: the store refused the request: {short(exc)}")
         if kind == "http":
             return RemoteError(
                 f"{where}: the endpoint is plain http://, which the client refuses: pass "
-                f"storage_options={{'allow_http': True}} ({_short(exc)})"
+                f"storage_options={{'allow_http': True}} ({short(exc)})"
             )
         if kind == "tls":
             return RemoteError(
                 f"{where}: the TLS handshake with the endpoint failed (an https:// endpoint "
                 "on a server that speaks plain HTTP, or a certificate it does not trust): "
                 "use its http:// URL, or pass root_certificate in storage_options "
-                f"({_short(exc)})"
+                f"({short(exc)})"
             )
         return RemoteError(
             f"{where}: could not {what} it after {tries + 1} attempt(s) in {self.retry:g} s "
             "of retries (the store is unreachable or failing; chute.open(url, retry=SECONDS) "
-            f"rides out a longer outage): {_short(exc)}"
+            f"rides out a longer outage): {short(exc)}"
         )
-
-
-def _check_fork(url: URL) -> None:
-    """Refuse to use obstore in a process forked after its parent used it (it would hang)."""
-    if _used_in is not None and _used_in != os.getpid():
-        raise RemoteError(
-            f"{url}: this process was forked from one that had already used the object "
-            "store client (obstore), whose runtime does not survive fork(): its requests "
-            "would hang. Start workers with the 'spawn' or 'forkserver' method (e.g. "
-            "DataLoader(multiprocessing_context='forkserver')), or fork before the first read"
-        )
-
-
-def _check_endpoint_env(url: URL, explicit: str | None) -> None:
-    """Refuse an endpoint in storage_options that ``AWS_ENDPOINT_URL_S3`` would override:
-    obstore lets that variable win over its configuration, which would send the requests
-    elsewhere without a word."""
-    env = os.environ.get("AWS_ENDPOINT_URL_S3")
-    if url.scheme == "s3" and explicit and env and env.rstrip("/") != explicit.rstrip("/"):
-        raise ArgumentError(
-            f"{url}: storage_options set the endpoint {explicit}, but the environment "
-            f"variable AWS_ENDPOINT_URL_S3={env} would override it (obstore gives it "
-            "precedence): unset AWS_ENDPOINT_URL_S3, or drop the endpoint from storage_options"
-        )
-
-
-def _env_endpoint(scheme: str) -> str | None:
-    variables = _ENDPOINT_VARS.get(scheme, ())
-    return next((os.environ[v] for v in variables if os.environ.get(v)), None)
 
 
 # the error codes of a missing bucket (S3, GCS) or container (Azure) in a 404's body
@@ -583,11 +467,6 @@ def _classify(exc: BaseException) -> str:
     if "status code: 4" in text and "status code: 408" not in text and "429" not in text:
         return "client"
     return "transient"  # 5xx, connection refused/reset, timeouts, truncated bodies
-
-
-def _short(exc: BaseException) -> str:
-    """The first line of an obstore error (they carry a long debug dump)."""
-    return str(exc).strip().split("\n", 1)[0][:400]
 
 
 def _in_new_loop(coro: Coroutine[Any, Any, T]) -> T:
