@@ -14,6 +14,7 @@ import torch
 from image._image_files import jpeg
 
 import chute
+from chute.image.follow import GEOMETRY_COLUMNS
 
 N = 22
 OPS = [chute.RandomResizedCrop(24, scale=(0.2, 1.0)), chute.RandomHorizontalFlip()]
@@ -46,7 +47,7 @@ def hwc_augment(sample: dict[str, Any]) -> dict[str, Any]:
     it gets each sample as ``ds[i]`` returns it with ``decode=`` applied."""
     img, geo = sample["image"], sample["geo"]
     assert img.dtype == torch.uint8 and img.shape == (3, 24, 24), img.shape
-    assert geo.dtype == torch.float64 and geo.shape == (7,), geo.shape
+    assert geo.dtype == torch.float64 and geo.shape == (len(GEOMETRY_COLUMNS),), geo.shape
     assert sample["name"] == f"s{int(sample['label'])}"
     hwc = img.permute(1, 2, 0).numpy()
     out = np.ascontiguousarray(255 - hwc[::-1])  # inverted, upside down
