@@ -15,11 +15,11 @@ stop and after the resume, which must make up the uninterrupted epoch); ``loader
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+from _launch import each_scenario
 from accelerate import Accelerator
 
 import chute
@@ -80,4 +80,4 @@ def main(scenario: str, path: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    each_scenario(main)

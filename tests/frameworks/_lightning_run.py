@@ -1,20 +1,21 @@
 """One Lightning run on 2 CPU processes (its own launcher), for test_lightning.py.
 
-    python _lightning_run.py SCENARIO DATASET OUT
+    python _lightning_run.py SCENARIOS DATASET OUT
 
-SCENARIO is ``KIND[-OPTION]``: KIND ``dataloader`` or ``loader`` (what ``train_dataloader()``
-returns), OPTION ``reload`` (``reload_dataloaders_every_n_epochs=1``), ``spawn`` (strategy
-``ddp_spawn``), ``resume`` (stop 3 steps into epoch 1, save a checkpoint, fit again from it)
-or ``single`` (fit again from that checkpoint on one device: OUT/single0.json); ``early``
-makes the loader in the module's ``__init__``, before the process group starts (refused).
-The Trainer keeps its defaults otherwise (``use_distributed_sampler=True``). Each rank writes
-OUT/rank{r}.json: the sample ids of each epoch (``resume``: also ``before`` and ``after``).
+SCENARIOS, comma-separated, run one after the other in one launch, each writing into
+OUT/SCENARIO. A scenario is ``KIND[-OPTION]``: KIND ``dataloader`` or ``loader`` (what
+``train_dataloader()`` returns), OPTION ``reload`` (``reload_dataloaders_every_n_epochs=1``),
+``spawn`` (strategy ``ddp_spawn``), ``resume`` (stop 3 steps into epoch 1, save a checkpoint,
+fit again from it), ``single`` (fit again from ``KIND-resume``'s checkpoint on one device:
+single0.json) or ``early`` (the loader made in the module's ``__init__``, before the process
+group starts: refused). The Trainer keeps its defaults otherwise
+(``use_distributed_sampler=True``). Each rank writes rank{r}.json: the sample ids of each
+epoch (``resume``: also ``before`` and ``after``).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from _launch import each_scenario
 
 import chute
 
@@ -105,7 +107,8 @@ def main(scenario: str, path: str, out: str) -> None:
         trainer(option).fit(Model(scenario, path))
         return
     ckpt = str(Path(out, "mid.ckpt"))
-    if option == "single":
+    if option == "single":  # from the checkpoint the resume scenario took
+        ckpt = str(Path(out).parent / f"{kind}-resume" / "mid.ckpt")
         trainer(option, callbacks=[Record(out, "single")]).fit(Model(kind, path), ckpt_path=ckpt)
         return
     if option != "resume":
@@ -127,4 +130,4 @@ def main(scenario: str, path: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    each_scenario(main)

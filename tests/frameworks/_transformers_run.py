@@ -14,11 +14,11 @@ read with one ``__getitems__``.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+from _launch import each_scenario
 from transformers import Trainer, TrainingArguments
 
 import chute
@@ -83,6 +83,7 @@ def train(kind: str, path: str, out: str, **kwargs: Any) -> Model:
 
 def main(scenario: str, path: str, out: str) -> None:
     kind, _, resume = scenario.partition("-")
+    GATHERS[0] = 0
     if not resume:
         seen = train(kind, path, out).seen
         result: dict[str, Any] = {"0": seen[: STEPS * 20], "1": seen[STEPS * 20 :]}
@@ -96,4 +97,4 @@ def main(scenario: str, path: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    each_scenario(main)
