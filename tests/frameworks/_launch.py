@@ -14,3 +14,8 @@ def each_scenario(main: Callable[[str, str, str], None]) -> None:
     for scenario in scenarios.split(","):
         Path(out, scenario).mkdir(parents=True, exist_ok=True)
         main(scenario, path, str(Path(out, scenario)))
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():  # both ranks done before either exits:
+        dist.barrier()  # a rank exiting while gloo still talks to it aborts the other
+        dist.destroy_process_group()

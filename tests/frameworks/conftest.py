@@ -39,7 +39,12 @@ def run_two(
     done = subprocess.run(
         [*cmd, *args], capture_output=True, text=True, timeout=600, cwd=out, env=env
     )
-    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-6000:])
+    if done.returncode != 0:  # the whole tail, not pytest's shortened repr
+        pytest.fail(
+            f"{' '.join(args[:2])} exited {done.returncode}\n--- stdout\n{done.stdout[-3000:]}"
+            f"\n--- stderr\n{done.stderr[-12000:]}",
+            pytrace=False,
+        )
     if not read:
         return []
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
