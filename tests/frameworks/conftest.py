@@ -26,16 +26,18 @@ def ids_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def run_two(
-    args: list[str], out: Path, *, torchrun: bool = True, read: bool = True
-) -> list[dict[str, Any]]:
-    """Run ``args`` (a script and its arguments) as 2 processes (torchrun, or the script's own
-    launcher), and return what each rank wrote to ``out/rank{r}.json`` (``read``)."""
+def run_scenarios(
+    script: str, scenarios: list[str], dataset: Path, out: Path, *, torchrun: bool = True
+) -> dict[str, list[dict[str, Any]]]:
+    """Run ``scenarios`` of ``script`` one after the other in one launch of 2 processes
+    (torchrun, or the script's own launcher; the frameworks' start-up paid once):
+    ``{scenario: [rank 0's, rank 1's]}``, each read from ``out/SCENARIO/rank{r}.json``."""
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable]
     if torchrun:
         cmd += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    args = [script, ",".join(scenarios), str(dataset), str(out)]
     done = subprocess.run(
         [*cmd, *args], capture_output=True, text=True, timeout=600, cwd=out, env=env
     )
@@ -45,20 +47,6 @@ def run_two(
             f"\n--- stderr\n{done.stderr[-12000:]}",
             pytrace=False,
         )
-    if not read:
-        return []
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
-
-
-def run_scenarios(
-    script: str, scenarios: list[str], dataset: Path, out: Path, *, torchrun: bool = True
-) -> dict[str, list[dict[str, Any]]]:
-    """Run ``scenarios`` of ``script`` one after the other in one launch of 2 processes (the
-    frameworks' start-up paid once): ``{scenario: [rank 0's, rank 1's]}``, each read from
-    ``out/SCENARIO/rank{r}.json``."""
-    run_two(
-        [script, ",".join(scenarios), str(dataset), str(out)], out, torchrun=torchrun, read=False
-    )
     return {
         name: [json.loads((out / name / f"rank{r}.json").read_text()) for r in (0, 1)]
         for name in scenarios
