@@ -6,11 +6,11 @@ copies and the compiled one.
 The old gather built ``np.arange(total) + np.repeat(...)`` (16 bytes of int64
 index per stored value) and gathered a batch over several parts twice. The new one computes the
 batch's offsets, allocates one output and copies each sample's slice into it
-(:mod:`chute.reader.segments`): one compiled loop when numba is installed, else numpy (slice by
+(:mod:`chute.columns.segments`): one compiled loop when numba is installed, else numpy (slice by
 slice, or for tiny samples one ``take`` with an int32 index). Side by side in one run, on warm
 files, for each case: ``old`` (the previous code, kept here as the reference), ``slices`` and
 ``index`` (numpy's copy forced onto each strategy), ``numpy`` (the strategy numpy's copy picks,
-:data:`chute.reader.segments.TINY_SAMPLE_VALUES`), ``new`` (what the gather runs: the compiled
+:data:`chute.columns.segments.TINY_SAMPLE_VALUES`), ``new`` (what the gather runs: the compiled
 copy when numba is installed), all on the same pieces of the batch, and ``ds.gather`` (the
 whole call: index checks, file recheck, tensors). Reports the median time and the tracemalloc
 peak over the batch's bytes. Prints a table and writes JSON (``--json``, default
@@ -33,8 +33,8 @@ import torch
 from _common import RESULTS, table, write_json
 
 import chute
+from chute.columns import segments as seg
 from chute.reader import gather as g
-from chute.reader import segments as seg
 
 # (case, dtype, mean values per sample, samples in the batch, part_size)
 CASES = [

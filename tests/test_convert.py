@@ -11,7 +11,7 @@ import zarr
 
 import chute
 from chute.cli import main
-from chute.convert import open_source, parse_fields, source_kind
+from chute.conversion import open_source, parse_fields, source_kind
 from chute.errors import ArgumentError, DatasetExistsError, DatasetNotFoundError, SourceError
 from chute.sources.hdf5 import HDF5Source
 from chute.sources.iterable import IterableSource

@@ -11,7 +11,7 @@ What counts as a reference:
   ```` ``chute.order.plan`` ````), resolved by import and attribute access;
 - a repo path: a name with a ``/`` that ends in a file extension or names a top folder of the
   repository (``docs/remote.md``, ``tests/loader/``, ``chute/loader/threads.py``,
-  ``reader/gather.py``), resolved from the repository root, ``src/`` or ``src/chute/``, and a
+  ``columns/gather.py``), resolved from the repository root, ``src/`` or ``src/chute/``, and a
   top-level Markdown file in capitals (README.md).
 
 A code block preceded by ``<!-- test: skip (why) -->`` is not run (it needs CUDA, a bucket

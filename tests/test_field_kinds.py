@@ -94,7 +94,7 @@ def test_every_kind_reads_back_through_ray(case, tmp_path):
 
 
 def test_every_kind_is_checked():
-    assert {type(k) for k, _, _ in CASES.values()} == set(chute.format.KINDS.values())
+    assert {type(k) for k, _, _ in CASES.values()} == set(chute.kinds.KINDS.values())
 
 
 def test_the_helper_reports_a_difference(tmp_path):
@@ -137,20 +137,20 @@ def test_mask_refuses_other_dtypes_and_dimensions(tmp_path):
         )
 
 
-KIND_NAMES = {cls.__name__ for cls in chute.format.KINDS.values()} | {"FieldKind", "VarKind"}
+KIND_NAMES = {cls.__name__ for cls in chute.kinds.KINDS.values()} | {"FieldKind", "VarKind"}
 SRC = Path(chute.__file__).parent
 
 
 def _kind_dispatch(source: str) -> list[int]:
     """The lines of ``isinstance(x, <kind>)`` / ``type(x) is <kind>`` in a module's source
-    (a kind named directly, or as an attribute of ``chute.format`` / ``chute.fields``)."""
+    (a kind named directly, or as an attribute of ``chute.kinds`` / ``chute.fields``)."""
     tree = ast.parse(source)
     names, modules = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.module and ("format" in node.module or "fields" in node.module):
+            if node.module and ("kinds" in node.module or "fields" in node.module):
                 names |= {a.asname or a.name for a in node.names if a.name in KIND_NAMES}
-            modules |= {a.asname or a.name for a in node.names if a.name in ("format", "fields")}
+            modules |= {a.asname or a.name for a in node.names if a.name in ("kinds", "fields")}
 
     def is_kind(node: ast.expr) -> bool:
         if isinstance(node, ast.Tuple):
@@ -183,11 +183,11 @@ def _kind_dispatch(source: str) -> list[int]:
 
 def test_only_the_kinds_themselves_dispatch_on_the_kind_of_a_field():
     """Behaviour that differs by kind is asked of the field (``fixed``, ``pads``, ``numeric``,
-    ``encodes``, its methods); only ``chute/format/`` tests a field's class."""
+    ``encodes``, its methods); only ``chute/kinds/`` tests a field's class."""
     found = [
         f"{path.relative_to(SRC)}:{line}"
         for path in sorted(SRC.rglob("*.py"))
-        if path.relative_to(SRC).parts[0] != "format"
+        if path.relative_to(SRC).parts[0] != "kinds"
         for line in _kind_dispatch(path.read_text())
     ]
     assert found == []
@@ -195,12 +195,12 @@ def test_only_the_kinds_themselves_dispatch_on_the_kind_of_a_field():
 
 def test_the_dispatch_check_sees_each_spelling():
     source = (
-        "from .. import format as fmt\n"
-        "from ..format import Ragged\n"
+        "from .. import kinds\n"
+        "from ..kinds import Ragged\n"
         "import torch\n"
-        "a = isinstance(f, fmt.Image)\n"
+        "a = isinstance(f, kinds.Image)\n"
         "b = isinstance(f, (int, Ragged))\n"
-        "c = type(f) is fmt.Tensor\n"
+        "c = type(f) is kinds.Tensor\n"
         "d = isinstance(t, torch.Tensor)\n"
         "e = f.fixed\n"
     )

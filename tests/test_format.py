@@ -20,6 +20,7 @@ import torch
 import chute
 from chute import format as fmt
 from chute.errors import FormatError, SchemaError, UnsafePathError, VersionError
+from chute.kinds import field_from_json, field_to_json, parse_manifest
 from chute.npy_header import MAGIC, header_bytes, header_size, read_header
 
 DATA = Path(__file__).parent / "data"
@@ -219,7 +220,7 @@ def test_field_kinds_are_frozen_values():
 
 @pytest.mark.parametrize("field", list(golden.SCHEMA.values()))
 def test_field_json_round_trip(field):
-    assert fmt.field_from_json("f", json.loads(json.dumps(fmt.field_to_json(field)))) == field
+    assert field_from_json("f", json.loads(json.dumps(field_to_json(field)))) == field
 
 
 @pytest.mark.parametrize("name", ["ok", "a-b_9", "group/sub", "x" * 128])
@@ -249,7 +250,7 @@ def manifest_json() -> dict:
 
 
 def test_manifest_round_trip(manifest_json):
-    manifest = fmt.parse_manifest(manifest_json)
+    manifest = parse_manifest(manifest_json)
     assert manifest.num_samples == golden.NUM_SAMPLES
     assert manifest.to_json() == manifest_json
 
@@ -300,15 +301,15 @@ def _edit(manifest_json, change):
 )
 def test_bad_manifests(manifest_json, change, error, match):
     with pytest.raises(error, match=match):
-        fmt.parse_manifest(_edit(manifest_json, change))
+        parse_manifest(_edit(manifest_json, change))
 
 
 def test_unsafe_names_are_plain_format_errors_too(manifest_json):
     obj = _edit(manifest_json, lambda m: m["parts"][0].update(name=".."))
     with pytest.raises(FormatError):  # UnsafePathError is a FormatError and a PermissionError
-        fmt.parse_manifest(obj)
+        parse_manifest(obj)
     with pytest.raises(PermissionError):
-        fmt.parse_manifest(obj)
+        parse_manifest(obj)
 
 
 @pytest.mark.parametrize(

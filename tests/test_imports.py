@@ -1,12 +1,13 @@
-"""No import circle inside chute: every ``import`` of src/chute (at module level or inside a
-function, which only defers the circle) forms a graph without cycles, but for one documented
-pattern: a field kind (``chute/format/``) delegates its reading and writing to the reader and
-writer stages with imports inside its methods (``docs/field_kinds.md``), so that a kind's
-behaviour has one home while the stages keep their code."""
+"""Every import of chute points down: the ``import`` statements of src/chute (at module level,
+inside a function, which only defers a circle, or under ``TYPE_CHECKING``) form a graph
+without a circle, in which no module imports one of a higher layer (:data:`LAYERS`, the order
+ARCHITECTURE.md draws). The on-disk spec (``chute.format``) imports no torch."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import chute
@@ -39,30 +40,15 @@ def _targets(name: str, package: bool, node: ast.AST, known: set[str]) -> set[st
     return got & known
 
 
-def _deferred(tree: ast.AST) -> set[int]:
-    """ids of the import statements of ``tree`` inside a function or ``if TYPE_CHECKING:``."""
-    inside = set()
-    for block in ast.walk(tree):
-        typing_only = isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
-        if typing_only or isinstance(block, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            inside |= {
-                id(n) for n in ast.walk(block) if isinstance(n, (ast.Import, ast.ImportFrom))
-            }
-    return inside
-
-
-def import_graph(kinds_deferred: bool = True) -> dict[str, set[str]]:
-    """Module -> the chute modules it imports; ``kinds_deferred=False`` leaves out the
-    imports inside the methods of ``chute.format``'s kinds (the pattern above)."""
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the chute modules it imports."""
     mods = _modules()
     known = set(mods)
     graph = {}
     for name, (path, package) in mods.items():
         edges: set[str] = set()
-        tree = ast.parse(path.read_text())
-        skip = set() if kinds_deferred or not name.startswith("chute.format.") else _deferred(tree)
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skip:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
                 edges |= _targets(name, package, node, known)
         graph[name] = edges - {name}
     return graph
@@ -96,20 +82,76 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+LAYERS = [
+    ["errors", "_args", "_arrays", "_compat", "npy_header", "format"],
+    ["_torch", "batch", "buffers", "device", "image"],
+    ["columns"],
+    ["kinds", "fields"],
+    ["sniff", "manifest", "store"],
+    ["order", "reader", "writer"],
+    ["sources", "loader", "engines"],
+    [
+        "conversion",
+        "cached_build",
+        "transfer",
+        "ray",
+        "testing",
+        "bench",
+        "demo",
+        "cli",
+        "_cli_types",
+        "",
+    ],
+    ["__main__"],
+]
+"""chute's layers, bottom first, by top-level module or package ("" is ``chute/__init__``): the
+spec; torch, batch and image helpers; the array code on a field's files; the field kinds and
+the manifest schema; the manifest file and storage; the stages; what feeds and drives them;
+the entry points and the package's face; ``python -m chute``. A module imports its own layer
+or lower ones only."""
+
+RANK = {top: i for i, layer in enumerate(LAYERS) for top in layer}
+
+
+def _top(module: str) -> str:
+    """``chute.reader.mix`` -> ``reader``; ``chute`` -> ``""``."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """The imports from a module to one of a higher layer, as ``a -> b``."""
+    return sorted(
+        f"{a} -> {b}" for a, bs in graph.items() for b in bs if RANK[_top(a)] < RANK[_top(b)]
+    )
+
+
 def test_the_graph_sees_chutes_imports() -> None:
     graph = import_graph()
-    assert "chute.writer.var_batch" in graph["chute.writer.images"]
+    assert "chute.columns.var_batch" in graph["chute.columns.image_values"]
     assert "chute.image.decode" in graph["chute.loader.decode"]  # inside a function
-    assert "chute.format" in graph["chute.writer.values"]  # `from .. import format`
+    assert "chute.kinds" in graph["chute.writer.schema_inference"]  # `from .. import kinds`
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert upward({"chute.format.spec": {"chute.kinds.registry"}}) == [
+        "chute.format.spec -> chute.kinds.registry"
+    ]
 
 
 def test_no_import_circle() -> None:
-    assert cycles(import_graph(kinds_deferred=False)) == []
+    assert cycles(import_graph()) == []
 
 
-def test_only_the_kinds_defer_imports_into_the_stages() -> None:
-    """The one circle of the full graph runs through the kinds' deferred imports."""
-    full = import_graph()
-    (circle,) = cycles(full) or [[]]
-    assert not circle or any(m.startswith("chute.format.") for m in circle)
+def test_every_module_has_a_layer() -> None:
+    assert {_top(m) for m in import_graph()} == set(RANK)
+
+
+def test_every_import_points_down() -> None:
+    assert upward(import_graph()) == []
+
+
+def test_the_format_loads_no_torch() -> None:
+    """The on-disk spec reads without torch (and ``import chute`` itself defers every stage)."""
+    code = (
+        "import sys, chute.format; print(sorted(m for m in sys.modules if m.startswith('torch')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

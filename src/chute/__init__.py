@@ -5,14 +5,10 @@ data (the manifest, and each file's size) with lazy memory maps, gathered in bat
 per-sample Python, fed to the GPU with the copy overlapped. See https://github.com/chute-dev/chute#readme.
 """
 
+import importlib
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import fields
-from .batch import RaggedBatch
-from .cache import cache
-from .convert import convert, from_iterable, from_torch
-from .device import to_device
 from .errors import (
     ArgumentError,
     ArgumentValueError,
@@ -38,37 +34,85 @@ from .errors import (
     WorkerError,
     WriteError,
 )
-from .fields import Bytes, Mask, Ragged, String
-from .image.augment import (
-    BatchTransform,
-    ColorJitter,
-    CutMix,
-    GaussianBlur,
-    Grayscale,
-    MixUp,
-    RandomErasing,
-)
-from .image.boxes import transform_boxes, transform_points
-from .image.follow import Follow, Geometry, View
-from .image.normalize import normalize
-from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
-from .image.placing import RandomCrop, RandomIoUCrop, ResizePad, ScaleJitter, ZoomOut
-from .image.randaugment import RandAugment, TrivialAugmentWide
-from .loader.dataloader import dataloader
-from .loader.loader import Loader, LoaderStats
-from .order import Order
-from .reader.dataset import Dataset
-from .reader.images import EncodedImages
-from .reader.mix import Mix, mix
-from .reader.opening import open as open  # public, not in __all__: see below
-from .reader.pack import Pack, pack
-from .reader.verify import verify
-from .reader.windows import Windows, windows
-from .sources.dask import from_dask
-from .sources.images import from_image_folder
-from .sources.shards import from_shards
-from .transfer import download, upload
-from .writer.writer import Writer, write
+
+if TYPE_CHECKING:
+    from . import fields
+    from .batch import RaggedBatch
+    from .cached_build import cache
+    from .columns.encoded_images import EncodedImages
+    from .conversion import convert, from_iterable, from_torch
+    from .device import to_device
+    from .fields import Bytes, Mask, Ragged, String
+    from .image.augment import (
+        BatchTransform,
+        ColorJitter,
+        CutMix,
+        GaussianBlur,
+        Grayscale,
+        MixUp,
+        RandomErasing,
+    )
+    from .image.boxes import transform_boxes, transform_points
+    from .image.follow import Follow, Geometry, View
+    from .image.normalize import normalize
+    from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
+    from .image.placing import RandomCrop, RandomIoUCrop, ResizePad, ScaleJitter, ZoomOut
+    from .image.randaugment import RandAugment, TrivialAugmentWide
+    from .loader.dataloader import dataloader
+    from .loader.loader import Loader, LoaderStats
+    from .order import Order
+    from .reader.dataset import Dataset
+    from .reader.mix import Mix, mix
+    from .reader.opening import open as open
+    from .reader.pack import Pack, pack
+    from .reader.verify import verify
+    from .reader.windows import Windows, windows
+    from .sources.dask import from_dask
+    from .sources.images import from_image_folder
+    from .sources.shards import from_shards
+    from .transfer import download, upload
+    from .writer.writer import Writer, write
+
+# Each public name -> the module defining it, imported on first use (PEP 562), so that
+# ``import chute`` is light and ``import chute.format`` (the on-disk spec) loads no torch.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "batch": ("RaggedBatch",),
+    "cached_build": ("cache",),
+    "columns.encoded_images": ("EncodedImages",),
+    "conversion": ("convert", "from_iterable", "from_torch"),
+    "device": ("to_device",),
+    "fields": ("Bytes", "Mask", "Ragged", "String"),
+    "image.augment": (
+        "BatchTransform",
+        "ColorJitter",
+        "CutMix",
+        "GaussianBlur",
+        "Grayscale",
+        "MixUp",
+        "RandomErasing",
+    ),
+    "image.boxes": ("transform_boxes", "transform_points"),
+    "image.follow": ("Follow", "Geometry", "View"),
+    "image.normalize": ("normalize",),
+    "image.ops": ("CenterCrop", "RandomHorizontalFlip", "RandomResizedCrop", "Resize"),
+    "image.placing": ("RandomCrop", "RandomIoUCrop", "ResizePad", "ScaleJitter", "ZoomOut"),
+    "image.randaugment": ("RandAugment", "TrivialAugmentWide"),
+    "loader.dataloader": ("dataloader",),
+    "loader.loader": ("Loader", "LoaderStats"),
+    "order": ("Order",),
+    "reader.dataset": ("Dataset",),
+    "reader.mix": ("Mix", "mix"),
+    "reader.opening": ("open",),
+    "reader.pack": ("Pack", "pack"),
+    "reader.verify": ("verify",),
+    "reader.windows": ("Windows", "windows"),
+    "sources.dask": ("from_dask",),
+    "sources.images": ("from_image_folder",),
+    "sources.shards": ("from_shards",),
+    "transfer": ("download", "upload"),
+    "writer.writer": ("Writer", "write"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __version__ = "0.1.0"
 
@@ -161,6 +205,10 @@ _RENAMED = ("Tensor", "Image")
 
 
 def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value  # looked up once
+        return value
     if name in _RENAMED:
         warnings.warn(
             f"chute.{name} is deprecated and will be removed: use chute.fields.{name} (the kinds "
@@ -168,5 +216,14 @@ def __getattr__(name: str) -> Any:
             DeprecationWarning,
             stacklevel=2,
         )
-        return getattr(fields, name)
+        return getattr(importlib.import_module(".fields", __name__), name)
+    try:  # a sub-module (chute.fields, chute.image...), as after an eager import
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
     raise AttributeError(f"module 'chute' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})

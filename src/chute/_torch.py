@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 import torch
 
-from . import format as fmt
 from .format import DTYPE_NAMES
 
 # chute dtype name -> torch dtype; every name of format.DTYPE_NAMES. uint16/uint32/uint64
@@ -30,16 +27,3 @@ def to_torch(arr: np.ndarray, dtype: str) -> torch.Tensor:
 def as_numpy(t: torch.Tensor) -> np.ndarray:
     """A CPU tensor as a numpy view (bfloat16 as its 16 bits, as stored)."""
     return t.view(torch.int16).numpy().view("<u2") if t.dtype == torch.bfloat16 else t.numpy()
-
-
-def empty_buffers(
-    schema: Mapping[str, fmt.Field], batch_size: int, pin_memory: bool = False
-) -> dict[str, torch.Tensor]:
-    """Uninitialised ``(batch_size, *shape)`` tensors, one per fixed-shape field of ``schema``:
-    ``out=`` buffers for a gather (``empty_batch()`` of a Dataset or a mix)."""
-    return {
-        name: torch.empty(
-            (batch_size, *f.shape), dtype=TORCH_DTYPES[f.dtype], pin_memory=pin_memory
-        )
-        for name, f in fmt.fixed_fields(schema).items()
-    }

@@ -62,8 +62,6 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from .reader.gatherable import Gatherable
-
 # The largest buffer a thread keeps for its next batch (image scratch, gathered JPEG bytes).
 KEEP_MAX = 64 << 20
 
@@ -81,6 +79,13 @@ def idle_buffer(bufs: list[np.ndarray], nbytes: int) -> np.ndarray | None:
     return None
 
 
+class Batches(Protocol):
+    """What :class:`Pool` and :class:`Ring` ask of a dataset (any
+    :class:`chute.reader.gatherable.Gatherable`): its ``out=`` buffers."""
+
+    def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]: ...
+
+
 class Buffers(Protocol):
     """Where work item ``q``'s fixed-shape fields are gathered: ``take(q)`` -> one buffer per
     field, ``rows`` rows each (see the NOTE for how long what it returns stays valid)."""
@@ -95,7 +100,7 @@ class Pool:
     ``rows``: rows of a work item; ``items``: work items given out at most at once.
     """
 
-    def __init__(self, ds: Gatherable, rows: int, items: int, pin_memory: bool) -> None:
+    def __init__(self, ds: Batches, rows: int, items: int, pin_memory: bool) -> None:
         self.ds = ds
         self.pin = pin_memory
         self.rows = rows
@@ -146,7 +151,7 @@ class Ring:
     """``reuse_after=k``: one buffer per fixed-shape field, cut into ``items`` work items of
     ``rows`` rows (``group`` batch slots each)."""
 
-    def __init__(self, ds: Gatherable, rows: int, items: int, pin_memory: bool) -> None:
+    def __init__(self, ds: Batches, rows: int, items: int, pin_memory: bool) -> None:
         self.items = items
         buf = ds.empty_batch(self.items * rows, pin_memory=pin_memory)
         for t in buf.values():  # fault the pages in now, not during the first epoch's gathers

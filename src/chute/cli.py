@@ -89,7 +89,7 @@ def overwrite_flag(dst: str, overwrite: bool) -> Iterator[None]:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .convert import convert, parse_fields, parse_types
+    from .conversion import convert, parse_fields, parse_types
 
     # only the options given: each source takes its own (an image folder has no --nulls)
     given = {

@@ -27,7 +27,7 @@ from .bench.contenders.base import files_under
 from .bench.measure import evict
 from .bench.report import plot, table
 from .bench.run import run_bench
-from .convert import convert
+from .conversion import convert
 from .device import to_device
 from .errors import SchemaError, require
 from .loader.loader import Loader

@@ -9,9 +9,9 @@ user code::
     schema = {"image": fields.Image(), "label": fields.Tensor((), "int64")}
 
 Each kind's behaviour (files, manifest entry, writing, reading, mixing) lives on its class, one
-module per kind in :mod:`chute.format`; ``docs/field_kinds.md`` says how a kind is added.
+module per kind in :mod:`chute.kinds`; ``docs/field_kinds.md`` says how a kind is added.
 """
 
-from .format import Bytes, Field, Image, Mask, Ragged, String, Tensor
+from .kinds import Bytes, Field, Image, Mask, Ragged, String, Tensor
 
 __all__ = ["Bytes", "Field", "Image", "Mask", "Ragged", "String", "Tensor"]

@@ -24,6 +24,7 @@ from typing import Any
 import xxhash
 
 from . import format as fmt
+from . import kinds
 from .errors import (
     ChuteError,
     DatasetChangedError,
@@ -102,12 +103,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def read_manifest(path: str | os.PathLike) -> fmt.Manifest:
+def read_manifest(path: str | os.PathLike) -> kinds.Manifest:
     """Read and validate ``PATH/chute.json``."""
     return load_manifest(Path(path))[0]
 
 
-def load_manifest(path: Path) -> tuple[fmt.Manifest, Identity]:
+def load_manifest(path: Path) -> tuple[kinds.Manifest, Identity]:
     """Read and validate ``PATH/chute.json``; also its identity, which changes when the dataset
     is replaced or appended to (see :func:`manifest_changed`). A manifest that vanishes while
     it is read is a :class:`DatasetChangedError` (the dataset is being replaced)."""
@@ -146,7 +147,7 @@ def load_manifest(path: Path) -> tuple[fmt.Manifest, Identity]:
     return parse_manifest_bytes(text, str(file))[0], identity
 
 
-def parse_manifest_bytes(raw: bytes, where: str) -> tuple[fmt.Manifest, dict[str, Any]]:
+def parse_manifest_bytes(raw: bytes, where: str) -> tuple[kinds.Manifest, dict[str, Any]]:
     """Decode and validate the bytes of a ``chute.json`` (read from disk or fetched from a
     bucket): the manifest and the decoded JSON object; every problem is a :class:`FormatError`
     naming ``where``."""
@@ -157,7 +158,7 @@ def parse_manifest_bytes(raw: bytes, where: str) -> tuple[fmt.Manifest, dict[str
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise FormatError(f"{where}: not a chute manifest: not valid JSON ({exc})") from None
     try:
-        manifest = fmt.parse_manifest(obj)
+        manifest = kinds.parse_manifest(obj)
         check_metadata(manifest.metadata, FormatError)
     except FormatError as exc:
         raise type(exc)(f"{where}: {exc}") from None
@@ -231,7 +232,7 @@ def file_checksum(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_manifest(folder: Path, manifest: fmt.Manifest) -> None:
+def write_manifest(folder: Path, manifest: kinds.Manifest) -> None:
     """Write ``folder/chute.json`` atomically (temp file, fsync, ``os.replace``)."""
     try:
         text = json.dumps(manifest.to_json(), indent=1, allow_nan=False)

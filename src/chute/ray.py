@@ -26,7 +26,7 @@ from .errors import require
 if TYPE_CHECKING:
     import ray.data
 
-    from . import format as fmt
+    from . import kinds
     from .engines.ray_read import Source
     from .engines.ray_write import Sink
     from .reader.gatherable import Gatherable
@@ -83,7 +83,7 @@ def write(
     *,
     overwrite: bool = False,
     part_size: int | None = None,
-    schema: Mapping[str, fmt.Field] | None = None,
+    schema: Mapping[str, kinds.Field] | None = None,
     metadata: Mapping[str, Any] | None = None,
     **write_args: Any,
 ) -> Path:

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from .batch import RaggedBatch
-from .format import Field, Tensor, field_from_json, field_to_json
-from .reader.images import EncodedImages
+from .columns.encoded_images import EncodedImages
+from .kinds import Field, Tensor, field_from_json, field_to_json
 from .reader.mix import mix
 from .reader.opening import open as open_dataset
 from .writer.writer import write

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from PIL import Image, ImageOps
 
 import chute
-from chute import format as fmt
+from chute.columns.encoded_images import EncodedImages
 from chute.image import EncodedImage, encode_image
-from chute.reader.images import EncodedImages
+from chute.kinds import field_from_json
 
 
 def upright_rgb(data: bytes) -> np.ndarray:
@@ -60,11 +60,11 @@ def test_unknown_kind_or_codec_is_refused() -> None:
     """What a reader that does not know a kind does (chute before Image: kind "image" was
     unknown to it, so such a dataset fails to open with this message, not mid-epoch)."""
     with pytest.raises(chute.FormatError, match="unknown kind 'video'"):
-        fmt.field_from_json("v", {"kind": "video"})
+        field_from_json("v", {"kind": "video"})
     with pytest.raises(chute.FormatError, match="image codec 'webp' is not supported"):
-        fmt.field_from_json("i", {"kind": "image", "codec": "webp"})
+        field_from_json("i", {"kind": "image", "codec": "webp"})
     with pytest.raises(chute.FormatError, match="quality"):
-        fmt.field_from_json("i", {"kind": "image", "codec": "jpeg", "quality": 0})
+        field_from_json("i", {"kind": "image", "codec": "jpeg", "quality": 0})
     with pytest.raises(chute.SchemaError):
         chute.fields.Image(max_side=0)
 

@@ -150,7 +150,7 @@ def test_the_opened_dataset_names_each_label_as_torchvisions_classes(
 
 
 def test_source_kind(tree: Path, tmp_path: Path) -> None:
-    from chute.convert import source_kind
+    from chute.conversion import source_kind
     from chute.sources.images import ImageFolderSource
 
     assert source_kind(tree) is ImageFolderSource
@@ -217,7 +217,7 @@ def test_hidden_entries_and_stray_files_are_ignored(tmp_path: Path) -> None:
     write(root, [".ipynb_checkpoints/x-checkpoint.jpg"], jpeg(8, 8))
     np.save(root / "features.npy", np.zeros((3, 4)))  # a stray array beside the classes
     (root / "README.md").write_text("hi")
-    from chute.convert import source_kind
+    from chute.conversion import source_kind
     from chute.sources.images import ImageFolderSource
 
     assert source_kind(root) is ImageFolderSource  # more images than .npy files

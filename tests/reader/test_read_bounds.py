@@ -94,7 +94,7 @@ def test_ragged_gather_strategies_match_samples(
 ) -> None:
     """Each copy strategy of the ragged gather, one part or several, repeated indices,
     several variable dims, bytes: every sample equals ``ds[i]``."""
-    from chute.reader import segments
+    from chute.columns import segments
 
     if tiny is None:
         pytest.importorskip("numba")
@@ -123,7 +123,7 @@ def test_ragged_gather_refuses_offsets_out_of_order(
 ) -> None:
     """An offset that is negative, past the values or backwards: a FormatError naming the
     offsets file and the sample, with the compiled bounds or numpy's."""
-    from chute.reader import segments
+    from chute.columns import segments
 
     if compiled:
         pytest.importorskip("numba")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import chute
-from chute.reader import segments
+from chute.columns import segments
 
 
 def _case(rng: np.random.Generator, dtype: str, inner: tuple[int, ...], mean: int):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
+from .. import kinds
 from .._args import check_int, default_workers
 from .._torch import as_numpy
 from ..errors import DatasetNotFoundError, SchemaError
@@ -56,7 +57,7 @@ def _open_source(source: str | os.PathLike, work: Path, log: Callable[[str], Non
     if not path.exists():
         raise DatasetNotFoundError(f"{path} does not exist (expected a chute dataset or a source)")
     log(f"converting {path} to chute first (any source chute.convert accepts)")
-    from ..convert import convert  # lazily: it imports every source reader
+    from ..conversion import convert  # lazily: it imports every source reader
 
     return open_dataset(convert(path, work / "source.chute"))
 
@@ -110,7 +111,7 @@ def run_bench(
             setup = Setup(
                 root=root,
                 copy=copy,
-                fields=fmt.fixed_fields(ds.schema),
+                fields=kinds.fixed_fields(ds.schema),
                 num_samples=n,
                 batch_size=batch_size,
                 workers=workers,
@@ -132,7 +133,7 @@ def _copy_sample(
 ) -> tuple[BenchReport, Path]:
     """Copy the first ``max_bytes`` of the fixed-shape fields into a fresh chute dataset."""
     src = _open_source(source, root, log)
-    fields = fmt.fixed_fields(src.schema)
+    fields = kinds.fixed_fields(src.schema)
     if not fields:
         raise SchemaError(
             f"{source} has no fixed-shape (chute.fields.Tensor) field; chute bench compares "
@@ -159,7 +160,7 @@ def _copy_sample(
         "source": str(source),
         "samples": n,
         "source_samples": len(src),
-        "fields": {k: fmt.field_to_json(f) for k, f in fields.items()},
+        "fields": {k: kinds.field_to_json(f) for k, f in fields.items()},
         "row_bytes": row_bytes,
         "bytes": n * row_bytes,
     }

@@ -24,7 +24,7 @@ import torch
 from ray.data import Datasource, ReadTask
 from ray.data.block import Block, BlockAccessor, BlockMetadata
 
-from .. import format as fmt
+from .. import kinds
 from .._args import check_int
 from ..batch import RaggedBatch
 from ..errors import ArgumentError
@@ -142,7 +142,7 @@ def _tensors(name: str, arr: np.ndarray) -> Any:
     return BlockAccessor.batch_to_block({name: arr}).column(name)
 
 
-def _block(batch: Mapping[str, Any], schema: Mapping[str, fmt.Field]) -> pa.Table:
+def _block(batch: Mapping[str, Any], schema: Mapping[str, kinds.Field]) -> pa.Table:
     cols: dict[str, Any] = {}
     for name, f in schema.items():
         v = batch[name]
@@ -152,11 +152,11 @@ def _block(batch: Mapping[str, Any], schema: Mapping[str, fmt.Field]) -> pa.Tabl
             cols[name] = pa.array(v, pa.large_string())
         else:
             # an Image field: its JPEG bytes, as a Bytes field would be
-            cols[name] = _var_column(name, fmt.Bytes() if f.kind == "image" else f, v)
+            cols[name] = _var_column(name, kinds.Bytes() if f.kind == "image" else f, v)
     return pa.table(cols)
 
 
-def _var_column(name: str, f: fmt.Field, v: RaggedBatch) -> Any:
+def _var_column(name: str, f: kinds.Field, v: RaggedBatch) -> Any:
     """Bytes as binary and ragged fields as list columns, sharing the batch's buffers; ragged
     fields with inner dimensions as Ray's variable-shaped tensors (one array per sample)."""
     offsets = v.offsets.numpy()

@@ -30,9 +30,10 @@ from ray.data.block import Block, BlockAccessor
 from .. import format as fmt
 from .._args import check_int, check_path
 from ..errors import ArgumentError, SchemaError
+from ..kinds import Bytes, Field, PartInfo, Ragged, String, merge_fields
 from ..writer.commit import commit, new_staging_dir
 from ..writer.field_files import promote
-from ..writer.values import infer_field
+from ..writer.schema_inference import infer_field
 from ..writer.writer import write_part
 
 _BLOCK_BYTES = 128 << 20  # rows per block when Ray's context gives no target size
@@ -74,7 +75,7 @@ class Sink(Datasink):  # type: ignore[misc]  # Ray's classes are untyped for myp
         *,
         overwrite: bool = False,
         part_size: int | None = None,
-        schema: Mapping[str, fmt.Field] | None = None,
+        schema: Mapping[str, Field] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ):
         self.path = local_path(path)
@@ -103,7 +104,7 @@ class Sink(Datasink):  # type: ignore[misc]  # Ray's classes are untyped for myp
         assert self._staging is not None, "on_write_start was not called"
         batches = (b for b in map(BlockAccessor.for_block, blocks) if b.num_rows() > 0)
         rows = _Rows((_columns(b) for b in batches), self.part_size, self.schema)
-        parts: list[tuple[fmt.PartInfo, dict[str, fmt.Field]]] = []
+        parts: list[tuple[PartInfo, dict[str, Field]]] = []
         folder = None
         try:
             while rows.more():
@@ -129,11 +130,11 @@ class Sink(Datasink):  # type: ignore[misc]  # Ray's classes are untyped for myp
                     f"{self.path}: the Ray dataset has no rows and no schema was given; pass "
                     "schema= to chute.ray.Sink / chute.ray.write to write an empty dataset"
                 )
-            infos: list[fmt.PartInfo] = []
+            infos: list[PartInfo] = []
             for info, have in written:
                 name = f"part-{len(infos):05d}"
                 os.rename(staging / info.name, staging / name)
-                info = fmt.PartInfo(name, info.num_samples, info.files)
+                info = PartInfo(name, info.num_samples, info.files)
                 infos.append(_conform(staging, info, have, schema))
             if not infos:
                 infos.append(write_part(staging / "part-00000", schema, []))
@@ -178,11 +179,11 @@ class _Rows:
         self,
         batches: Iterator[dict[str, np.ndarray]],
         size: int | None,
-        schema: dict[str, fmt.Field] | None,
+        schema: dict[str, Field] | None,
     ):
         self._it, self._size, self._fixed = batches, size, schema
         self._head: dict[str, np.ndarray] | None = None
-        self._schema: dict[str, fmt.Field] | None = schema
+        self._schema: dict[str, Field] | None = schema
 
     def more(self) -> bool:
         if self._head is None:
@@ -191,7 +192,7 @@ class _Rows:
                 self._schema = _infer_schema(self._head)
         return self._head is not None
 
-    def schema(self) -> dict[str, fmt.Field]:
+    def schema(self) -> dict[str, Field]:
         """The schema of the next batch."""
         assert self._schema is not None
         return self._schema
@@ -223,24 +224,24 @@ def _values(batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
     return {k: list(v) if v.dtype == object else v for k, v in batch.items()}
 
 
-def _infer_schema(batch: Mapping[str, np.ndarray]) -> dict[str, fmt.Field]:
+def _infer_schema(batch: Mapping[str, np.ndarray]) -> dict[str, Field]:
     return {fmt.check_field_name(k): _infer_field(k, v) for k, v in batch.items()}
 
 
-def _infer_field(name: str, col: np.ndarray) -> fmt.Field:
+def _infer_field(name: str, col: np.ndarray) -> Field:
     """The field of one numpy column of a Ray block."""
     if col.dtype.kind == "U":
-        return fmt.String()
+        return String()
     if col.dtype.kind == "S":
-        return fmt.Bytes()
+        return Bytes()
     if col.dtype != object:
         return infer_field(name, col, batch=True)
     if any(v is None for v in col):
         raise SchemaError(f"field {name!r}: null values cannot be stored; fill or drop them first")
     if isinstance(col[0], str):
-        return fmt.String()
+        return String()
     if isinstance(col[0], (bytes, bytearray)):
-        return fmt.Bytes()
+        return Bytes()
     kinds = [infer_field(name, v) for v in col]
     shapes = {k.sample_shape for k in kinds if k.fixed}
     if len(shapes) != len(set(kinds)) or len({len(s) for s in shapes}) != 1 or () in shapes:
@@ -250,10 +251,10 @@ def _infer_field(name: str, col: np.ndarray) -> fmt.Field:
         )
     dims = list(zip(*shapes, strict=True))[1:]
     inner = tuple(d[0] if len(set(d)) == 1 else None for d in dims)
-    return fmt.Ragged(kinds[0].dtype, inner)
+    return Ragged(kinds[0].dtype, inner)
 
 
-def _merge(schemas: list[dict[str, fmt.Field]]) -> dict[str, fmt.Field]:
+def _merge(schemas: list[dict[str, Field]]) -> dict[str, Field]:
     """The one schema of all write tasks: the first's, with a field whose shape differs
     between tasks made Ragged (as :class:`chute.Writer` does); any other difference raises."""
     first = schemas[0]
@@ -270,8 +271,8 @@ def _merge(schemas: list[dict[str, fmt.Field]]) -> dict[str, fmt.Field]:
     return out
 
 
-def _widen(name: str, a: fmt.Field, b: fmt.Field) -> fmt.Field:
-    merged = fmt.merge_fields(a, b)
+def _widen(name: str, a: Field, b: Field) -> Field:
+    merged = merge_fields(a, b)
     if merged is None:
         raise SchemaError(
             f"field {name!r} is {a} in some blocks and {b} in others; make the blocks agree "
@@ -281,8 +282,8 @@ def _widen(name: str, a: fmt.Field, b: fmt.Field) -> fmt.Field:
 
 
 def _conform(
-    staging: Path, info: fmt.PartInfo, have: Mapping[str, fmt.Field], want: Mapping[str, fmt.Field]
-) -> fmt.PartInfo:
+    staging: Path, info: PartInfo, have: Mapping[str, Field], want: Mapping[str, Field]
+) -> PartInfo:
     """Rewrite the fields of a part whose layout is not the merged schema's (made Ragged)."""
     files = dict(info.files)
     for name, f in want.items():
@@ -291,4 +292,4 @@ def _conform(
                 files.pop(stale, None)
             col = promote(staging / info.name, name, have[name], f, None, info.num_samples)
             files.update(col.close())
-    return fmt.PartInfo(info.name, info.num_samples, files)
+    return PartInfo(info.name, info.num_samples, files)

@@ -1,5 +1,5 @@
-"""The chute on-disk format, version 1: constants, dtypes and names (the field kinds are one
-module each, behind :mod:`chute.format.kinds`).
+"""The chute on-disk format, version 1: constants, dtypes and names (the field kinds are the
+layer above: :mod:`chute.kinds`).
 
 No I/O. ``docs/format.md`` is the prose version of the same spec.
 

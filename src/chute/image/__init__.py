@@ -19,10 +19,10 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
 - :mod:`.normalize`: ``normalize`` (device side, after ``chute.to_device``)
 - :mod:`.on_device`: ``DeviceImages``, decoded by ``chute.to_device`` (ops with ``device=``)
 
-The field kind is :class:`chute.fields.Image` (``chute/format/image.py``); its gathered batches
-are :class:`chute.EncodedImages` (``chute/reader/images.py``); ``decode=`` in the loaders is
-``chute/loader/decode.py``; ImageFolder trees are read by ``chute/sources/image_folder.py``
-(:func:`chute.from_image_folder`, ``chute convert``).
+The field kind is :class:`chute.fields.Image` (``chute/kinds/image.py``); its gathered
+batches are :class:`chute.EncodedImages` (``chute/columns/encoded_images.py``); ``decode=`` in
+the loaders is ``chute/loader/decode.py``; ImageFolder trees are read by
+``chute/sources/image_folder.py`` (:func:`chute.from_image_folder`, ``chute convert``).
 """
 
 from .augment import ColorJitter, GaussianBlur, Grayscale, RandomErasing

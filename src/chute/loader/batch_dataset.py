@@ -14,8 +14,8 @@ import torch
 from torch.utils.data import default_collate
 
 from .. import _compat as compat
+from ..columns.gather import head
 from ..errors import ArgumentError, ChuteError, SchemaError, WorkerError
-from ..reader.gather import head
 from ..reader.gatherable import Gatherable, PerEpoch
 from ..reader.samples import split_batch
 from .handoff import Handoff

@@ -47,8 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import format as fmt
-from .._torch import as_numpy, empty_buffers
+from .._torch import as_numpy
 from ..batch import RaggedBatch
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
 from ..image.augment import AUGMENTS, augment
@@ -66,6 +65,7 @@ from ..image.follow import (
 from ..image.masks import follow_instances, follow_masks
 from ..image.on_device import DeviceImages, check_device, decode_images
 from ..image.ops import Plan, check_ops, padded, plan
+from ..kinds import Field, Tensor, empty_buffers
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from ..reader.samples import ReadsBatches
 from .decode_split import decode_split
@@ -138,9 +138,9 @@ class Decoded(ReadsBatches):
         self.seed = int(seed)
         self.epoch = int(epoch)
         self.threads = 1  # that decode a batch (see with_split)
-        self._schema: dict[str, fmt.Field] = {  # a field decoded on the device stays encoded
+        self._schema: dict[str, Field] = {  # a field decoded on the device stays encoded
             **ds.schema,  # decoded fields keep their place; views come after
-            **{k: fmt.Tensor((3, *self.sizes[k]), "uint8") for k in self.ops if self._here(k)},
+            **{k: Tensor((3, *self.sizes[k]), "uint8") for k in self.ops if self._here(k)},
         }
         for name, tie in self.tied.items():
             self._schema[name] = self._tie_field(name, tie)
@@ -171,7 +171,7 @@ class Decoded(ReadsBatches):
         """The seed of field ``name``'s draws: the loader's, a view's salted by its name."""
         return view_seed(self.seed, name) if name in self.views else self.seed
 
-    def _tie_field(self, name: str, tie: Follow | Geometry) -> fmt.Field:
+    def _tie_field(self, name: str, tie: Follow | Geometry) -> Field:
         """The batch field of ``decode={name: tie}``, checked against its leader."""
         what = f"{type(tie).__name__}({tie.field!r})"
         if tie.field not in self.ops or tie.field in self.on_device:
@@ -184,20 +184,20 @@ class Decoded(ReadsBatches):
         check_followable(leader, f"decode={{{name!r}: {what}}}")
         if isinstance(tie, Geometry):
             self._check_new(name, what, "geometry")
-            return fmt.Tensor((geometry_width(leader),), "float64")
+            return Tensor((geometry_width(leader),), "float64")
         self._check_image(name, what, ("image", "mask"))
         f = self.dataset.schema[name]
         check_fill(tie.fill, f.kind, f.dtype, f"decode={{{name!r}: {what}}}")
         if getattr(f, "instances", False):
             return f  # ragged: each sample's (N, h, w) planes, a RaggedBatch
-        return fmt.Tensor((h, w), f.dtype) if f.kind == "mask" else fmt.Tensor((3, h, w), "uint8")
+        return Tensor((h, w), f.dtype) if f.kind == "mask" else Tensor((3, h, w), "uint8")
 
     def _here(self, name: str) -> bool:
         """Whether field ``name`` is decoded by this view (not later, on a device)."""
         return name in self.ops and name not in self.on_device
 
     @property
-    def schema(self) -> Mapping[str, fmt.Field]:
+    def schema(self) -> Mapping[str, Field]:
         return self._schema
 
     def __len__(self) -> int:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import format as fmt
+from .. import kinds
 from .._args import check_int
 from .._torch import TORCH_DTYPES
 from ..batch import RaggedBatch
@@ -81,7 +81,7 @@ def with_finish(
     return Finished(ds, casts, width, who)
 
 
-def _casts(schema: Mapping[str, fmt.Field], dtype: Any, who: str) -> dict[str, str]:
+def _casts(schema: Mapping[str, kinds.Field], dtype: Any, who: str) -> dict[str, str]:
     """Field -> the dtype name it is cast to (casts to its own dtype left out)."""
     if dtype is None:
         return {}
@@ -133,7 +133,7 @@ class Finished(ReadsBatches):
         self.padded = [k for k, f in ds.schema.items() if f.pads] if width is not None else []
 
     @property
-    def schema(self) -> Mapping[str, fmt.Field]:
+    def schema(self) -> Mapping[str, kinds.Field]:
         return self._schema
 
     def __len__(self) -> int:

@@ -75,8 +75,8 @@ import numpy as np
 import torch
 
 from ..buffers import Buffers
+from ..columns.gather import head
 from ..errors import ChuteError, StaleIteratorError, WorkerError
-from ..reader.gather import head
 from ..reader.gatherable import Gatherable
 from .decode import with_split
 from .decode_split import decode_threads

@@ -12,7 +12,7 @@ Maps are read-only (``ACCESS_READ``): reads share the OS page cache across proce
 nothing in the process can change what later reads see (a write into a map raises). So
 ``ds[i]`` and ``ds[a:b]`` return fresh tensors, copied once out of the map as any loader's
 samples are, which the caller may modify; ``gather`` takes rows straight from the map
-(:mod:`chute.reader.gather`) into new tensors or into the caller's ``out=`` buffers (the Loader's
+(:mod:`chute.columns.gather`) into new tensors or into the caller's ``out=`` buffers (the Loader's
 path: no copy but that one). This module holds the indexing: which part and rows a key means.
 """
 
@@ -32,14 +32,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import format as fmt
+from .. import kinds
 from .._args import check_path
 from .._arrays import distinct
-from .._torch import empty_buffers
+from ..columns.gather import FieldPart, Piece, Split
 from ..errors import ArgumentError
-from ..format.kind import Sampler
+from ..kinds import empty_buffers
+from ..kinds.kind import Sampler
 from .files import Part, Snapshot, check, snapshot
-from .gather import FieldPart, Piece, Split, check_gather_args, check_indices, out_of_range
+from .gather_args import check_gather_args, check_indices, out_of_range
 from .samples import ReadsBatches
 
 Batch = dict[str, Any]
@@ -62,7 +63,7 @@ class Dataset(ReadsBatches, torch.utils.data.Dataset):
     Create with :func:`chute.open`. ``ds[i]`` and ``ds[a:b]`` give fresh tensors (fixed and
     ragged fields; ragged batches as :class:`chute.RaggedBatch`) and ``str`` for strings;
     ``gather`` fills the caller's ``out=`` buffers. An image field is decoded by ``ds[i]``
-    only: ``ds[a:b]`` and ``gather`` give :class:`~chute.reader.images.EncodedImages`.
+    only: ``ds[a:b]`` and ``gather`` give :class:`~chute.columns.encoded_images.EncodedImages`.
     ``"image" in ds`` asks for a field.
     """
 
@@ -84,7 +85,7 @@ class Dataset(ReadsBatches, torch.utils.data.Dataset):
         self._manifest = snap.manifest
         self._blob: bytes | None = None  # what __getstate__ sends, made on first use
         self.metadata: Mapping[str, Any] = snap.manifest.metadata
-        self.schema: dict[str, fmt.Field] = snap.schema
+        self.schema: dict[str, kinds.Field] = snap.schema
         # Made once here, so that ds[i] builds nothing but its result: each field's reader,
         # and per (part, field) its arrays and files (paths built only for an error).
         self._samplers = tuple((name, f.sampler()) for name, f in self.schema.items())
@@ -170,7 +171,7 @@ class Dataset(ReadsBatches, torch.utils.data.Dataset):
 
         Image fields differ by key: ``ds[i]["image"]`` is one image, decoded (uint8
         ``(3, H, W)``), while a slice ``ds[a:b]["image"]``, like :meth:`gather`, is a batch of
-        :class:`~chute.reader.images.EncodedImages` (the stored bytes plus each image's size;
+        :class:`~chute.EncodedImages` (the stored bytes plus each image's size;
         ``.decode(k)`` decodes one), as images of different sizes make no single tensor. For
         decoded, equal-sized batches use a loader's ``decode=`` (``chute/loader/decode.py``).
         """
@@ -268,7 +269,7 @@ class Dataset(ReadsBatches, torch.utils.data.Dataset):
         :class:`RaggedBatch`, or with ``pad=`` a padded ``(B, L, ...)`` tensor plus
         ``FIELD_lengths`` (B,) (``(B, *max_shape)`` and the shapes ``(B, ndim)`` when several
         dimensions vary); string fields -> ``list[str]``; image fields ->
-        :class:`~chute.reader.images.EncodedImages`, not decoded (``ds[i]`` decodes one sample;
+        :class:`~chute.EncodedImages`, not decoded (``ds[i]`` decodes one sample;
         a loader's ``decode=`` decodes batches). ``pad`` must fit each padded field's dtype
         exactly (no silent truncation or overflow).
         """
@@ -358,7 +359,7 @@ class Dataset(ReadsBatches, torch.utils.data.Dataset):
     def __setstate__(self, state: dict[str, Any]) -> None:
         path = Path(state["path"])
         manifest_json, identity = pickle.loads(zlib.decompress(state["seen"]))
-        manifest = fmt.parse_manifest(manifest_json)
+        manifest = kinds.parse_manifest(manifest_json)
         self._fields_arg = state["fields"]
         self._set(path, check(path, manifest, state["fields"], state["in_memory"], identity))
 

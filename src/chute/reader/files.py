@@ -42,6 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import format as fmt
+from .. import kinds
 from ..errors import DatasetChangedError, FormatError, MapLimitError, SchemaError
 from ..manifest import (
     Identity,
@@ -65,21 +66,21 @@ class Part:
     folder: Path
     start: int
     num_samples: int
-    files: Mapping[str, fmt.FileInfo]
+    files: Mapping[str, kinds.FileInfo]
 
 
 class Snapshot(NamedTuple):
     """What ``open()`` checked: the manifest, the selected fields, the parts, their files."""
 
-    manifest: fmt.Manifest
-    schema: dict[str, fmt.Field]
+    manifest: kinds.Manifest
+    schema: dict[str, kinds.Field]
     parts: tuple[Part, ...]
     files: Files
 
 
 def check(
     path: Path,
-    manifest: fmt.Manifest,
+    manifest: kinds.Manifest,
     fields: Sequence[str] | None,
     in_memory: bool,
     opened: Mapping[str, Identity] | None,
@@ -136,7 +137,7 @@ def snapshot(path: Path, fields: Sequence[str] | None, in_memory: bool) -> Snaps
     )
 
 
-def _data_nbytes(f: fmt.Field, role: str, n: int) -> int | None:
+def _data_nbytes(f: kinds.Field, role: str, n: int) -> int | None:
     """Bytes after the header of file ``role`` of a part of ``n`` samples (None: values)."""
     shape = f.expected_shape(role, n)
     if shape is None or role == "values":
@@ -168,7 +169,7 @@ class Files:
         self._mapped: dict[tuple[str, str], tuple[tuple[str, Identity], ...]] = {}
         self._loaded: dict[str, Identity] = {}  # identity of each file when it was mapped
 
-    def check_part(self, part: Part, schema: Mapping[str, fmt.Field]) -> None:
+    def check_part(self, part: Part, schema: Mapping[str, kinds.Field]) -> None:
         """Check the files of the fields ``schema`` in ``part``."""
         for name, f in schema.items():
             for role, fn in f.files(name).items():
@@ -274,7 +275,7 @@ class Files:
             if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != identity:
                 raise self.changed(Path(file))
 
-    def column(self, part: Part, name: str, f: fmt.Field) -> dict[str, np.ndarray]:
+    def column(self, part: Part, name: str, f: kinds.Field) -> dict[str, np.ndarray]:
         """The arrays of field ``name`` in ``part``: ``data``, or ``values`` and ``offsets``
         (and ``shapes``), checked against the manifest."""
         if self.stale is not None:
@@ -285,7 +286,7 @@ class Files:
             self._mapped[part.name, name] = tuple((p, self._loaded[p]) for p in paths)
         return col
 
-    def _column(self, part: Part, name: str, f: fmt.Field) -> dict[str, np.ndarray]:
+    def _column(self, part: Part, name: str, f: kinds.Field) -> dict[str, np.ndarray]:
         folder, n = part.folder, part.num_samples
         files = f.files(name)
         col = {

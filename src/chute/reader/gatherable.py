@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from .. import format as fmt
+from .. import kinds
 
 
 @runtime_checkable
@@ -25,7 +25,7 @@ class Gatherable(Protocol):
     """
 
     @property
-    def schema(self) -> Mapping[str, fmt.Field]: ...
+    def schema(self) -> Mapping[str, kinds.Field]: ...
 
     def __len__(self) -> int: ...
 

@@ -57,15 +57,16 @@ import numpy as np
 import torch
 
 from .. import format as fmt
+from .. import kinds
 from .._args import check_int, one_index
 from .._arrays import distinct
-from .._torch import empty_buffers
 from ..errors import ArgumentError, ArgumentValueError, SchemaError
+from ..kinds import empty_buffers
 from ..order.counts import source_counts
 from ..order.permute import Permutation
 from ..order.steps import check_epoch
 from .dataset import Dataset
-from .gather import check_gather_args, check_indices
+from .gather_args import check_gather_args, check_indices
 from .samples import ReadsBatches
 from .subset import SubsetDataset, loadable
 from .tokens import tokens_per_sample
@@ -73,7 +74,7 @@ from .tokens import tokens_per_sample
 __all__ = ["Mix", "mix"]
 
 SOURCE = "source"
-_SOURCE_FIELD = fmt.Tensor((), "int64")
+_SOURCE_FIELD = kinds.Tensor((), "int64")
 
 
 def mix(
@@ -151,7 +152,7 @@ class Mix(ReadsBatches):
                 )
             datasets.append(loadable(ds, f"chute.mix (source {name!r})"))
         self.seed = check_int("seed", seed, 0)
-        self.schema: dict[str, fmt.Field] = _common_schema(
+        self.schema: dict[str, kinds.Field] = _common_schema(
             self.sources, datasets, fields, self.source_field
         )
         self.datasets: dict[str, Any] = {
@@ -322,7 +323,7 @@ class Mix(ReadsBatches):
 
 def _common_schema(
     names: tuple[str, ...], datasets: list[Any], fields: Sequence[str] | None, source: str
-) -> dict[str, fmt.Field]:
+) -> dict[str, kinds.Field]:
     """The fields the mix reads: ``fields``, or all (then every source must have the same);
     every field the same kind, dtype and shape in every source. Else a SchemaError."""
     schemas = [dict(ds.schema) for ds in datasets]

@@ -51,17 +51,20 @@ import numpy as np
 import torch
 
 from .. import format as fmt
+from .. import kinds
 from .._args import check_int, one_index
 from .._arrays import distinct
-from .._torch import empty_buffers, to_torch
+from .._torch import to_torch
 from ..batch import RaggedBatch, pad_batch
+from ..columns.gather import out_rows
+from ..columns.segments import segments
 from ..errors import ArgumentValueError
+from ..kinds import empty_buffers
 from ..order.permute import Permutation
 from .aligned import LABELS, Aligned, check_labels, make_labels, split_fields
-from .gather import check_gather_args, check_indices, out_rows
+from .gather_args import check_gather_args, check_indices
 from .pack_plan import best_fit
 from .samples import ReadsBatches
-from .segments import segments
 from .tokens import TokenStream
 from .windows import token_id
 
@@ -161,13 +164,13 @@ class Pack(ReadsBatches):
                     f"chute.pack: field {name!r} is named as a field pack adds; rename it "
                     "(chute.open(path, fields=...))"
                 )
-        self.schema: dict[str, fmt.Field] = {field: fmt.Tensor((self.length,), self.dtype)}
+        self.schema: dict[str, kinds.Field] = {field: kinds.Tensor((self.length,), self.dtype)}
         for name in others:
-            self.schema[name] = fmt.Tensor((self.length,), self.aligned.dtypes[name])
-        self.schema[POSITION_IDS] = fmt.Tensor((self.length,), "int64")
+            self.schema[name] = kinds.Tensor((self.length,), self.aligned.dtypes[name])
+        self.schema[POSITION_IDS] = kinds.Tensor((self.length,), "int64")
         if labels:
-            self.schema[LABELS] = fmt.Tensor((self.length,), "int64")
-        self.schema[CU_SEQLENS] = fmt.Ragged("int32")
+            self.schema[LABELS] = kinds.Tensor((self.length,), "int64")
+        self.schema[CU_SEQLENS] = kinds.Ragged("int32")
         self._plan()
         for p in range(len(self.stream.docs)):  # the lengths are read already: check them all
             self.aligned.check(p)

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import format as fmt
+from .. import kinds
 from .._arrays import distinct
 from ..errors import ArgumentValueError
 from ..store.cache import RemoteCache
@@ -69,7 +69,7 @@ class RemoteFiles(Files):
         self.held = HeldParts(None if in_memory else keep, self._forget)
         self._lock = threading.Lock()
 
-    def check_part(self, part: Part, schema: Mapping[str, fmt.Field]) -> None:
+    def check_part(self, part: Part, schema: Mapping[str, kinds.Field]) -> None:
         """Record the part's files (their sizes come from the manifest; the cache checks
         size and checksum of each download)."""
         rel = []
@@ -94,7 +94,7 @@ class RemoteFiles(Files):
         """Download (once per node) and pin the selected files of part number ``part``."""
         return self.cache.pin(self._relpaths[part])
 
-    def column(self, part: Part, name: str, f: fmt.Field) -> dict[str, np.ndarray]:
+    def column(self, part: Part, name: str, f: kinds.Field) -> dict[str, np.ndarray]:
         i = self._index[part.name]
         pin = self.pin(i)
         try:

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..columns.encoded_images import EncodedImages, decode_sample
 from .gatherable import Gatherable
-from .images import EncodedImages, decode_sample
 
 __all__ = ["ReadsBatches", "split_batch"]
 

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import format as fmt
+from .. import kinds
 from ..errors import ArgumentError, ArgumentValueError
-from .gather import check_indices
+from .gather_args import check_indices
 from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from .samples import ReadsBatches
 
@@ -46,7 +46,7 @@ class SubsetDataset(ReadsBatches):
         return len(self.indices)
 
     @property
-    def schema(self) -> Mapping[str, fmt.Field]:
+    def schema(self) -> Mapping[str, kinds.Field]:
         return self.dataset.schema
 
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import format as fmt
+from .. import kinds
 from .._args import check_int
 from ..batch import RaggedBatch, as_signed, pad_batch
+from ..columns.segments import segments
 from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from .samples import ReadsBatches
-from .segments import segments
 
 __all__ = ["Truncated", "truncate_batch"]
 
@@ -53,7 +53,7 @@ class Truncated(ReadsBatches):
         ]
 
     @property
-    def schema(self) -> Mapping[str, fmt.Field]:
+    def schema(self) -> Mapping[str, kinds.Field]:
         return self.dataset.schema
 
     def __len__(self) -> int:

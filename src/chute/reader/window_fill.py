@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .segments import segments
+from ..columns.segments import segments
 
 __all__ = ["Column", "compiled_eos", "copy_rows", "copy_rows_eos", "copy_segments"]
 

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from .._arrays import distinct
+from ..columns.segments import segments
 from ..order.permute import Permutation
-from .segments import segments
 from .tokens import TokenStream
 
 __all__ = ["DocumentOrder", "epoch_offset"]

@@ -49,15 +49,18 @@ import numpy as np
 import torch
 
 from .. import format as fmt
+from .. import kinds
 from .._args import check_int, one_index
 from .._arrays import distinct
-from .._torch import empty_buffers, to_torch
+from .._torch import to_torch
+from ..columns.gather import out_rows
+from ..columns.segments import segments
 from ..errors import ArgumentError, ArgumentValueError
+from ..kinds import empty_buffers
 from ..order.steps import check_epoch
 from .aligned import LABELS, Aligned, check_labels, make_labels, split_fields
-from .gather import check_gather_args, check_indices, out_rows
+from .gather_args import check_gather_args, check_indices
 from .samples import ReadsBatches
-from .segments import segments
 from .tokens import TokenStream
 from .window_fill import Column, copy_rows, copy_rows_eos, copy_segments
 from .window_order import DocumentOrder, epoch_offset
@@ -176,9 +179,9 @@ class Windows(ReadsBatches):
                 "chute.windows: random_offset=True moves the windows every epoch, so the tail "
                 "moves too: keep drop_tail=True (the default)"
             )
-        self.schema: dict[str, fmt.Field] = {field: fmt.Tensor((self.length,), self.dtype)}
+        self.schema: dict[str, kinds.Field] = {field: kinds.Tensor((self.length,), self.dtype)}
         for name in others:
-            self.schema[name] = fmt.Tensor((self.length,), self.aligned.dtypes[name])
+            self.schema[name] = kinds.Tensor((self.length,), self.aligned.dtypes[name])
         added = [n for n, on in ((DOCUMENT_IDS, document_ids), (POSITIONS, positions)) if on]
         added += [LABELS] if labels else []
         for name in added:
@@ -187,7 +190,7 @@ class Windows(ReadsBatches):
                     f"chute.windows: field {name!r} is named as a field windows adds; rename "
                     "it (chute.open(path, fields=...))"
                 )
-            self.schema[name] = fmt.Tensor((self.length,), _INT64)
+            self.schema[name] = kinds.Tensor((self.length,), _INT64)
         st = self.stream
         self.order = DocumentOrder(st, eos is not None, self.seed) if shuffle_documents else None
         extra = st.docs if self.eos is not None else 0

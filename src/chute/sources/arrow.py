@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import format as fmt
+from .. import kinds
+from ..columns.source_images import check_on_error
 from ..errors import ArgumentError, SourceError
 from .arrow_fields import (
     Column,
@@ -65,7 +66,6 @@ from .base import (
     one_field_each,
     read_ahead,
 )
-from .encoding import check_on_error
 
 NULLS = ("error", "fill")
 
@@ -89,7 +89,7 @@ class ArrowSource(Source):
         arrow_schema: Any,
         fields: FieldsArg = None,
         *,
-        schema: Mapping[str, fmt.Field] | None = None,
+        schema: Mapping[str, kinds.Field] | None = None,
         nulls: str = "error",
         batch_bytes: int = BATCH_BYTES,
         workers: int = 1,
@@ -130,13 +130,13 @@ class ArrowSource(Source):
                 f"{name}: schema= names {unknown}, which are not fields; fields are "
                 f"{[c.name for c in self.columns]}"
             )
-        image = fmt.Image(max_side, quality)
+        image = kinds.Image(max_side, quality)
         for c in self.columns:
             if c.name in images:
-                if c.field != fmt.String():
+                if c.field != kinds.String():
                     raise SourceError(f"{name}: images= names {c.name!r}, which holds no paths")
                 c.field, c.from_path = image, True
-            elif fmt.image_field(c.field):  # (a column's field may be a deferred SourceError)
+            elif kinds.image_field(c.field):  # (a column's field may be a deferred SourceError)
                 c.field = image
             c.field = overrides.get(c.name, c.field)
             if isinstance(c.field, SourceError):
@@ -195,7 +195,7 @@ class ArrowSource(Source):
         for c in images:
             values, f = out[c.name], c.field
 
-            def one(i: int, c: Column = c, values: list = values, f: fmt.Field = f) -> Any:
+            def one(i: int, c: Column = c, values: list = values, f: kinds.Field = f) -> Any:
                 place, value = f"{where(i)}: column {c.key!r}", values[i]
                 if c.from_path:
                     try:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import format as fmt
+from .. import kinds
 from ..errors import SourceError, require
 
 HF_METADATA = b"huggingface"  # the schema metadata key where datasets keeps its features
@@ -35,7 +36,7 @@ class Column:
 
     path: tuple[str, ...]
     name: str
-    field: fmt.Field
+    field: kinds.Field
     from_path: bool = False  # an Image field read from the file paths the column holds
 
     @property
@@ -92,7 +93,7 @@ def columns_of(schema: Any, where: str, features: Mapping[str, Any]) -> list[Col
         if kind == "Image" or _is_image_struct(pa, t):
             if not (_is_image_struct(pa, t) or pa.types.is_binary(t)):
                 raise SourceError(f"{where}: column {key!r}: an Image feature stored as {t}")
-            out.append(Column(path, key, fmt.Image()))
+            out.append(Column(path, key, kinds.Image()))
         elif pa.types.is_struct(t):
             for i in range(t.num_fields):
                 sub = t.field(i).name
@@ -102,7 +103,7 @@ def columns_of(schema: Any, where: str, features: Mapping[str, Any]) -> list[Col
             warnings.warn(f"{where}: left out {key}: every value is null", stacklevel=4)
         else:  # a type without a field kind is an error only if the column is picked
             try:
-                made: fmt.Field | SourceError = arrow_field(pa, t, f"{where}: column {key!r}")
+                made: kinds.Field | SourceError = arrow_field(pa, t, f"{where}: column {key!r}")
             except SourceError as exc:
                 made = exc
             out.append(Column(path, key, made))  # type: ignore[arg-type]
@@ -112,26 +113,26 @@ def columns_of(schema: Any, where: str, features: Mapping[str, Any]) -> list[Col
     return out
 
 
-def arrow_field(pa: Any, t: Any, where: str) -> fmt.Field:
+def arrow_field(pa: Any, t: Any, where: str) -> kinds.Field:
     """The chute field kind for Arrow type ``t`` (see the module docstring)."""
     if pa.types.is_dictionary(t):
         if pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type):
-            return fmt.String()
+            return kinds.String()
         t = t.value_type
     if _numeric(pa, t):
-        return fmt.Tensor((), _dtype(t))
+        return kinds.Tensor((), _dtype(t))
     if pa.types.is_fixed_size_list(t):
         shape, base = _fixed_shape(pa, t)
         if _numeric(pa, base):
-            return fmt.Tensor(shape, _dtype(base))
+            return kinds.Tensor(shape, _dtype(base))
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         inner, base = _fixed_shape(pa, t.value_type)
         if _numeric(pa, base):
-            return fmt.Ragged(_dtype(base), inner)
+            return kinds.Ragged(_dtype(base), inner)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return fmt.String()
+        return kinds.String()
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return fmt.Bytes()
+        return kinds.Bytes()
     raise SourceError(
         f"{where}: Arrow type {t} has no chute field kind (numbers, fixed-size or variable "
         "lists of numbers, strings, binary, structs of these); leave it out with fields= or "
@@ -162,7 +163,7 @@ def column_values(arr: Any, c: Column, where: Callable[[int], str]) -> Any:
         arr, t = arr.dictionary_decode(), t.value_type
     if f.encodes:
         return _image_bytes(pa, arr, c, where)
-    if f in (fmt.String(), fmt.Bytes()) and not _numeric(pa, t):
+    if f in (kinds.String(), kinds.Bytes()) and not _numeric(pa, t):
         empty = "" if pa.types.is_string(t) or pa.types.is_large_string(t) else b""
         if pa.types.is_fixed_size_binary(t):
             arr, empty = arr.cast(pa.binary()), b""
@@ -172,7 +173,7 @@ def column_values(arr: Any, c: Column, where: Callable[[int], str]) -> Any:
             values = arr.to_pylist()
         except UnicodeDecodeError:  # Parquet strings are not validated: find the row
             values = arr.cast(pa.large_binary()).to_pylist()
-        if f == fmt.String() and values and isinstance(values[0], bytes):
+        if f == kinds.String() and values and isinstance(values[0], bytes):
             return _utf8(values, c, where)
         return values
     if pa.types.is_list(t) or pa.types.is_large_list(t):

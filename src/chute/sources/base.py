@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .. import format as fmt
+from .. import kinds
 from ..errors import DatasetNotFoundError, SchemaError, SourceError
 
 Batch = dict[str, Any]
@@ -48,7 +49,7 @@ class Source(ABC):
     """
 
     name: str
-    schema: dict[str, fmt.Field] | None = None
+    schema: dict[str, kinds.Field] | None = None
     num_samples: int | None = None
     metadata: Mapping[str, Any] = MappingProxyType({})
     noun: str = "a source"
@@ -164,7 +165,7 @@ def check_name(name: str, old: str, where: str) -> str:
         raise SchemaError(f"{where}: {exc}; rename it with fields={{{old!r}: 'name'}}") from None
 
 
-def array_field(dtype: np.dtype, shape: tuple[int, ...], source: str, key: str) -> fmt.Field:
+def array_field(dtype: np.dtype, shape: tuple[int, ...], source: str, key: str) -> kinds.Field:
     """The field kind for array ``key`` of ``source``: ``dtype`` and ``shape`` (samples first)."""
     where = f"{source}: {key!r}"
     if dtype.names is not None:
@@ -176,11 +177,11 @@ def array_field(dtype: np.dtype, shape: tuple[int, ...], source: str, key: str) 
     if dtype.kind in "UTO":
         if len(shape) != 1:
             raise SourceError(f"{where}: only 1-D string arrays can be fields, got {dtype} {shape}")
-        return fmt.String()
+        return kinds.String()
     if dtype.kind == "S" and len(shape) == 1:
-        return fmt.Bytes()
+        return kinds.Bytes()
     try:
-        return fmt.Tensor(shape[1:], fmt.dtype_name(dtype))
+        return kinds.Tensor(shape[1:], fmt.dtype_name(dtype))
     except SchemaError as exc:
         raise SourceError(f"{where}: {exc}") from None
 
@@ -247,7 +248,7 @@ class ArraySource(Source):
     ``UserWarning`` each, so that no array goes missing unnoticed.
     """
 
-    schema: dict[str, fmt.Field]
+    schema: dict[str, kinds.Field]
     num_samples: int
 
     def __init__(
@@ -310,11 +311,11 @@ class ArraySource(Source):
             warnings.warn(f"{self.name}: left out {key} {shape or ()}: {why}", stacklevel=2)
         return [k for k, v in lengths.items() if v == common]
 
-    def field(self, key: str, array: Any) -> fmt.Field:
+    def field(self, key: str, array: Any) -> kinds.Field:
         """The field kind of ``array``, found at ``key`` in the source."""
         return array_field(array.dtype, shape_of(array) or (), self.name, key)
 
-    def reader(self, array: Any, field: fmt.Field) -> Callable[[int, int], Any]:
+    def reader(self, array: Any, field: kinds.Field) -> Callable[[int, int], Any]:
         """A function reading rows ``[start, stop)`` of ``array`` as a batch value.
 
         Strings stored as UTF-8 bytes (HDF5, a compound's string member) are decoded here,

@@ -19,7 +19,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .. import format as fmt
+from .. import kinds
 from ..errors import SchemaError, SourceError, require
 from ..store.upload import Staged
 from ..store.url import is_url
@@ -30,7 +30,9 @@ from .base import array_field, check_name
 _WHERE = "<dask arrays>"
 
 
-def _write_part(folder: str, schema: dict[str, fmt.Field], blocks: dict[str, Any]) -> fmt.PartInfo:
+def _write_part(
+    folder: str, schema: dict[str, kinds.Field], blocks: dict[str, Any]
+) -> kinds.PartInfo:
     """The task: write one block of rows as a part (runs on a Dask worker)."""
     batch = {k: v.tolist() if not schema[k].fixed else v for k, v in blocks.items()}
     return write_part(folder, schema, [batch])
@@ -111,7 +113,7 @@ def from_dask(
     return commit(staging, dst, schema, infos, metadata, overwrite)
 
 
-def _compute(dask: Any, tasks: list[Any], scheduler: Any, bar: tqdm) -> list[fmt.PartInfo]:
+def _compute(dask: Any, tasks: list[Any], scheduler: Any, bar: tqdm) -> list[kinds.PartInfo]:
     """Run the part tasks, ticking ``bar`` as each finishes; results in task order."""
     client = _client(scheduler)
     if client is not None:
@@ -129,7 +131,7 @@ def _compute(dask: Any, tasks: list[Any], scheduler: Any, bar: tqdm) -> list[fmt
 
     class Ticks(Callback):
         def _posttask(self, key: Any, result: Any, *args: Any) -> None:
-            if isinstance(result, fmt.PartInfo):
+            if isinstance(result, kinds.PartInfo):
                 bar.update(result.num_samples)
 
     with Ticks():

@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .. import format as fmt
+from .. import kinds
 from ..errors import SourceError, require
 from ..sniff import NOUNS
 from .base import ArraySource, FieldsArg, array_field, json_attrs, shape_of
@@ -59,16 +59,16 @@ class HDF5Source(ArraySource):
             self.close()
             raise
 
-    def field(self, key: str, array: Any) -> fmt.Field:
+    def field(self, key: str, array: Any) -> kinds.Field:
         h5py, where = self._h5py, f"{self.name}: dataset {key!r}"
         ndim = len(shape_of(array) or ())
         if h5py.check_string_dtype(array.dtype) is not None:
             if ndim != 1:
                 raise SourceError(f"{where}: a {ndim}-D string dataset cannot be a field")
-            return fmt.String()
+            return kinds.String()
         base = h5py.check_vlen_dtype(array.dtype)
         if base is not None and ndim == 1:
-            return fmt.Ragged(array_field(base, (0,), self.name, key).dtype)
+            return kinds.Ragged(array_field(base, (0,), self.name, key).dtype)
         if array.dtype.kind == "O":
             raise SourceError(
                 f"{where}: dtype {array.dtype} (references or nested variable-length "
@@ -76,7 +76,7 @@ class HDF5Source(ArraySource):
             )
         return super().field(key, array)
 
-    def reader(self, array: Any, field: fmt.Field) -> Callable[[int, int], Any]:
+    def reader(self, array: Any, field: kinds.Field) -> Callable[[int, int], Any]:
         if field.kind == "ragged":
             return lambda a, b: list(array[a:b])
         return super().reader(array, field)  # strings: UTF-8 bytes decoded there

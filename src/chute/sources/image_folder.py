@@ -30,10 +30,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ..columns.source_images import check_on_error, encode
 from ..errors import ArgumentError, DatasetNotFoundError, SourceError
 from ..image.codec import EncodedImage
 from ..sniff import IMAGE_EXTENSIONS
-from .encoding import check_on_error, encode
 
 __all__ = ["IMAGE_EXTENSIONS", "ImageFolder"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import format as fmt
+from .. import kinds
 from ..sniff import NOUNS
 from .base import Batch, FieldsArg, Source, field_map
 from .image_folder import ImageFolder
@@ -62,10 +62,10 @@ class ImageFolderSource(Source):
             classes=classes,
         )
         self.batch_size = batch_size
-        schema: dict[str, fmt.Field] = {"image": fmt.Image(max_side, quality)}
+        schema: dict[str, kinds.Field] = {"image": kinds.Image(max_side, quality)}
         if self.folder.classes:
-            schema["label"] = fmt.Tensor((), "int64")
-        schema["path"] = fmt.String()
+            schema["label"] = kinds.Tensor((), "int64")
+        schema["path"] = kinds.String()
         self.rename = field_map(fields or list(schema), list(schema), self.name)
         self.schema = {new: schema[old] for old, new in self.rename.items()}
         self.num_samples = len(self.folder)

@@ -13,11 +13,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
-from .. import format as fmt
+from .. import kinds
+from ..columns.source_images import is_pil, warn_pixels
 from ..errors import SourceError
-from ..writer.values import flatten
+from ..writer.schema_inference import flatten
 from .base import Batch, FieldsArg, Source, field_map
-from .encoding import is_pil, warn_pixels
 
 
 class Samples:
@@ -61,7 +61,7 @@ class IterableSource(Source):
     def __init__(
         self,
         iterable: Iterable[Any],
-        schema: Mapping[str, fmt.Field] | None = None,
+        schema: Mapping[str, kinds.Field] | None = None,
         *,
         names: Sequence[str] | None = None,
         fields: FieldsArg = None,
@@ -85,7 +85,7 @@ class IterableSource(Source):
         """Warn of PIL images in a field not declared :class:`chute.fields.Image` (the writer stores
         them as pixels)."""
         for name, values in batch.items():
-            declared = self.schema is not None and fmt.image_field(self.schema.get(name))
+            declared = self.schema is not None and kinds.image_field(self.schema.get(name))
             if not declared and values and is_pil(values[0]):
                 warn_pixels(self.name, name)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .. import format as fmt
+from .. import kinds
 from ..errors import ArgumentError, SourceError
 from ..store.url import is_url
 from ..writer.commit import commit, new_staging_dir
@@ -40,8 +40,8 @@ def _part(
     fields: FieldsArg,
     options: dict[str, Any],
     folder: str,
-    schema: dict[str, fmt.Field],
-) -> tuple[fmt.PartInfo, dict[str, Any]]:
+    schema: dict[str, kinds.Field],
+) -> tuple[kinds.PartInfo, dict[str, Any]]:
     """In a worker: one run of files as one part; (its info, the source's metadata)."""
     with cls(files, fields, **options) as source:  # type: ignore[call-arg]
         if source.schema != schema:
@@ -110,7 +110,7 @@ def convert_in_processes(
                 ): i
                 for i, run in enumerate(runs)
             }
-            results: dict[int, tuple[fmt.PartInfo, dict[str, Any]]] = {}
+            results: dict[int, tuple[kinds.PartInfo, dict[str, Any]]] = {}
             try:
                 for fut in as_completed(futures):
                     results[futures[fut]] = fut.result()

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from .. import format as fmt
 from .._args import check_int, check_path, default_workers
 from ..errors import ArgumentError, SchemaError
+from ..kinds import Field, Manifest, PartInfo, Ragged
 from ..manifest import read_manifest
 from ..writer.commit import commit, new_staging_dir
 from ..writer.field_files import promote
@@ -47,7 +48,7 @@ def from_shards(
     shards: Sequence[Any],
     fn: Callable[[Any], Iterable[Mapping[str, Any]]],
     dst: str | os.PathLike,
-    schema: Mapping[str, fmt.Field] | None = None,
+    schema: Mapping[str, Field] | None = None,
     *,
     num_workers: int | None = None,
     batch_size: int = 256,
@@ -110,7 +111,7 @@ def _write_shard(
     fn: Callable[[Any], Iterable[Any]],
     shard: Any,
     folder: str,
-    schema: Mapping[str, fmt.Field] | None,
+    schema: Mapping[str, Field] | None,
     batch_size: int,
 ) -> bool:
     """The task: write ``fn(shard)`` as a dataset at ``folder`` (runs in a worker); False
@@ -130,7 +131,7 @@ def _write_shard(
         raise
 
 
-def _reconcile(manifests: dict[int, Any], staging: Path) -> dict[str, fmt.Field]:
+def _reconcile(manifests: dict[int, Any], staging: Path) -> dict[str, Field]:
     """One schema for the shards' own (see the module doc), rewriting the fields of shards
     that differ from it (``manifests`` updated)."""
     first = min(manifests)
@@ -141,7 +142,7 @@ def _reconcile(manifests: dict[int, Any], staging: Path) -> dict[str, fmt.Field]
                 f"shard {i} has fields {sorted(m.fields)}, shard {first} has "
                 f"{sorted(names)}; fn must yield the same fields for every shard"
             )
-    merged: dict[str, fmt.Field] = {}
+    merged: dict[str, Field] = {}
     for name in names:
         kinds = {i: m.fields[name] for i, m in manifests.items()}
         merged[name] = _one_field(name, kinds, manifests, staging)
@@ -149,8 +150,8 @@ def _reconcile(manifests: dict[int, Any], staging: Path) -> dict[str, fmt.Field]
 
 
 def _one_field(
-    name: str, kinds: dict[int, fmt.Field], manifests: dict[int, Any], staging: Path
-) -> fmt.Field:
+    name: str, kinds: dict[int, Field], manifests: dict[int, Any], staging: Path
+) -> Field:
     """The field ``name`` of every shard will have; shards whose field differs rewritten."""
     distinct = set(kinds.values())
     if len(distinct) == 1:
@@ -173,14 +174,14 @@ def _one_field(
         dims[0] if len(set(dims)) == 1 else None
         for dims in zip(*(s[1:] for s in shapes), strict=True)
     )
-    target = fmt.Ragged(dtypes.pop(), inner)
+    target = Ragged(dtypes.pop(), inner)
     for i, f in kinds.items():
         if f != target:
             _rewrite(staging / f"shard-{i:05d}", manifests, i, name, f, target)
     return target
 
 
-def _no_values(folder: Path, manifest: Any, name: str, f: fmt.Field) -> bool:
+def _no_values(folder: Path, manifest: Any, name: str, f: Field) -> bool:
     """Whether field ``name`` holds no value in any part of the shard at ``folder``."""
     role = "data" if f.fixed else "values"
     for part in manifest.parts:
@@ -191,7 +192,7 @@ def _no_values(folder: Path, manifest: Any, name: str, f: fmt.Field) -> bool:
 
 
 def _rewrite(
-    folder: Path, manifests: dict[int, Any], i: int, name: str, old: fmt.Field, new: fmt.Field
+    folder: Path, manifests: dict[int, Any], i: int, name: str, old: Field, new: Field
 ) -> None:
     """Field ``name`` of every part of shard ``i`` rewritten from ``old`` to ``new`` (its
     manifest's part infos updated to the new files)."""
@@ -201,13 +202,13 @@ def _rewrite(
         col = promote(folder / info.name, name, old, new, None, info.num_samples)
         stale = set(old.files(name).values())
         files = {k: v for k, v in info.files.items() if k not in stale}
-        parts.append(fmt.PartInfo(info.name, info.num_samples, {**files, **col.close()}))
-    manifests[i] = fmt.Manifest({**m.fields, name: new}, tuple(parts), m.metadata)
+        parts.append(PartInfo(info.name, info.num_samples, {**files, **col.close()}))
+    manifests[i] = Manifest({**m.fields, name: new}, tuple(parts), m.metadata)
 
 
-def _move_parts(manifests: dict[int, Any], staging: Path) -> list[fmt.PartInfo]:
+def _move_parts(manifests: dict[int, Any], staging: Path) -> list[PartInfo]:
     """Every shard's parts moved into ``staging`` as ``part-NNNNN`` in shard order."""
-    out: list[fmt.PartInfo] = []
+    out: list[PartInfo] = []
     for i, m in sorted(manifests.items()):
         shard = staging / f"shard-{i:05d}"
         for info in m.parts:
@@ -219,6 +220,6 @@ def _move_parts(manifests: dict[int, Any], staging: Path) -> list[fmt.PartInfo]:
                     os.replace(shard / file, target / file)
             else:
                 os.replace(shard / info.name, target)
-            out.append(fmt.PartInfo(name, info.num_samples, info.files))
+            out.append(PartInfo(name, info.num_samples, info.files))
         shutil.rmtree(shard)
     return out

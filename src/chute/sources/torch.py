@@ -22,12 +22,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from .. import format as fmt
+from .. import kinds
+from ..columns.source_images import is_pil, warn_pixels
 from ..errors import ArgumentError, FormatError, SourceError
 from ..image.codec import EncodedImage, encode_image
-from ..writer.values import infer_field
+from ..writer.schema_inference import infer_field
 from .base import Batch, FieldsArg, Source
-from .encoding import is_pil, warn_pixels
 from .iterable import Samples, columns
 
 
@@ -53,7 +53,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _encoded(value: Any, f: fmt.Image, name: str, index: int) -> EncodedImage:
+def _encoded(value: Any, f: kinds.Image, name: str, index: int) -> EncodedImage:
     try:
         return encode_image(value, f.max_side, f.quality)
     except (ArgumentError, FormatError) as exc:
@@ -77,7 +77,7 @@ class _Collate:
     """The DataLoader's ``collate_fn``, run in the worker: samples -> (one batch dict, the
     fields that held PIL images stored as pixels)."""
 
-    def __init__(self, samples: Samples, images: Mapping[str, fmt.Image]):
+    def __init__(self, samples: Samples, images: Mapping[str, kinds.Image]):
         self.samples, self.images = samples, dict(images)
 
     def __call__(self, items: list[tuple[int, Any]]) -> tuple[Batch, list[str]]:
@@ -95,7 +95,7 @@ class _Collate:
         return {k: _stack(vs) for k, vs in columns(dicts).items()}, sorted(pil)
 
 
-def batch_field(name: str, values: Any) -> fmt.Field:
+def batch_field(name: str, values: Any) -> kinds.Field:
     """The field kind of a batch column: a stacked tensor, or a list (a field whose samples
     change shape becomes Ragged, the varying dimensions None)."""
     if not isinstance(values, list):
@@ -111,7 +111,7 @@ def batch_field(name: str, values: Any) -> fmt.Field:
     inner = tuple(
         d if len({s[k] for s in shapes}) == 1 else None for k, d in enumerate(first.sample_shape)
     )
-    return fmt.Ragged(first.dtype, inner[1:])
+    return kinds.Ragged(first.dtype, inner[1:])
 
 
 class TorchSource(Source):
@@ -126,7 +126,7 @@ class TorchSource(Source):
         names: Sequence[str] | None = None,
         fields: FieldsArg = None,
         multiprocessing_context: Any = None,
-        images: Mapping[str, fmt.Image] | None = None,
+        images: Mapping[str, kinds.Image] | None = None,
     ):
         self.name = f"<{type(dataset).__name__}>"
         if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
@@ -143,7 +143,7 @@ class TorchSource(Source):
         self._started: tuple[Iterator[tuple[Batch, list[str]]], Batch] | None = None
         self._warned: set[str] = set()
 
-    def infer_schema(self, declared: Mapping[str, fmt.Field]) -> dict[str, fmt.Field]:
+    def infer_schema(self, declared: Mapping[str, kinds.Field]) -> dict[str, kinds.Field]:
         """``declared`` completed with the kinds of the fields it does not name, from the
         first batch (read now, and yielded first by :meth:`batches`)."""
         it = self._iterate()

@@ -57,7 +57,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from .. import format as fmt
+from .. import kinds
+from ..columns.source_images import SKIP_HINT, check_on_error
 from ..errors import ChuteError, DatasetNotFoundError, SourceError
 from ..sniff import IMAGE_EXTENSIONS, NOUNS, TAR_SUFFIXES
 from ..store.url import is_url
@@ -72,10 +73,9 @@ from .base import (
     field_map,
     one_field_each,
 )
-from .encoding import SKIP_HINT, check_on_error
 
 MAX_MEMBER_BYTES = 256 << 20  # a bigger member is refused before it is read
-BYTES, STRING = fmt.Bytes(), fmt.String()  # compared with each member's field, made once
+BYTES, STRING = kinds.Bytes(), kinds.String()  # compared with each member's field, made once
 KEY = "__key__"
 INT_EXTENSIONS = ("cls", "cls2", "index", "id", "label")
 TEXT_EXTENSIONS = ("txt", "text", "caption", "json", "jsonl")
@@ -89,23 +89,23 @@ _KEY_EXT = re.compile(r"^((?:.*/|)[^./][^./]*)\.([^/]*)$")  # webdataset's base_
 Sample = dict[str, Any]  # extension -> member bytes, plus KEY and "__shard__"
 
 
-def member_kind(ext: str, max_side: int | None, quality: int) -> fmt.Field:
+def member_kind(ext: str, max_side: int | None, quality: int) -> kinds.Field:
     """The field kind an extension gets (by its last component, case-insensitive)."""
     last = ext.rsplit(".", 1)[-1].lower()
     if f".{last}" in IMAGE_EXTENSIONS:
-        return fmt.Image(max_side, quality)
+        return kinds.Image(max_side, quality)
     if last in INT_EXTENSIONS:
-        return fmt.Tensor((), "int64")
+        return kinds.Tensor((), "int64")
     if last in TEXT_EXTENSIONS:
-        return fmt.String()
-    return fmt.Bytes()
+        return kinds.String()
+    return kinds.Bytes()
 
 
 class WebDatasetSource(Source):
     """WebDataset ``.tar`` shards, read once each as a stream, samples in shard order."""
 
     noun = NOUNS["webdataset"]
-    schema: dict[str, fmt.Field]
+    schema: dict[str, kinds.Field]
 
     def __init__(
         self,
@@ -156,7 +156,7 @@ class WebDatasetSource(Source):
         self.schema = {new: member_kind(e, max_side, quality) for e, new in self.exts.items()}
         self.key_name = None if key_name is None else check_name(key_name, KEY, self.name)
         if self.key_name is not None:
-            self.schema[self.key_name] = fmt.String()
+            self.schema[self.key_name] = kinds.String()
         self.ignored.clear()  # counted again by the conversion
         self.metadata = {
             "ignored_members": self.ignored,
@@ -249,7 +249,7 @@ class WebDatasetSource(Source):
             if sample:
                 yield sample
 
-    def _value(self, sample: Sample, ext: str, field: fmt.Field) -> Any:
+    def _value(self, sample: Sample, ext: str, field: kinds.Field) -> Any:
         """The value of one member for its field; a failure is raised, or returned as a
         :class:`_Reason` with ``on_error="skip"``."""
         shard, key = sample["__shard__"], sample[KEY]

@@ -61,6 +61,7 @@ from typing import Any
 import xxhash
 
 from .. import format as fmt
+from .. import kinds
 from .._args import parse_size
 from ..errors import (
     ArgumentError,
@@ -116,7 +117,7 @@ class RemoteCache:
         self.limit = None if cache_limit is None else parse_size(cache_limit, "cache_limit")
         # the whole cache_dir's budget (chute/store/budget.py); a folder given is no cache
         self.budget = cache_budget_of(cache_budget) if folder is None else None
-        self.manifest: fmt.Manifest | None = None
+        self.manifest: kinds.Manifest | None = None
         self.entries: dict[str, Entry] = {}
         self._identity: dict[str, str] | None = None
         # relpath -> (when, error) of this process's last failed download of it: not tried
@@ -138,7 +139,7 @@ class RemoteCache:
 
     # -------------------------------------------------------------------- open
 
-    def open(self) -> fmt.Manifest:
+    def open(self) -> kinds.Manifest:
         """Fetch and check the remote manifest, bind the cache folder to it (rebuilding a
         folder left by an older version of the same URL), write ``chute.json`` there."""
         url = self.store.url
@@ -165,7 +166,7 @@ class RemoteCache:
         self.manifest, self.entries, self._identity = manifest, entries, identity
         return manifest
 
-    def _bind(self, identity: dict[str, str], manifest: fmt.Manifest) -> None:
+    def _bind(self, identity: dict[str, str], manifest: kinds.Manifest) -> None:
         old = self._read_identity()
         if old is None and any(name != META for name in self.fs.listdir("")):
             raise CacheError(
@@ -183,7 +184,7 @@ class RemoteCache:
             self.fs.write(IDENTITY, json.dumps(identity).encode())
         if not (self.folder / fmt.MANIFEST).is_file() or old != identity:
             write_manifest(
-                self.folder, fmt.Manifest(manifest.fields, manifest.parts, manifest.metadata)
+                self.folder, kinds.Manifest(manifest.fields, manifest.parts, manifest.metadata)
             )
 
     def _read_identity(self) -> dict[str, Any] | None:
@@ -466,7 +467,7 @@ class RemoteCache:
                     "bytes, or prefetch fewer parts ahead"
                 )
 
-    def _manifest(self) -> fmt.Manifest:
+    def _manifest(self) -> kinds.Manifest:
         if self.manifest is None:
             raise CacheError(f"{self.folder}: call open() before using the cache")
         return self.manifest

@@ -1,6 +1,6 @@
 """The remote manifest: ``chute.json`` as fetched, and its files as cache entries.
 
-A remote manifest is a local one (:func:`chute.format.parse_manifest`) plus, for a dataset
+A remote manifest is a local one (:func:`chute.kinds.parse_manifest`) plus, for a dataset
 stored compressed, ``"compression": "zstd"`` and per file ``"stored": {"bytes", "xxh3_64"}``
 (the zstd object's size and checksum; the file's own ``bytes`` and ``xxh3_64`` are those of
 the decompressed ``.npy``). A local reader ignores both keys.
@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 
 from .. import format as fmt
+from .. import kinds
 from ..errors import FormatError
 from ..manifest import parse_manifest_bytes
 
@@ -33,7 +34,7 @@ class Entry:
         return self.relpath + ZSTD_SUFFIX if self.stored is not None else self.relpath
 
 
-def parse_remote_manifest(raw: bytes, where: str) -> tuple[fmt.Manifest, dict[str, Entry]]:
+def parse_remote_manifest(raw: bytes, where: str) -> tuple[kinds.Manifest, dict[str, Entry]]:
     """Parse a remote ``chute.json``: the manifest, and its files as :class:`Entry` (with
     their stored zstd size and checksum when ``"compression": "zstd"``)."""
     manifest, obj = parse_manifest_bytes(raw, where)

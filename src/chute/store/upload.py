@@ -21,6 +21,7 @@ from typing import Any
 import xxhash
 
 from .. import format as fmt
+from .. import kinds
 from ..errors import ArgumentError, ArgumentValueError, DatasetExistsError, require
 from ..manifest import read_manifest
 from .client import CHUNK, EXTRA, Store
@@ -81,7 +82,7 @@ def check_compression(compression: str | None) -> None:
         raise ArgumentError(f"compression must be None or 'zstd', got {compression!r}")
 
 
-def _relpath(info: fmt.PartInfo, fn: str) -> str:
+def _relpath(info: kinds.PartInfo, fn: str) -> str:
     return fn if info.name == fmt.ROOT_PART else f"{info.name}/{fn}"
 
 
@@ -123,7 +124,7 @@ def _send(
 
 def _commit(
     store: ObjectStore,
-    manifest: fmt.Manifest,
+    manifest: kinds.Manifest,
     stored: Mapping[str, dict[str, Any]],
     compression: str | None,
     before: set[str],
@@ -211,7 +212,7 @@ class Staged:
             self.discard()
         return self.url
 
-    def send_part(self, staging: Path, info: fmt.PartInfo) -> None:
+    def send_part(self, staging: Path, info: kinds.PartInfo) -> None:
         """Upload the files of the finished part ``info`` in ``staging``, then delete them."""
         if self._before is None:
             self._before = _uncommit(self.store, self.overwrite)
@@ -220,7 +221,7 @@ class Staged:
         for rel in files:
             (staging / rel).unlink()
 
-    def restore_part(self, staging: Path, info: fmt.PartInfo) -> None:
+    def restore_part(self, staging: Path, info: kinds.PartInfo) -> None:
         """Download the files of part ``info`` (sent before) back into ``staging``: a writer
         that turns a field ragged rewrites the parts written so far."""
         for fn, entry in info.files.items():
@@ -232,7 +233,7 @@ class Staged:
                     key, f, size=size, zstd=self.compression is not None, out=entry.nbytes
                 )
 
-    def finish(self, manifest: fmt.Manifest) -> str:
+    def finish(self, manifest: kinds.Manifest) -> str:
         """Upload ``manifest`` (of the parts sent), the commit; remove the staging folder."""
         try:
             before = (

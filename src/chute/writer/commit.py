@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
+from .. import kinds
 from .._args import check_path
 from ..errors import (
     ChuteError,
@@ -263,8 +264,8 @@ def new_staging_dir(
 def commit(
     staging: str | os.PathLike,
     path: str | os.PathLike,
-    schema: Mapping[str, fmt.Field],
-    parts: list[fmt.PartInfo],
+    schema: Mapping[str, kinds.Field],
+    parts: list[kinds.PartInfo],
     metadata: Mapping[str, Any] | None = None,
     overwrite: bool = False,
 ) -> Path:
@@ -278,7 +279,9 @@ def commit(
     old = None
     try:
         with writing(path):
-            write_manifest(staging, fmt.Manifest(dict(schema), tuple(parts), dict(metadata or {})))
+            write_manifest(
+                staging, kinds.Manifest(dict(schema), tuple(parts), dict(metadata or {}))
+            )
             with DatasetLock(path):  # no other writer commits or appends to path meanwhile
                 _check_destination(path, overwrite)
                 old = _move_into_place(staging, path)
@@ -309,7 +312,7 @@ def _move_into_place(staging: Path, path: Path) -> Path | None:
     return old
 
 
-def commit_append(staging: Path, path: Path, old: fmt.Manifest, new: fmt.Manifest) -> Path:
+def commit_append(staging: Path, path: Path, old: kinds.Manifest, new: kinds.Manifest) -> Path:
     """Move the new parts into the dataset, then replace its manifest (the commit point).
 
     On an error before that point the parts moved in are removed again (on a full disk, that
@@ -329,7 +332,7 @@ def commit_append(staging: Path, path: Path, old: fmt.Manifest, new: fmt.Manifes
                 os.rename(staging / info.name, path / info.name)
                 moved.append(path / info.name)
             fsync_dir(path)
-            write_manifest(path, fmt.Manifest(old.fields, old.parts + new.parts, new.metadata))
+            write_manifest(path, kinds.Manifest(old.fields, old.parts + new.parts, new.metadata))
     except BaseException:
         _drop_uncommitted(path, moved)
         raise

@@ -23,9 +23,10 @@ import numpy as np
 import xxhash
 
 from .. import format as fmt
+from .. import kinds
+from ..columns.var_batch import VarBatch
 from ..npy_header import header_bytes
 from .commit import libc
-from .var_batch import VarBatch
 
 _COPY_CHUNK = 64 << 20
 WRITEBACK_BYTES = 32 << 20  # a file starts writing its pages to disk every this many bytes
@@ -69,7 +70,7 @@ class _ArrayFile:
             start_writeback(self.file.fileno(), self.synced, end - self.synced)
             self.synced = end
 
-    def close(self) -> fmt.FileInfo:
+    def close(self) -> kinds.FileInfo:
         try:
             self.file.seek(0)
             self.file.write(header_bytes(self.dtype, (self.rows, *self.inner)))
@@ -80,7 +81,7 @@ class _ArrayFile:
         except BaseException:
             self.abort()
             raise
-        return fmt.FileInfo(size, self.hash.hexdigest())
+        return kinds.FileInfo(size, self.hash.hexdigest())
 
     def abort(self) -> None:
         """Close the file without writing what is still buffered (a flush on a full disk
@@ -94,7 +95,7 @@ class _ArrayFile:
 class FieldWriter:
     """The open files of field ``name`` in one part folder."""
 
-    def __init__(self, folder: Path, name: str, f: fmt.Field):
+    def __init__(self, folder: Path, name: str, f: kinds.Field):
         self.name, self.field = name, f
         self.files: dict[str, _ArrayFile] = {}
         self.total = 0
@@ -125,7 +126,7 @@ class FieldWriter:
         if batch.sizes is not None:
             self.files["sizes"].write(batch.sizes)
 
-    def close(self) -> dict[str, fmt.FileInfo]:
+    def close(self) -> dict[str, kinds.FileInfo]:
         names = self.field.files(self.name)
         try:
             return {names[role]: af.close() for role, af in self.files.items()}
@@ -139,7 +140,7 @@ class FieldWriter:
 
 
 def promote(
-    folder: Path, name: str, old: fmt.Field, new: fmt.Field, col: FieldWriter | None, n: int
+    folder: Path, name: str, old: kinds.Field, new: kinds.Field, col: FieldWriter | None, n: int
 ) -> FieldWriter:
     """Rewrite field ``name`` of a part from layout ``old`` to ``new`` (a Ragged field).
 
@@ -188,7 +189,7 @@ def promote(
 class PartFiles:
     """The open files of one part folder."""
 
-    def __init__(self, folder: Path, name: str, schema: Mapping[str, fmt.Field]):
+    def __init__(self, folder: Path, name: str, schema: Mapping[str, kinds.Field]):
         self.folder, self.name = folder, name
         self.num_samples = 0
         self.fields: dict[str, FieldWriter] = {}
@@ -200,15 +201,15 @@ class PartFiles:
             self.abort()
             raise
 
-    def close(self) -> fmt.PartInfo:
-        files: dict[str, fmt.FileInfo] = {}
+    def close(self) -> kinds.PartInfo:
+        files: dict[str, kinds.FileInfo] = {}
         try:
             for col in self.fields.values():
                 files.update(col.close())
         except BaseException:
             self.abort()  # the fields not closed yet
             raise
-        return fmt.PartInfo(self.name, self.num_samples, files)
+        return kinds.PartInfo(self.name, self.num_samples, files)
 
     def nbytes(self) -> int:
         """Bytes written into the part's files so far."""

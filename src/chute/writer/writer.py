@@ -25,15 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import format as fmt
+from .. import kinds
 from .._args import check_path
+from ..columns.values import Promote
 from ..errors import ArgumentValueError, SchemaError, WriteError
 from ..manifest import read_manifest
 from ..store.upload import Staged
 from ..store.url import is_url
 from .commit import DatasetLock, commit, commit_append, new_staging_dir, writing
 from .field_files import PartFiles, promote
-from .values import (
-    Promote,
+from .schema_inference import (
     check_schema,
     decided_field,
     flatten,
@@ -46,7 +47,7 @@ from .values import (
 URL_PART_BYTES = 128 << 20  # a part's size when a URL is written without part_size: uploaded
 # (and its local copy deleted) when finished, so a writer's local disk holds about 2 parts
 
-Schema = Mapping[str, fmt.Field]
+Schema = Mapping[str, kinds.Field]
 
 
 # ---------------------------------------------------------------------------- parts
@@ -54,7 +55,7 @@ Schema = Mapping[str, fmt.Field]
 
 def write_part(
     folder: str | os.PathLike, schema: Schema, batches: Iterable[Mapping[str, Any]]
-) -> fmt.PartInfo:
+) -> kinds.PartInfo:
     """Write one complete part (e.g. from a Dask task) into ``folder``; returns its info.
     An ``OSError`` is raised as a :class:`~chute.WriteError` naming ``folder``; the caller
     removes the folder (the staging folder around it)."""
@@ -113,7 +114,7 @@ class Writer:
     def __init__(
         self,
         path: str | os.PathLike,
-        schema: Mapping[str, fmt.Field] | None = None,
+        schema: Mapping[str, kinds.Field] | None = None,
         *,
         overwrite: bool = False,
         metadata: Mapping[str, Any] | None = None,
@@ -147,7 +148,7 @@ class Writer:
         # Absolute: the staging folder and the final rename must not follow a later chdir.
         self.path = check_path(path).absolute()
         self.metadata = dict(metadata or {})
-        self._base: fmt.Manifest | None = None
+        self._base: kinds.Manifest | None = None
         self._first_part = 0
         self._lock: DatasetLock | None = None
         if append and overwrite:
@@ -186,12 +187,12 @@ class Writer:
         self._part_size = part_size
         self._sizing = False  # the part size of a URL is being measured
         self._staging: Path | None = new_staging_dir(self.path, overwrite, append=append)
-        self._parts: list[fmt.PartInfo] = []
+        self._parts: list[kinds.PartInfo] = []
         self._part: PartFiles | None = None
         self._count = 0
 
     @property
-    def schema(self) -> dict[str, fmt.Field] | None:
+    def schema(self) -> dict[str, kinds.Field] | None:
         return None if self._schema is None else dict(self._schema)
 
     def __len__(self) -> int:
@@ -280,7 +281,7 @@ class Writer:
                         prepared[name] = f.prepare(chunk, name, self._count, self._auto)
                     except Promote as p:  # the field becomes ragged: rewrite what was written
                         with self._writing():
-                            self._promote(name, p.field)
+                            self._promote(name, kinds.Ragged(p.dtype, p.inner_shape))
             with self._writing():
                 for name, col in part.fields.items():
                     col.write(prepared[name])
@@ -304,7 +305,7 @@ class Writer:
         if self._remote is not None:
             self._remote.send_part(self._staging, info)
 
-    def _promote(self, name: str, new: fmt.Field) -> None:
+    def _promote(self, name: str, new: kinds.Field) -> None:
         assert self._schema is not None and self._staging is not None
         old = self._schema[name]
         for i, info in enumerate(self._parts):
@@ -314,7 +315,7 @@ class Writer:
             col = promote(self._staging / info.name, name, old, new, None, info.num_samples)
             stale = set(old.files(name).values())
             files = {k: v for k, v in info.files.items() if k not in stale}
-            self._parts[i] = fmt.PartInfo(info.name, info.num_samples, {**files, **col.close()})
+            self._parts[i] = kinds.PartInfo(info.name, info.num_samples, {**files, **col.close()})
             if self._remote is not None:
                 self._remote.send_part(self._staging, self._parts[i])
         if self._part is not None:
@@ -341,12 +342,12 @@ class Writer:
                 self._close_part(part)
             if self._remote is not None:  # the parts are uploaded: the manifest commits
                 remote, self._remote = self._remote, None
-                manifest = fmt.Manifest(self._schema, tuple(self._parts), self.metadata)
+                manifest = kinds.Manifest(self._schema, tuple(self._parts), self.metadata)
                 self._staging = None
                 return remote.finish(manifest)
             staging, self._staging = self._staging, None
             if self._base is not None:
-                new = fmt.Manifest(self._schema, tuple(self._parts), self.metadata)
+                new = kinds.Manifest(self._schema, tuple(self._parts), self.metadata)
                 return commit_append(staging, self.path, self._base, new)
             done = commit(
                 staging, self.path, self._schema, self._parts, self.metadata, self._overwrite
@@ -416,7 +417,7 @@ def write(
     path: str | os.PathLike,
     arrays: Mapping[str, Any],
     *,
-    schema: Mapping[str, fmt.Field] | None = None,
+    schema: Mapping[str, kinds.Field] | None = None,
     overwrite: bool = False,
     metadata: Mapping[str, Any] | None = None,
     part_size: int | None = None,

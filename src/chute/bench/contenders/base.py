@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ... import format as fmt
+from ... import kinds
 
 Batch = Mapping[str, Any]  # field -> torch.Tensor or np.ndarray with a leading batch axis
 Chunks = Callable[[int], Iterator[tuple[int, dict[str, np.ndarray]]]]
@@ -30,7 +31,7 @@ class Setup:
 
     root: Path  # work folder; each store lives in its own entry under it
     copy: Path  # the chute dataset holding the sample: every store is written from it
-    fields: Mapping[str, fmt.Tensor]  # the fixed-shape fields benchmarked, in hashing order
+    fields: Mapping[str, kinds.Tensor]  # the fixed-shape fields benchmarked, in hashing order
     num_samples: int
     batch_size: int
     workers: int
@@ -66,7 +67,7 @@ class Contender:
     own_order: bool = False  # reads in its own order: checked as a set of samples, see measure
 
 
-def storage(f: fmt.Tensor) -> np.dtype:
+def storage(f: kinds.Tensor) -> np.dtype:
     """The numpy dtype a field's samples are copied as (bfloat16 travels as its 16 bits)."""
     return fmt.storage_dtype(f.dtype)
 

@@ -28,13 +28,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ... import format as fmt
+from ... import kinds
 from .base import Batch, Contender, Setup, storage
 
 _STORE = "mds"
 
 
-def _column(f: fmt.Tensor) -> tuple[np.dtype, tuple[int, ...]]:
+def _column(f: kinds.Tensor) -> tuple[np.dtype, tuple[int, ...]]:
     """The dtype and shape of a field's MDS ``ndarray`` column. MDS has no 0-d arrays (scalars
     are stored as shape (1,)) and no bool or complex dtypes (stored as their bytes, uint8)."""
     dtype, shape = storage(f), f.shape or (1,)

@@ -1,5 +1,5 @@
 """The compiled loops of the variable-size gathers (numba): the segmented copy and the
-samples' bounds. Imported by :mod:`chute.reader.segments` on the first variable-size gather,
+samples' bounds. Imported by :mod:`chute.columns.segments` on the first variable-size gather,
 never by ``import chute``."""
 
 from __future__ import annotations

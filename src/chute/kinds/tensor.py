@@ -5,16 +5,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
+from .._torch import as_numpy, to_torch
+from ..columns.gather import FieldPart, Piece, gather_fixed, out_rows
+from ..columns.values import prepare_fixed
 from ..errors import FormatError, SchemaError
+from ..format.spec import check_shape, dtype_name, json_dtype, json_list, storage_dtype
 from .kind import FieldKind, Sampler
-from .spec import check_shape, dtype_name, json_dtype, json_list, storage_dtype
-
-if TYPE_CHECKING:
-    from ..reader.gather import FieldPart, Piece
 
 
 @dataclass(frozen=True)
@@ -62,15 +63,9 @@ class Tensor(FieldKind):
         return f"tensor {self.dtype} {self.shape}"
 
     def prepare(self, values: Any, name: str, start: int, auto: bool) -> np.ndarray:
-        from ..writer.values import prepare_fixed
-
         return prepare_fixed(values, self, name, start, auto)
 
     def sampler(self) -> Sampler:
-        import torch
-
-        from .._torch import to_torch
-
         dtype = self.dtype
         if dtype == "bfloat16":  # stored as its 16 bits: to_torch views them
 
@@ -86,16 +81,11 @@ class Tensor(FieldKind):
         return sample_copy
 
     def take(self, col: Mapping[str, np.ndarray], a: int, b: int, at: FieldPart) -> Any:
-        from .._torch import to_torch
-
         return to_torch(col["data"][a:b], self.dtype)
 
     def gather(
         self, name: str, pieces: Sequence[Piece], b: int, out: Mapping[str, Any] | None, pad: Any
     ) -> dict[str, Any]:
-        from .._torch import to_torch
-        from ..reader.gather import gather_fixed, out_rows
-
         if out is None or name not in out:
             return {name: to_torch(gather_fixed(pieces, self, b), self.dtype)}
         t = out[name]
@@ -105,11 +95,6 @@ class Tensor(FieldKind):
     def merge_batches(
         self, name: str, b: int, parts: Sequence[tuple[np.ndarray, Any]], out: Any, pad: Any
     ) -> dict[str, Any]:
-        import torch
-
-        from .._torch import as_numpy, to_torch
-        from ..reader.gather import out_rows
-
         t = out[name] if out is not None and name in out else None
         rows = np.empty((b, *self.shape), storage_dtype(self.dtype)) if t is None else None
         if t is not None:

@@ -7,7 +7,7 @@ parts gathers from each part and puts the rows at their positions in the batch.
 
 Variable-size fields (ragged, bytes, strings) compute the batch's offsets first, allocate one
 output of exactly the batch's values and copy each sample's slice into it
-(:mod:`chute.reader.segments`: one compiled loop without the GIL when numba is installed):
+(:mod:`chute.columns.segments`: one compiled loop without the GIL when numba is installed):
 memcpy speed and O(batch) memory, for one part or several (no second gather). Nothing is
 allocated for samples that the values file cannot back (:func:`check_backed`).
 """
@@ -18,15 +18,15 @@ import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
 
-from .. import format as fmt
 from .._torch import TORCH_DTYPES, as_numpy, to_torch
 from ..batch import RaggedBatch
-from ..errors import FormatError, SampleIndexError, SchemaError
+from ..errors import FormatError, SchemaError
+from ..format import storage_dtype
 from . import segments
 
 Split = list[tuple[int, np.ndarray | None, np.ndarray]]
@@ -74,55 +74,20 @@ class Piece(NamedTuple):
     allocated: int | None = None  # bytes on disk of the values file (see check_backed)
 
 
+class FixedField(Protocol):
+    """What the fixed-shape gathers ask of a field (a :class:`chute.kinds.Tensor`)."""
+
+    @property
+    def dtype(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+
 UNBACKED_SLACK = 256 << 20
 """Bytes a batch of one variable-size field may take beyond what its values file holds on
 disk before :func:`check_backed` refuses it (repeated indices legitimately read a sample
 twice; a filesystem that compresses holds less than it serves)."""
-
-
-def out_of_range(value: Any, n: int, owner: object, at: int | None = None) -> SampleIndexError:
-    """The error for index ``value`` (at position ``at`` of a batch, if given) into the ``n``
-    samples of ``owner`` (formatted only here, never per batch)."""
-    where = "" if at is None else f" (at position {at})"
-    if n == 0:
-        return SampleIndexError(
-            f"index {value}{where} is out of range: {owner} is empty (0 samples), no index is"
-        )
-    return SampleIndexError(
-        f"index {value}{where} is out of range for {owner} ({n} samples): indices must be in "
-        f"[-{n}, {n})"
-    )
-
-
-def check_indices(indices: Any, n: int, owner: object, positions: bool = False) -> np.ndarray:
-    """``indices`` as 1-D int64 indices into the ``n`` samples of ``owner``, negatives counted
-    from the end; else a :class:`SampleIndexError` naming the first one out of range (and its
-    position in ``indices`` when ``positions``)."""
-    try:
-        if isinstance(indices, torch.Tensor):
-            idx = indices.detach().cpu().numpy()
-        else:
-            idx = np.asarray(indices)
-    except (TypeError, ValueError) as exc:  # e.g. a ragged list of lists
-        raise SampleIndexError(f"indices must be a 1-D array of ints ({exc})") from None
-    if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
-        raise SampleIndexError(
-            f"indices into {owner} must be a 1-D array of ints, got {idx.dtype} {idx.shape}"
-        )
-    unsigned = idx.dtype.kind == "u"
-    if unsigned:  # never negative; checked before int64 could wrap one
-        bad = idx >= n
-    else:
-        idx = idx.astype(np.int64, copy=False)
-        # Fast path, one reduction: viewed as unsigned, a negative index is huge.
-        if not idx.size or idx.view(np.uint64).max() < n:
-            return idx
-        bad = (idx < -n) | (idx >= n)
-    if bad.any():
-        at = int(np.flatnonzero(bad)[0])
-        raise out_of_range(idx[at], n, owner, at if positions and idx.size > 1 else None)
-    idx = idx.astype(np.int64, copy=False)
-    return idx if unsigned else np.where(idx < 0, idx + n, idx)
 
 
 def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -130,7 +95,7 @@ def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray | None = None) -
     return np.take(src, idx, axis=0, out=out, mode="clip")
 
 
-def out_rows(t: Any, name: str, f: fmt.Tensor, b: int) -> np.ndarray:
+def out_rows(t: Any, name: str, f: FixedField, b: int) -> np.ndarray:
     """The first ``b`` rows of ``t``, the caller's ``out[name]`` for fixed-shape field ``f``, as
     an array to gather into: a contiguous CPU tensor of the field's dtype and shape, ``b`` rows
     or more. Else a SchemaError."""
@@ -150,13 +115,13 @@ def out_rows(t: Any, name: str, f: fmt.Tensor, b: int) -> np.ndarray:
 
 
 def gather_fixed(
-    pieces: Sequence[Piece], f: fmt.Tensor, b: int, out: np.ndarray | None = None
+    pieces: Sequence[Piece], f: FixedField, b: int, out: np.ndarray | None = None
 ) -> np.ndarray:
     """The ``b`` rows of fixed-shape field ``f`` that ``pieces`` locate; written into ``out``
     when given."""
     if len(pieces) == 1 and pieces[0].pos is None:
         return take_rows(pieces[0].arrays["data"], pieces[0].local, out)
-    res = out if out is not None else np.empty((b, *f.shape), fmt.storage_dtype(f.dtype))
+    res = out if out is not None else np.empty((b, *f.shape), storage_dtype(f.dtype))
     for piece in pieces:
         res[piece.pos] = take_rows(piece.arrays["data"], piece.local)
     return res
@@ -164,11 +129,13 @@ def gather_fixed(
 
 def gather_var(
     parts: Sequence[Piece],
-    f: fmt.VarKind,
+    dtype: str,
+    inner_shape: tuple[int | None, ...],
     b: int,
     alloc: Callable[[int], np.ndarray] | None = None,
 ) -> RaggedBatch:
-    """The ``b`` samples of variable-size field ``f`` that ``parts`` locate, in batch order.
+    """The ``b`` samples of a variable-size field of ``dtype`` and ``inner_shape`` (the shape
+    after the first axis, None where a dimension varies) that ``parts`` locate, in batch order.
 
     The batch's offsets come first (each part's sample lengths, put at their positions), then
     one output of exactly the batch's values is allocated and each sample's slice copied into
@@ -193,28 +160,29 @@ def gather_var(
         src = piece.arrays["values"]
         rows = src.itemsize * math.prod(src.shape[1:])
         check_backed(total * rows, piece.allocated, piece.files, piece.local)
-    inner: tuple[int, ...] = () if f.variable_dims else f.inner_shape  # type: ignore[assignment]
+    variable_dims = None in inner_shape
+    inner: tuple[int, ...] = () if variable_dims else inner_shape  # type: ignore[assignment]
     if alloc is not None:
         values = alloc(n_values)
     else:
-        values = np.empty((n_values, *inner), fmt.storage_dtype(f.dtype))
+        values = np.empty((n_values, *inner), storage_dtype(dtype))
     for piece, (starts, n) in zip(parts, bounds, strict=True):
         at = offsets[:-1] if piece.pos is None else offsets[piece.pos]
         segments.copy_segments(piece.arrays["values"], starts, n, at, values)
     shapes = None
-    if f.variable_dims:  # (0, ndim) for an empty batch
-        shapes = np.zeros((b, 1 + len(f.inner_shape)), np.int64)
+    if variable_dims:  # (0, ndim) for an empty batch
+        shapes = np.zeros((b, 1 + len(inner_shape)), np.int64)
         for piece in parts:
             got = piece.arrays["shapes"][piece.local]
             check_shapes(
                 got,
                 lengths if piece.pos is None else lengths[piece.pos],
-                f.inner_shape,
+                inner_shape,
                 piece.files,
             )
             shapes[slice(None) if piece.pos is None else piece.pos] = got
     return RaggedBatch(
-        to_torch(values, f.dtype),
+        to_torch(values, dtype),
         torch.from_numpy(offsets),
         None if shapes is None else torch.from_numpy(shapes),
     )
@@ -240,7 +208,7 @@ def sample_bounds(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(starts, lengths) of samples ``idx`` of a values+offsets column, checked to lie in
     order inside the values (a corrupt offsets file is a FormatError, never a wrong slice).
-    One compiled loop without the GIL when numba is installed (:mod:`chute.reader.segments`)."""
+    One compiled loop without the GIL when numba is installed (:mod:`chute.columns.segments`)."""
     loops = segments.kernels()
     if loops is not None and offsets.dtype == idx.dtype == np.int64:
         starts, n = np.empty(len(idx), np.int64), np.empty(len(idx), np.int64)
@@ -341,28 +309,6 @@ def check_shapes(
             f"{files['shapes']}: a sample's shape {shapes[i].tolist()} does not fit its "
             f"{int(lengths[i])} values and the inner shape {inner}; the dataset is corrupt"
         )
-
-
-def check_gather_args(
-    schema: Mapping[str, fmt.Field], out: Any, pad: float | int | None, narrow: str
-) -> None:
-    """``out=`` holds buffers of fixed-shape fields only, and ``pad=`` would add no
-    ``FIELD_lengths`` that is already a field (``narrow``: how to leave one out, e.g. "open it
-    with fields="); else a SchemaError."""
-    fixed = set(fmt.fixed_fields(schema))
-    if out is not None and (not isinstance(out, Mapping) or not fixed.issuperset(out)):
-        raise SchemaError(
-            f"out= takes a dict of buffers for fixed-shape fields {sorted(fixed)} (see "
-            f"empty_batch()); got {sorted(out) if isinstance(out, Mapping) else type(out)}"
-        )
-    if pad is not None:
-        for name, f in schema.items():
-            if f.pads and f"{name}_lengths" in schema:
-                raise SchemaError(
-                    f"pad= would add {name + '_lengths'!r} (the lengths of field {name!r}), but "
-                    f"there is a field of that name; {narrow} without one of them, or pad "
-                    "yourself from the RaggedBatch"
-                )
 
 
 def strings(values: np.ndarray, offsets: np.ndarray, where: str) -> list[str]:

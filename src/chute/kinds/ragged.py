@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..columns.values import prepare_var, ragged_row
 from ..errors import FormatError, SchemaError
+from ..format.spec import check_shape, dtype_name, json_dtype, json_list
 from .kind import VarKind
-from .spec import check_shape, dtype_name, json_dtype, json_list
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,4 @@ class Ragged(VarKind):
         return f"ragged {self.dtype} (?{', ' if inner else ''}{inner})"
 
     def prepare(self, values: Any, name: str, start: int, auto: bool) -> Any:
-        from ..writer.values import prepare_var, ragged_row
-
         return prepare_var(values, self, name, start, ragged_row(self, name, auto))

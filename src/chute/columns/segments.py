@@ -1,10 +1,10 @@
 """Segmented copies: ``out[at[k]:at[k] + n[k]] = src[starts[k]:starts[k] + n[k]]`` for each
-sample ``k`` of a variable-size batch, the copy behind :func:`chute.reader.gather.gather_var`
+sample ``k`` of a variable-size batch, the copy behind :func:`chute.columns.gather.gather_var`
 (ragged, bytes, string and image fields).
 
 With numba installed (``pip install chute[image]``), one compiled loop copies every sample's
 bytes without the GIL and without Python per sample
-(:func:`chute.reader.segments_kernel.copy_rows`): samples of any size at ``memcpy`` speed, and
+(:func:`chute.columns.segments_kernel.copy_rows`): samples of any size at ``memcpy`` speed, and
 a :class:`~chute.Loader`'s threads gather in parallel. numba is imported on the first copy,
 never by ``import chute`` (about 0.5 s, once per process, on the first variable-size gather);
 the loops are compiled once per machine and cached on disk (numba's ``cache=True``). Without
@@ -33,7 +33,7 @@ sample's slice (memcpy speed, no index). Measured by ``benchmarks/ragged_gather.
 
 @functools.cache
 def kernels() -> ModuleType | None:
-    """The compiled loops (:mod:`chute.reader.segments_kernel`), or None without numba.
+    """The compiled loops (:mod:`chute.columns.segments_kernel`), or None without numba.
     Imported on first use."""
     try:
         from . import segments_kernel

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
+from ..columns.encoded_images import decode_sample, gather_images, slice_images
+from ..columns.gather import FieldPart, Piece, batch_pieces, part_values
+from ..columns.image_values import prepare_images
+from ..columns.source_images import encode
 from ..errors import FormatError, SchemaError
 from .kind import Sampler, VarKind
-
-if TYPE_CHECKING:
-    from ..reader.gather import FieldPart, Piece
 
 IMAGE_CODECS = ("jpeg",)
 
@@ -21,7 +22,7 @@ IMAGE_CODECS = ("jpeg",)
 class Image(VarKind):
     """An encoded image per sample (JPEG), plus its ``(height, width)``, so that crops are
     planned before decoding. ``ds[i]`` decodes it to uint8 ``(3, H, W)``; ``ds[a:b]``,
-    ``gather`` and the loaders give :class:`chute.reader.images.EncodedImages` (decoded in
+    ``gather`` and the loaders give :class:`chute.columns.encoded_images.EncodedImages` (decoded in
     batches with ``decode=``, see :mod:`chute.image`).
 
     Written from PIL images, encoded bytes or uint8 arrays: a JPEG within ``max_side`` is kept
@@ -80,19 +81,14 @@ class Image(VarKind):
         return f"image {self.codec}"
 
     def prepare(self, values: Any, name: str, start: int, auto: bool) -> Any:
-        from ..writer.images import prepare_images  # encodes: PIL, bytes, arrays -> JPEG + sizes
-
-        return prepare_images(values, self, name, start)
+        # encodes PIL images, bytes and arrays -> JPEG + sizes
+        return prepare_images(values, self.max_side, self.quality, name, start)
 
     def encode_source(self, value: Any, on_error: str, where: str) -> Any:
-        from ..sources.encoding import encode  # a JPEG within max_side kept, else re-encoded
-
+        # a JPEG within max_side is kept, anything else re-encoded
         return encode(value, self.max_side, self.quality, on_error, where)
 
     def sampler(self) -> Sampler:
-        from ..reader.gather import part_values
-        from ..reader.images import decode_sample
-
         def sample(col: Mapping[str, np.ndarray], j: int, at: FieldPart) -> Any:
             values = part_values(col, j, j + 1, at)[1]
             return decode_sample(values, col["sizes"][j], at.dataset, at.name, at.start + j)
@@ -100,23 +96,15 @@ class Image(VarKind):
         return sample
 
     def take(self, col: Mapping[str, np.ndarray], a: int, b: int, at: FieldPart) -> Any:
-        from ..reader.gather import part_values
-        from ..reader.images import slice_images
-
         offsets, values = part_values(col, a, b, at)
         return slice_images(values, offsets - offsets[0], col["sizes"][a:b], at)
 
     def gather(
         self, name: str, pieces: Sequence[Piece], b: int, out: Mapping[str, Any] | None, pad: Any
     ) -> dict[str, Any]:
-        from ..reader.images import gather_images
-
         return {name: gather_images(pieces, b)}
 
     def merge_batches(
         self, name: str, b: int, parts: Sequence[tuple[np.ndarray, Any]], out: Any, pad: Any
     ) -> dict[str, Any]:
-        from ..reader.gather import batch_pieces
-        from ..reader.images import gather_images
-
         return {name: gather_images(batch_pieces(parts, name), b)}

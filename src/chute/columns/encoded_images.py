@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import format as fmt
 from ..batch import RaggedBatch
 from ..buffers import thread_bytes
 from ..errors import FormatError
@@ -84,7 +83,7 @@ def gather_images(pieces: Sequence[Piece], b: int) -> EncodedImages:
     """The ``b`` samples of an image field that ``pieces`` locate, in the batch's order: the
     bytes by the reader's ragged gather (one slice copy per image, checked offsets, bounded
     memory), the sizes put at their positions."""
-    data = gather_var(pieces, fmt.Bytes(), b, thread_bytes)
+    data = gather_var(pieces, "uint8", (), b, thread_bytes)
     sizes = np.empty((b, 2), np.int32)
     for piece in pieces:
         rows = _checked_sizes(np.take(piece.arrays["sizes"], piece.local, axis=0), piece.files)

@@ -10,30 +10,19 @@ in a few threads (PIL and libjpeg-turbo release the GIL), in order.
 from __future__ import annotations
 
 import os
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from .. import format as fmt
+from ..columns.var_batch import VarBatch
 from ..errors import ArgumentError, FormatError, SchemaError
 from ..image.codec import EncodedImage, check_encoded, encode_image
-from .var_batch import VarBatch
 
-__all__ = ["is_image", "prepare_images"]
+__all__ = ["prepare_images"]
 
 _POOL: ThreadPoolExecutor | None = None
 _PID = 0
-
-
-def is_image(value: Any) -> bool:
-    """Whether ``value`` is a PIL image or an :class:`EncodedImage` (what infers an Image
-    field; encoded bytes stay :class:`chute.Bytes` unless the schema says Image)."""
-    if isinstance(value, EncodedImage):
-        return True
-    pil = sys.modules.get("PIL.Image")  # only loaded if the caller uses PIL
-    return pil is not None and isinstance(value, pil.Image)
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -44,8 +33,11 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-def prepare_images(values: Any, f: fmt.Image, name: str, start: int) -> VarBatch:
-    """Encode a batch of images for field ``name`` (samples ``start``...): the bytes,
+def prepare_images(
+    values: Any, max_side: int | None, quality: int, name: str, start: int
+) -> VarBatch:
+    """Encode a batch of images for field ``name`` (samples ``start``...), each shrunk to
+    ``max_side`` and encoded at ``quality`` where it needs encoding: the bytes,
     their lengths and the (N, 2) int32 sizes. A value that is not an image is a
     :class:`~chute.SchemaError` naming the field and sample."""
     values = list(values)
@@ -56,7 +48,7 @@ def prepare_images(values: Any, f: fmt.Image, name: str, start: int) -> VarBatch
             if isinstance(v, EncodedImage):
                 check_encoded(v)
                 return v
-            return encode_image(v, f.max_side, f.quality)
+            return encode_image(v, max_side, quality)
         except (ArgumentError, FormatError) as exc:
             raise SchemaError(f"field {name!r}, sample {start + i}: {exc}") from None
 

@@ -1,5 +1,6 @@
-"""The chute on-disk format, version 1: the manifest (``chute.json``) schema and its
-validation. No I/O: :mod:`chute.manifest` reads and writes the file."""
+"""The manifest (``chute.json``) schema of the chute format, version 1: a dataset's fields
+(each of a kind of :mod:`chute.kinds`) and parts, and its validation. No I/O:
+:mod:`chute.manifest` reads and writes the file."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import FormatError, SchemaError, UnsafePathError, VersionError
-from .kinds import Field, field_from_json
-from .spec import (
+from ..format.spec import (
     CHECKSUM,
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -19,6 +19,7 @@ from .spec import (
     ROOT_PART,
     check_field_name,
 )
+from .registry import Field, field_from_json
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from . import format as fmt
 from .errors import ArgumentError, DatasetNotFoundError, SourceError
+from .kinds import Field, image_field
 from .sniff import TAR_SUFFIXES
 from .sniff import source_kind as sniff_kind
 from .sources.base import (
@@ -296,7 +297,7 @@ def from_torch(
     batch_size: int = 64,
     names: Sequence[str] | None = None,
     fields: FieldsArg = None,
-    schema: Mapping[str, fmt.Field] | None = None,
+    schema: Mapping[str, Field] | None = None,
     overwrite: bool = False,
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
@@ -320,7 +321,7 @@ def from_torch(
     ``classes`` and ``class_to_idx`` in the metadata; ``num_workers`` are then threads.
     """
     declared = dict(schema or {})
-    image = fmt.image_field(declared.get("image"))
+    image = image_field(declared.get("image"))
     if fields is None and names is not None:
         folder_fields: FieldsArg = dict(zip(("image", "label"), names, strict=False))
     else:
@@ -341,7 +342,7 @@ def from_torch(
         names=names,
         fields=fields,
         multiprocessing_context=multiprocessing_context,
-        images={k: img for k, f in declared.items() if (img := fmt.image_field(f))},
+        images={k: img for k, f in declared.items() if (img := image_field(f))},
     )
     if declared:
         with source:  # stops the workers if the destination is refused
@@ -355,7 +356,7 @@ def from_torch(
 def from_iterable(
     iterable: Iterable[Any],
     dst: PathLike,
-    schema: Mapping[str, fmt.Field] | None = None,
+    schema: Mapping[str, Field] | None = None,
     *,
     names: Sequence[str] | None = None,
     fields: FieldsArg = None,

@@ -1,9 +1,9 @@
 """The registry of field kinds: the closed set a dataset's fields are made of (it is the file
 format), and the one place that dispatches on it (a manifest entry's ``kind``, a user's schema
-value). Every other module asks the field itself (:class:`chute.format.kind.FieldKind`).
+value). Every other module asks the field itself (:class:`chute.kinds.kind.FieldKind`).
 
 Adding a kind: a module with its class (see ``docs/field_kinds.md``), one entry in
-:data:`KINDS`, and a test calling :func:`chute.testing.check_field_kind`.
+:data:`KINDS` and :data:`Field`, and a test calling :func:`chute.testing.check_field_kind`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Union
 
+import torch
+
+from .._torch import TORCH_DTYPES
 from ..errors import FormatError
 from .blob import Bytes, String
 from .image import Image
@@ -72,3 +75,16 @@ def merge_fields(a: Field, b: Field) -> Field | None:
     if a.dtype != b.dtype or len(dims[0]) != len(dims[1]):
         return None
     return Ragged(a.dtype, tuple(x if x == y else None for x, y in zip(*dims, strict=True)))
+
+
+def empty_buffers(
+    schema: Mapping[str, Field], batch_size: int, pin_memory: bool = False
+) -> dict[str, torch.Tensor]:
+    """Uninitialised ``(batch_size, *shape)`` tensors, one per fixed-shape field of ``schema``:
+    ``out=`` buffers for a gather (``empty_batch()`` of a Dataset or a mix)."""
+    return {
+        name: torch.empty(
+            (batch_size, *f.shape), dtype=TORCH_DTYPES[f.dtype], pin_memory=pin_memory
+        )
+        for name, f in fixed_fields(schema).items()
+    }

@@ -13,40 +13,27 @@ ragged); one that does not fit a declared field is a :class:`~chute.SchemaError`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from .. import format as fmt
 from .._torch import as_numpy
+from ..columns.var_batch import VarBatch
 from ..errors import SchemaError
-from .var_batch import VarBatch
+from ..format import DTYPE_NAMES, storage_dtype
 
 
-def flatten(values: Any) -> Any:
-    """Nested dicts as ``group/name`` fields (``{"a": {"b": x}}`` -> ``{"a/b": x}``); anything
-    else as it is."""
-    if not isinstance(values, Mapping) or not any(isinstance(v, Mapping) for v in values.values()):
-        return values
-    items = list(_flat_items(values, ""))
-    flat = dict(items)
-    if len(flat) != len(items):  # {"a": {"b": x}, "a/b": y}: one would hide the other
-        seen: set[str] = set()
-        twice = next(k for k, _ in items if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise SchemaError(
-            f"field {twice!r} is given twice, nested and by its 'group/name': rename one of them"
-        )
-    return flat
+class Layout(Protocol):
+    """What the conversions ask of a field (a :mod:`chute.kinds` kind): its dtype and the
+    shape of one sample, None where a dimension varies."""
 
+    @property
+    def dtype(self) -> str: ...
 
-def _flat_items(sample: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
-    for key, value in sample.items():
-        if isinstance(value, Mapping):
-            yield from _flat_items(value, f"{prefix}{key}/")
-        else:
-            yield prefix + str(key), value
+    @property
+    def sample_shape(self) -> tuple[int | None, ...]: ...
 
 
 def to_array(value: Any, name: str, index: int) -> tuple[np.ndarray, str, bool]:
@@ -70,7 +57,7 @@ def to_array(value: Any, name: str, index: int) -> tuple[np.ndarray, str, bool]:
             raise SchemaError(
                 f"field {name!r}, sample {index}: cannot make an array ({exc})"
             ) from None
-    if arr.dtype.kind in "OUSVMm" or arr.dtype.name not in fmt.DTYPE_NAMES:
+    if arr.dtype.kind in "OUSVMm" or arr.dtype.name not in DTYPE_NAMES:
         raise SchemaError(
             f"field {name!r}, sample {index}: dtype {arr.dtype} cannot be stored (object, str, "
             "structured, datetime and long double arrays are refused); use String()/Bytes() "
@@ -114,51 +101,6 @@ def bytes_row(name: str) -> Callable[[Any, int], np.ndarray]:
     return row
 
 
-def infer_field(name: str, value: Any, batch: bool = False) -> fmt.Field:
-    """The field kind of one sample (or, with ``batch``, of an array of samples)."""
-    if isinstance(value, str):
-        return fmt.String()
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return fmt.Bytes()
-    from ..image.codec import EncodedImage
-
-    # An image already encoded (chute.image.encode_image) is an Image field. A PIL image is
-    # not: without a declared chute.fields.Image() it stays its pixels (lossless, as before),
-    # never a JPEG re-encoded behind the caller's back.
-    if isinstance(value, EncodedImage):
-        return fmt.Image()
-    arr, dt, _ = to_array(value, name, 0)
-    return fmt.Tensor(arr.shape[1:] if batch else arr.shape, dt)
-
-
-def sample_count(batch: Mapping[str, Any], schema: Mapping[str, fmt.Field], start: int = 0) -> int:
-    """Number of samples in ``batch``; every schema field present, all of the same length."""
-    if not isinstance(batch, Mapping):
-        raise SchemaError(f"expected a dict of field -> values, got {type(batch).__name__}")
-    missing, extra = set(schema) - set(batch), set(batch) - set(schema)
-    if missing or extra:
-        raise SchemaError(
-            f"sample {start}: fields {sorted(batch)} do not match the schema {sorted(schema)} "
-            f"(missing {sorted(missing)}, unexpected {sorted(extra)})"
-        )
-    lengths = {}
-    for k, v in batch.items():
-        if isinstance(v, (str, bytes, bytearray, memoryview)):  # len() would count characters
-            raise SchemaError(
-                f"field {k!r}: a batch needs a list or array of samples, got one "
-                f"{type(v).__name__} ({v[:32]!r}); wrap it in a list for one sample"
-            )
-        try:
-            lengths[k] = len(v)
-        except TypeError:
-            raise SchemaError(
-                f"field {k!r}: a batch needs a sequence or array, got {v!r}"
-            ) from None
-    if len(set(lengths.values())) > 1:
-        raise SchemaError(f"samples {start}+: fields have different lengths {lengths}")
-    return next(iter(lengths.values()))
-
-
 _PYTHON_KIND = {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "complex"}
 
 
@@ -178,14 +120,14 @@ def _cast(
     arr: np.ndarray,
     src: str,
     native: bool,
-    f: fmt.Field,
+    f: Layout,
     name: str,
     index: int,
     batch: bool = False,
 ) -> np.ndarray:
     """``arr`` in the field's storage dtype: exact for arrays, range-checked for native Python
     numbers (``batch``: ``arr`` holds samples ``index``, ``index + 1``...)."""
-    target = fmt.storage_dtype(f.dtype)
+    target = storage_dtype(f.dtype)
     if src == f.dtype or arr.size == 0:  # no value of an empty array can fail to fit
         return np.ascontiguousarray(arr, dtype=target)
     fit = f"field {name!r}, sample {index}: dtype {src} does not fit the schema dtype {f.dtype}"
@@ -216,14 +158,15 @@ def _cast(
 
 
 class Promote(Exception):
-    """Internal: the field must change kind/shape to take this sample (schema was inferred)."""
+    """Internal: the inferred field must become ragged, of ``dtype`` and ``inner_shape`` (the
+    shape after the first axis, None where it varies), to take this sample."""
 
-    def __init__(self, field: fmt.Field):
-        self.field = field
+    def __init__(self, dtype: str, inner_shape: tuple[int | None, ...]):
+        self.dtype, self.inner_shape = dtype, inner_shape
 
 
 def _widen(
-    old: fmt.Field,
+    old: Layout,
     shape: tuple[int, ...],
     dtype: str,
     native: bool,
@@ -245,32 +188,33 @@ def _widen(
         )
     if auto and len(shape) == len(fixed) and len(shape) > 0:
         inner = tuple(None if a != b else a for a, b in zip(fixed[1:], shape[1:], strict=True))
-        raise Promote(fmt.Ragged(old.dtype, inner))
+        raise Promote(old.dtype, inner)
     hint = "" if auto else "; declare it as chute.Ragged(...) for variable shapes"
     raise SchemaError(f"field {name!r}, sample {i}: shape {shape} does not match {want}{hint}")
 
 
-def prepare_fixed(values: Any, f: fmt.Tensor, name: str, start: int, auto: bool) -> np.ndarray:
+def prepare_fixed(values: Any, f: Layout, name: str, start: int, auto: bool) -> np.ndarray:
     """A batch of ``values`` for fixed-shape field ``f`` as one ``(B, *shape)`` array (raises
     Promote / SchemaError)."""
+    shape: tuple[int, ...] = f.sample_shape  # type: ignore[assignment]
     if isinstance(values, (list, tuple)):
         rows = []
         for i, v in enumerate(values):
             arr, dt, native = to_array(v, name, start + i)
-            if arr.shape != f.shape:
+            if arr.shape != shape:
                 _widen(f, arr.shape, dt, native, auto, name, start + i)
             rows.append(_cast(arr, dt, native, f, name, start + i))
-        return np.stack(rows) if rows else np.empty((0, *f.shape), fmt.storage_dtype(f.dtype))
+        return np.stack(rows) if rows else np.empty((0, *shape), storage_dtype(f.dtype))
     arr, dt, native = to_array(values, name, start)
-    if arr.shape[1:] != f.shape:
+    if arr.shape[1:] != shape:
         _widen(f, arr.shape[1:], dt, native, auto, name, start)
     return _cast(arr, dt, native, f, name, start, batch=True)
 
 
-def ragged_row(f: fmt.Ragged, name: str, auto: bool) -> Callable[[Any, int], np.ndarray]:
+def ragged_row(f: Layout, name: str, auto: bool) -> Callable[[Any, int], np.ndarray]:
     """The conversion of one sample of Ragged field ``f``: an array of its dtype and inner
     shape (raises Promote / SchemaError)."""
-    fixed = (None, *f.inner_shape)
+    fixed = f.sample_shape
 
     def row(value: Any, index: int) -> np.ndarray:
         arr, dt, native = to_array(value, name, index)
@@ -284,84 +228,19 @@ def ragged_row(f: fmt.Ragged, name: str, auto: bool) -> Callable[[Any, int], np.
 
 
 def prepare_var(
-    values: Any, f: fmt.VarKind, name: str, start: int, row: Callable[[Any, int], np.ndarray]
+    values: Any, f: Layout, name: str, start: int, row: Callable[[Any, int], np.ndarray]
 ) -> VarBatch:
     """A batch of ``values`` for values+offsets field ``f``, each sample converted by
     ``row(value, index)``."""
+    variable_dims = None in f.sample_shape[1:]
     pieces, lengths, shapes = [], [], []
     for i, v in enumerate(values):
         arr = row(v, start + i)
-        pieces.append(arr.reshape(-1) if f.variable_dims else arr)
+        pieces.append(arr.reshape(-1) if variable_dims else arr)
         lengths.append(len(pieces[-1]))
         shapes.append(arr.shape)
-    sd = fmt.storage_dtype(f.dtype)
-    inner: tuple[int, ...] = () if f.variable_dims else f.inner_shape  # type: ignore[assignment]
+    sd = storage_dtype(f.dtype)
+    inner: tuple[int, ...] = () if variable_dims else f.sample_shape[1:]  # type: ignore[assignment]
     flat = np.concatenate(pieces) if pieces else np.empty((0, *inner), sd)
-    shape_arr = np.array(shapes, np.int64).reshape(len(shapes), -1) if f.variable_dims else None
+    shape_arr = np.array(shapes, np.int64).reshape(len(shapes), -1) if variable_dims else None
     return VarBatch(flat, np.array(lengths, np.int64), shape_arr)
-
-
-def is_empty(value: Any) -> bool:
-    """Whether ``value`` is an empty list or array (``[]``, ``np.zeros(0)``): its dtype is
-    numpy's default, not the data's, so an inferred field keeps its dtype open until a
-    non-empty value decides it (:func:`decided_field`)."""
-    if isinstance(value, (str, bytes, bytearray, memoryview)):
-        return False
-    if isinstance(value, (list, tuple)):
-        return len(value) == 0
-    if isinstance(value, torch.Tensor):
-        return value.numel() == 0
-    size = getattr(value, "size", None)
-    return isinstance(size, int) and size == 0 and hasattr(value, "dtype")
-
-
-def decided_field(old: fmt.Field, values: Any, name: str, start: int) -> fmt.Field | None:
-    """The field that an inferred field ``old`` whose samples so far were all empty becomes
-    at the first non-empty sample of the batch ``values`` (a list of samples): a Ragged field
-    of that sample's dtype and shape. None while the batch's samples are all empty too (or
-    are not a list of samples: an array batch is read with its own dtype as it is)."""
-    if not isinstance(values, (list, tuple)) or not old.numeric:
-        return None
-    fixed = old.sample_shape
-    for i, v in enumerate(values):
-        if is_empty(v) or isinstance(v, (str, bytes, bytearray, memoryview)):
-            continue
-        arr, dt, _ = to_array(v, name, start + i)
-        if arr.size == 0:
-            continue
-        if arr.ndim != len(fixed) or arr.ndim == 0:
-            return None  # not the same kind of value: prepare() says so
-        inner = tuple(a if a == b else None for a, b in zip(fixed[1:], arr.shape[1:], strict=True))
-        return fmt.Ragged(dt, inner)
-    return None
-
-
-def infer_schema(sample: Mapping[str, Any]) -> dict[str, fmt.Field]:
-    """The schema of one sample: arrays -> Tensor, ``str`` -> String, bytes -> Bytes, a PIL
-    image -> Image."""
-    if not isinstance(sample, Mapping) or not sample:
-        raise SchemaError(
-            f"a sample must be a non-empty dict of field -> value, got {type(sample)}"
-        )
-    return check_schema({fmt.check_field_name(k): infer_field(k, v) for k, v in sample.items()})
-
-
-def check_schema(schema: Mapping[str, Any]) -> dict[str, fmt.Field]:
-    """``schema`` as a dict of checked field names -> chute field kinds; else a SchemaError."""
-    if not isinstance(schema, Mapping) or not schema:
-        raise SchemaError(
-            "schema must be a non-empty dict of field name -> chute.fields.Tensor/Ragged/..."
-        )
-    out = {}
-    folded: dict[str, str] = {}
-    for name, f in schema.items():
-        fmt.check_field_name(name)
-        if folded.setdefault(name.lower(), name) != name:  # one file on macOS / Windows
-            raise SchemaError(
-                f"fields {folded[name.lower()]!r} and {name!r} differ only in case: their files "
-                "would be one on a case-insensitive filesystem; rename one"
-            )
-        if not fmt.is_field(f):
-            raise SchemaError(f"field {name!r}: {f!r} is not a chute field kind")
-        out[name] = f
-    return out

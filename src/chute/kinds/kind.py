@@ -3,11 +3,11 @@ as values + offsets share (:class:`VarKind`).
 
 A kind is a frozen dataclass that says, for its own samples: which files hold them and with
 which dtypes (``files``, ``role_dtype``, ``expected_shape``), its manifest entry (``to_json`` /
-``from_json``, dispatched by :mod:`chute.format.kinds`), how the writer checks and converts a
+``from_json``, dispatched by :mod:`chute.kinds.registry`), how the writer checks and converts a
 batch (``prepare``), how the reader reads one sample, a slice and a gather (``sampler``,
 ``take``, ``gather``), how a mix merges sub-batches (``merge_batches``), and one line
 describing it (``describe``). The format-level methods do no I/O; the reading and writing ones
-import the reader and writer when first called (those import this package).
+are built from the array code of :mod:`chute.columns`, the layer below the kinds.
 :func:`chute.testing.check_field_kind` runs a kind through all of them.
 """
 
@@ -15,21 +15,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
-from .spec import storage_dtype
+from .._torch import to_torch
+from ..batch import RaggedBatch, pad_batch
+from ..columns.gather import (
+    FieldPart,
+    Piece,
+    batch_pieces,
+    check_shapes,
+    gather_var,
+    part_values,
+    sample_values,
+)
+from ..format import storage_dtype
 
-if TYPE_CHECKING:
-    from ..reader.gather import FieldPart, Piece
-
-Sampler = Callable[[Mapping[str, np.ndarray], int, "FieldPart"], Any]
+Sampler = Callable[[Mapping[str, np.ndarray], int, FieldPart], Any]
 """Reads sample ``j`` of a part's arrays of a field: ``sample(col, j, at)``."""
 
 
 class FieldKind:
-    """What a field kind provides; the kinds are the closed set :data:`chute.format.Field`."""
+    """What a field kind provides; the kinds are the closed set :data:`chute.kinds.Field`."""
 
     kind: ClassVar[str]  # the manifest's "kind"
     fixed: ClassVar[bool] = False  # one (N, *shape) file: out= buffers, one take per batch
@@ -82,7 +91,7 @@ class FieldKind:
 
     def prepare(self, values: Any, name: str, start: int, auto: bool) -> Any:
         """A batch of user ``values`` (samples ``start``...) checked and converted to what the
-        field's files take: an array, or a :class:`chute.writer.values.VarBatch`. ``auto``:
+        field's files take: an array, or a :class:`chute.columns.var_batch.VarBatch`. ``auto``:
         the schema was inferred, so a sample that does not fit raises ``Promote``."""
         raise NotImplementedError
 
@@ -147,9 +156,6 @@ class VarKind(FieldKind):
         return math.prod(inner) * storage_dtype(self.dtype).itemsize
 
     def sampler(self) -> Sampler:
-        from .._torch import to_torch
-        from ..reader.gather import check_shapes, sample_values
-
         dtype, inner = self.dtype, self.inner_shape
 
         def sample(col: Mapping[str, np.ndarray], j: int, at: FieldPart) -> Any:
@@ -163,12 +169,6 @@ class VarKind(FieldKind):
         return sample
 
     def take(self, col: Mapping[str, np.ndarray], a: int, b: int, at: FieldPart) -> Any:
-        import torch
-
-        from .._torch import to_torch
-        from ..batch import RaggedBatch
-        from ..reader.gather import check_shapes, part_values
-
         offsets, values = part_values(col, a, b, at)
         offsets = offsets - offsets[0]
         shapes = None
@@ -181,21 +181,16 @@ class VarKind(FieldKind):
     def gather(
         self, name: str, pieces: Sequence[Piece], b: int, out: Mapping[str, Any] | None, pad: Any
     ) -> dict[str, Any]:
-        from ..reader.gather import gather_var
-
-        return self._padded(name, gather_var(pieces, self, b), pad)
+        return self._padded(name, gather_var(pieces, self.dtype, self.inner_shape, b), pad)
 
     def merge_batches(
         self, name: str, b: int, parts: Sequence[tuple[np.ndarray, Any]], out: Any, pad: Any
     ) -> dict[str, Any]:
-        from ..reader.gather import batch_pieces, gather_var
-
-        return self._padded(name, gather_var(batch_pieces(parts, name), self, b), pad)
+        pieces = batch_pieces(parts, name)
+        return self._padded(name, gather_var(pieces, self.dtype, self.inner_shape, b), pad)
 
     def _padded(self, name: str, rb: Any, pad: Any) -> dict[str, Any]:
         if pad is None or not self.pads:
             return {name: rb}
-        from ..batch import pad_batch
-
         padded, lengths = pad_batch(rb, pad, name)
         return {name: padded, f"{name}_lengths": lengths}

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import FormatError, SchemaError
+from ..format.spec import json_dtype
 from .ragged import Ragged
-from .spec import json_dtype
 
 MASK_DTYPES = ("uint8", "uint16", "int32")
 

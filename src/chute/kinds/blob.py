@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
+from ..columns.gather import FieldPart, Piece, gather_var, part_values, sample_values, strings
+from ..columns.values import bytes_row, prepare_var, string_row
 from .kind import Sampler, VarKind
-
-if TYPE_CHECKING:
-    from ..reader.gather import FieldPart, Piece
 
 
 @dataclass(frozen=True)
@@ -24,8 +23,6 @@ class Bytes(VarKind):
     inner_shape: tuple[int | None, ...] = field(default=(), init=False)
 
     def prepare(self, values: Any, name: str, start: int, auto: bool) -> Any:
-        from ..writer.values import bytes_row, prepare_var
-
         return prepare_var(values, self, name, start, bytes_row(name))
 
 
@@ -39,13 +36,9 @@ class String(VarKind):
     inner_shape: tuple[int | None, ...] = field(default=(), init=False)
 
     def prepare(self, values: Any, name: str, start: int, auto: bool) -> Any:
-        from ..writer.values import prepare_var, string_row
-
         return prepare_var(values, self, name, start, string_row(name))
 
     def sampler(self) -> Sampler:
-        from ..reader.gather import sample_values, strings
-
         def sample(col: Mapping[str, np.ndarray], j: int, at: FieldPart) -> str:
             values = sample_values(col, j, at)
             try:
@@ -57,8 +50,6 @@ class String(VarKind):
         return sample
 
     def take(self, col: Mapping[str, np.ndarray], a: int, b: int, at: FieldPart) -> list[str]:
-        from ..reader.gather import part_values, strings
-
         offsets, values = part_values(col, a, b, at)
         where = f"{at.dataset}: field {at.name!r}, samples {at.start + a}..{at.start + b - 1}"
         return strings(values, offsets - offsets[0], where)
@@ -66,9 +57,7 @@ class String(VarKind):
     def gather(
         self, name: str, pieces: Sequence[Piece], b: int, out: Mapping[str, Any] | None, pad: Any
     ) -> dict[str, Any]:
-        from ..reader.gather import gather_var, strings
-
-        rb = gather_var(pieces, self, b)
+        rb = gather_var(pieces, self.dtype, self.inner_shape, b)
         dataset = getattr(pieces[0].files, "dataset", None) if pieces else None
         where = f"{dataset}: field {name!r}" if dataset is not None else f"field {name!r}"
         return {name: strings(rb.values.numpy(), rb.offsets.numpy(), where)}

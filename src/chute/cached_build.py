@@ -19,7 +19,7 @@ from typing import Any
 
 from . import format as fmt
 from ._args import check_path
-from .convert import convert
+from .conversion import convert
 from .errors import SchemaError, SourceError
 from .reader.dataset import Dataset
 from .reader.opening import open as open_dataset
