@@ -33,8 +33,8 @@ import torch
 from _common import RESULTS, table, write_json
 
 import chute
+from chute.columns import gather as g
 from chute.columns import segments as seg
-from chute.reader import gather as g
 
 # (case, dtype, mean values per sample, samples in the batch, part_size)
 CASES = [
@@ -84,8 +84,8 @@ def old_gather(ds: chute.Dataset, name: str, idx: np.ndarray) -> chute.RaggedBat
 def new_gather(ds: chute.Dataset, name: str, idx: np.ndarray) -> Any:
     """The new data path, at the same level as :func:`old_gather` (no index check, no file
     recheck): ``gather_var`` on the batch's pieces."""
-    pieces = ds._pieces(name, ds._split(idx))
-    return g.gather_var(pieces, ds.schema[name], len(idx))  # type: ignore[arg-type]
+    pieces, f = ds._pieces(name, ds._split(idx)), ds.schema[name]
+    return g.gather_var(pieces, f.dtype, f.inner_shape, len(idx))  # type: ignore[union-attr]
 
 
 def numpy_copy(threshold: int) -> Callable[[chute.Dataset, str, np.ndarray], Any]:

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from .reader.verify import verify
     from .reader.windows import Windows, windows
     from .sources.dask import from_dask
-    from .sources.images import from_image_folder
+    from .sources.image_folder_source import from_image_folder
     from .sources.shards import from_shards
     from .transfer import download, upload
     from .writer.writer import Writer, write
@@ -107,7 +107,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "reader.verify": ("verify",),
     "reader.windows": ("Windows", "windows"),
     "sources.dask": ("from_dask",),
-    "sources.images": ("from_image_folder",),
+    "sources.image_folder_source": ("from_image_folder",),
     "sources.shards": ("from_shards",),
     "transfer": ("download", "upload"),
     "writer.writer": ("Writer", "write"),

@@ -32,13 +32,13 @@ from .sources.base import (
 from .sources.csv import CsvSource
 from .sources.hdf5 import HDF5Source, is_hdf5_object
 from .sources.hf import HFDatasetSource, HFFolderSource, is_hf_object
-from .sources.images import ImageFolderSource, dataset_folder
+from .sources.image_folder_source import ImageFolderSource, dataset_folder
 from .sources.ipc import ArrowFileSource
 from .sources.iterable import ColumnsSource, IterableSource
 from .sources.jsonl import JsonlSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.parquet import ParquetSource
-from .sources.processes import convert_in_processes
+from .sources.process_convert import convert_in_processes
 from .sources.table import ArrowTableSource, is_arrow_table
 from .sources.torch import TorchSource
 from .sources.webdataset import WebDatasetSource
@@ -226,7 +226,7 @@ def convert(
     with ``workers`` reader threads (default 1) running ahead of the writer.
     ``split_compound=True`` stores the members of a compound dtype as fields
     ``name/member``. ``processes=N`` converts Parquet, Arrow IPC or WebDataset files in
-    ``N`` worker processes, one part each (see :mod:`chute.sources.processes`).
+    ``N`` worker processes, one part each (see :mod:`chute.sources.process_convert`).
     ``part_size``: split the dataset into parts of at most that many samples, as
     :func:`chute.write` does (not with ``processes`` or Dask arrays, whose parts are their
     files and row chunks).

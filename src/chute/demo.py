@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .bench.contenders.base import files_under
+from .bench.contenders.contender import files_under
 from .bench.measure import evict
 from .bench.report import plot, table
 from .bench.run import run_bench

@@ -24,7 +24,7 @@ from _reliability import shm_entries
 
 import chute
 from chute.bench import CONTENDERS, BenchReport, Contender, Setup, run_bench, table
-from chute.bench.contenders.base import Batch
+from chute.bench.contenders.contender import Batch
 
 N = 300  # not a multiple of the batch (64) nor of the workers' share: the tails must come once
 LIMIT = CONTENDERS[0]  # the gather limit

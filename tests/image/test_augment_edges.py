@@ -23,7 +23,7 @@ import chute
 from chute.errors import ArgumentError, ArgumentValueError, SchemaError
 from chute.image import uniforms
 from chute.image.augment import AUGMENTS, augment
-from chute.image.blur import blur, gaussian_taps
+from chute.image.blur_taps import blur, gaussian_taps
 from chute.image.randaugment import MAX_BINS, OPS, apply_ops
 
 Record = Callable[[str, Any], None]

@@ -1,4 +1,4 @@
-"""chute.image.decode: DCT-scaled decode + crop + resize + flip into a preallocated batch."""
+"""chute.image.batch_decode: DCT-scaled decode + crop + resize + flip into a preallocated batch."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def test_without_torchs_simd_resize_pil_gives_the_same_pixels(batch, monkeypatch
     """On a CPU without AVX2, PIL resizes the whole-pixel crops too (a view of the decoded
     image): torchvision's crop-then-resize either way, +-1 (the two round PIL's coefficients
     their own ways)."""
-    from chute.image import decode
+    from chute.image import batch_decode as decode
 
     data, h, w = batch
     idx = np.arange(len(data))
@@ -183,7 +183,7 @@ def test_public_fallbacks_of_private_apis_give_the_same_pixels(
     PIL's frombuffer + a numpy copy for its core) decode the same pixels as the fast paths,
     through torch's resizer and through PIL's alone."""
     from chute import _compat
-    from chute.image import decode
+    from chute.image import batch_decode as decode
 
     data, h, w = batch
     idx = np.arange(len(data))

@@ -151,7 +151,7 @@ def test_the_opened_dataset_names_each_label_as_torchvisions_classes(
 
 def test_source_kind(tree: Path, tmp_path: Path) -> None:
     from chute.conversion import source_kind
-    from chute.sources.images import ImageFolderSource
+    from chute.sources.image_folder_source import ImageFolderSource
 
     assert source_kind(tree) is ImageFolderSource
     assert source_kind(tree / "cat") is ImageFolderSource  # images at the root: a flat folder
@@ -218,7 +218,7 @@ def test_hidden_entries_and_stray_files_are_ignored(tmp_path: Path) -> None:
     np.save(root / "features.npy", np.zeros((3, 4)))  # a stray array beside the classes
     (root / "README.md").write_text("hi")
     from chute.conversion import source_kind
-    from chute.sources.images import ImageFolderSource
+    from chute.sources.image_folder_source import ImageFolderSource
 
     assert source_kind(root) is ImageFolderSource  # more images than .npy files
     dst = chute.convert(root, tmp_path / "h.chute", progress=False, num_workers=0)

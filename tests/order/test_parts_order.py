@@ -1,4 +1,4 @@
-"""The part-aware shuffle (chute/order/parts.py): a permutation, each rank on its own parts,
+"""The part-aware shuffle (chute/order/part_shuffle.py): a permutation, each rank on its own parts,
 equal steps, exact resume with another world size."""
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def test_never_materialised_2_40_samples():
 def test_lookups_agree_whatever_the_path(sizes, batch, world, made):
     """A batch's fast path (one rank's consecutive positions), the general lookup (any
     positions) and stretches made whole or computed lazily (``MADE``) give one permutation."""
-    from chute.order import parts
+    from chute.order import part_shuffle as parts
 
     old = parts._Stream.MADE
     parts._Stream.MADE = made

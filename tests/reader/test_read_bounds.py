@@ -12,7 +12,7 @@ import pytest
 
 import chute
 from chute._args import dist_defaults
-from chute.manifest import MAX_METADATA_BYTES, MAX_METADATA_DEPTH
+from chute.manifest_file import MAX_METADATA_BYTES, MAX_METADATA_DEPTH
 
 
 def test_metadata_bound_on_write_and_read(tmp_path: Path) -> None:

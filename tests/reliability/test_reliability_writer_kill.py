@@ -29,12 +29,17 @@ from _reliability import check_content, leftovers, load_manifest, make_dataset, 
 
 import chute
 from chute import format as fmt
-from chute import manifest, npy_header
-from chute.writer import commit, field_files, values, writer
+from chute import manifest_file as manifest
+from chute import npy_header
+from chute.columns import values
+from chute.writer import commit, field_files, schema_inference, writer
 
 pytestmark = pytest.mark.slow  # the fault harness: real processes, signals, fuzzing
 
-WRITER_CODE = {m.__file__ for m in (writer, commit, field_files, values, manifest, npy_header)}
+WRITER_CODE = {
+    m.__file__
+    for m in (writer, commit, field_files, schema_inference, values, manifest, npy_header)
+}
 COMMIT, COMMIT_APPEND = commit.commit.__code__, commit.commit_append.__code__
 FORK = multiprocessing.get_context("fork")
 

@@ -16,7 +16,7 @@ from image._image_files import jpeg  # noqa: E402
 
 import chute  # noqa: E402
 from chute import ArgumentError, SourceError  # noqa: E402
-from chute.sources.processes import merge_metadata  # noqa: E402
+from chute.sources.process_convert import merge_metadata  # noqa: E402
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ from chute.errors import (
     FormatError,
     RemoteError,
 )
-from chute.manifest import MAX_MANIFEST_BYTES
+from chute.manifest_file import MAX_MANIFEST_BYTES
 from chute.reader.remote import RemoteDataset
 from chute.store import RemoteCache, Store
 from chute.store.budget import BUDGET, Budget

@@ -30,7 +30,7 @@ import torch
 import xxhash
 
 from ..errors import require
-from .contenders.base import Batch, Contender, Setup, files_under
+from .contenders.contender import Batch, Contender, Setup, files_under
 
 MB = 1e6
 

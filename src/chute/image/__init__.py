@@ -6,7 +6,7 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
 - :mod:`.ops`: ``RandomResizedCrop``, ``CenterCrop``, ``Resize``, ``RandomHorizontalFlip``,
   ``plan``; :mod:`.placing`: ``RandomCrop``, ``ResizePad``, ``ScaleJitter``, ``ZoomOut``,
   ``RandomIoUCrop`` (detection recipes: padding, scale jitter, crops around the boxes)
-- :mod:`.decode`: ``decode_batch``, ``decode_planned`` (``scaled_boxes``: where it decodes)
+- :mod:`.batch_decode`: ``decode_batch``, ``decode_planned`` (``scaled_boxes``: where it decodes)
 - :mod:`.augment`: ``ColorJitter``, ``Grayscale``, ``GaussianBlur``, ``RandomErasing`` (in
   ``decode=`` lists); :mod:`.mixing`: ``MixUp``, ``CutMix`` (``transform=``)
 - :mod:`.randaugment`: ``RandAugment``, ``TrivialAugmentWide`` (in ``decode=`` lists);
@@ -26,9 +26,7 @@ the loaders is ``chute/loader/decode.py``; ImageFolder trees are read by
 """
 
 from .augment import ColorJitter, GaussianBlur, Grayscale, RandomErasing
-from .boxes import transform_boxes, transform_points
-from .codec import EncodedImage, decode_image, encode_image, is_jpeg, jpeg_size
-from .decode import (
+from .batch_decode import (
     ScaledBoxes,
     as_buffers,
     dct_scales,
@@ -37,6 +35,8 @@ from .decode import (
     plan_slice,
     scaled_boxes,
 )
+from .boxes import transform_boxes, transform_points
+from .codec import EncodedImage, decode_image, encode_image, is_jpeg, jpeg_size
 from .follow import GEOMETRY_COLUMNS, Follow, Geometry, View
 from .masks import resize_nearest
 from .mixing import BatchTransform, CutMix, MixUp

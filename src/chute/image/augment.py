@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ..errors import ArgumentError, ArgumentValueError
-from .blur import blur, gaussian_taps
+from .blur_taps import blur, gaussian_taps
 from .checks import check_batch, check_draws, integer, number, pair, probability
 from .draws import uniforms
 from .kernels import load

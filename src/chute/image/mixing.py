@@ -148,12 +148,12 @@ class MixUp(_Mixing):
 
 def _blend(img: torch.Tensor, lam: float) -> torch.Tensor:
     """``img * lam + img.roll(1, 0) * (1 - lam)``, rounded: a uint8 batch on the CPU in one
-    compiled pass (:mod:`chute.image.kernels.mix`), another dtype or device by torch."""
+    compiled pass (:mod:`chute.image.kernels.mixup`), another dtype or device by torch."""
     if img.dtype != torch.uint8 or img.device.type != "cpu":
         return (img.float() * lam + img.roll(1, 0).float() * (1 - lam)).round_().to(img.dtype)
     src = img.contiguous()
     mixed = torch.empty_like(src)
-    load("mix").mix(src.numpy(), lam, mixed.numpy())
+    load("mixup").mix(src.numpy(), lam, mixed.numpy())
     return mixed
 
 

@@ -1,7 +1,7 @@
 """Decode ops: what an image field becomes in a batch, as frozen dataclasses with torchvision's
 semantics, and :func:`plan`, which turns them into crop boxes and flips BEFORE decoding.
 
-A plan needs only the stored ``(height, width)`` of each image; :mod:`chute.image.decode` then
+A plan needs only the stored ``(height, width)`` of each image; :mod:`chute.image.batch_decode` then
 decodes each image at the smallest DCT scale that still covers its box at the output size.
 
 Every random choice is a pure function of ``(seed, epoch, sample index, op position, draw)``:

@@ -1,6 +1,6 @@
 """The manifest (``chute.json``) schema of the chute format, version 1: a dataset's fields
 (each of a kind of :mod:`chute.kinds`) and parts, and its validation. No I/O:
-:mod:`chute.manifest` reads and writes the file."""
+:mod:`chute.manifest_file` reads and writes the file."""
 
 from __future__ import annotations
 

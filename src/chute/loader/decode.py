@@ -24,7 +24,7 @@ and its own draws (:func:`chute.image.follow.view_seed`), from the same gathered
 
 Where it runs. In :class:`~chute.Loader` the gather, and so the decode, runs in the worker
 threads: simplejpeg's decode, the resize (torch's or PIL's) and numpy's copy release the GIL
-(see :mod:`chute.image.decode`); a pass's first and last batches are split across threads
+(see :mod:`chute.image.batch_decode`); a pass's first and last batches are split across threads
 (``chute/loader/decode_split.py``, :func:`with_split`). In :func:`chute.dataloader` it runs in
 the worker processes.
 
@@ -384,7 +384,7 @@ class Decoded(ReadsBatches):
     ) -> torch.Tensor:
         """Field ``name`` decoded into ``dst``; with on_error="skip" and a set ``bad``, the
         positions of images that fail are added to ``bad`` instead of raising."""
-        from ..image.decode import as_buffers, decode_planned, plan_slice
+        from ..image.batch_decode import as_buffers, decode_planned, plan_slice
 
         b = len(idx)
         sizes, p = planned

@@ -54,7 +54,7 @@ def decode_split(
     """``decode_planned`` with the batch cut by :func:`split_cuts`, the slices decoded at
     once by this thread and short-lived helper threads (the GIL is released while
     decoding). The same pixels as one call (a plan depends on each sample's index only)."""
-    from ..image.decode import as_buffers, decode_planned, plan_slice
+    from ..image.batch_decode import as_buffers, decode_planned, plan_slice
 
     cuts = split_cuts(len(idx), threads, min_per_thread)
     if len(cuts) < 3:

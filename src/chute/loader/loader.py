@@ -132,7 +132,7 @@ class Loader(OnePass):
     ``WeightedRandomSampler``, deterministic, sharded and resumable
     (:class:`~chute.order.weighted.WeightedOrder`). ``shuffle``, ``seed``, ``drop_last``,
     ``block_size``: see :class:`~chute.order.Order`; ``shuffle="parts"`` is the part-aware
-    shuffle (``chute/order/parts.py``: each rank reads its own share of the parts, for data
+    shuffle (``chute/order/part_shuffle.py``: each rank reads its own share of the parts, for data
     in object storage; see ``docs/remote.md``). ``max_length``: each sample of a Ragged field
     cut to its first ``max_length`` rows (``chute/reader/truncate.py``), before ``pad=``.
     ``batch_tokens``: batches of a varying number of samples (at most ``batch_size``), each

@@ -28,7 +28,7 @@ from .._args import check_int, dist_defaults
 from ..errors import ArgumentError, ArgumentValueError, FrameworkError
 from ..order import Order
 from ..order.by_tokens import BatchByTokens
-from ..order.parts import order_options
+from ..order.part_shuffle import order_options
 from ..order.steps import Steps
 from ..order.weighted import WeightedOrder
 from ..reader.gatherable import Gatherable, PerEpoch
@@ -158,7 +158,7 @@ def make_order(
     :class:`~chute.order.by_tokens.BatchByTokens` over the lengths of ``measured`` (the
     dataset before ``max_length`` / ``decode`` wrapped it; lengths capped at ``max_length``),
     else an :class:`~chute.order.Order` (``shuffle="parts"`` the part-aware order of
-    ``chute/order/parts.py``, ``block_size`` the block shuffle). ``rank`` / ``world_size``
+    ``chute/order/part_shuffle.py``, ``block_size`` the block shuffle). ``rank`` / ``world_size``
     come from torch.distributed or the launcher's environment when not given
     (:func:`chute._args.dist_defaults`). Every kind warns about a global shuffle over a remote
     dataset's small cache, is given the dataset's ``prepare`` and starts at the epoch a mix

@@ -3,7 +3,7 @@
 The epoch's *global order* is a permutation of ``range(n)`` that depends only on the seed, the
 epoch and ``block_size``. With ``shuffle=True`` it is a :class:`~chute.order.permute.Permutation`
 (a Feistel network), with ``block_size`` a :class:`~chute.order.blocks.BlockPermutation`, with
-``parts=`` a :class:`~chute.order.parts.PartPermutation`; none is ever materialised: a rank's
+``parts=`` a :class:`~chute.order.part_shuffle.PartPermutation`; none is ever materialised: a rank's
 batches are computed a chunk of ~32k positions at a time (:class:`~chute.order.plan.Plan`),
 O(chunk) memory, a few us a batch, so an order over billions of samples costs nothing up front.
 (chute 0.1 used ``rng.permutation(n)``: a seed gives another order than 0.1's; the properties
@@ -50,7 +50,7 @@ import numpy as np
 from .._args import check_int
 from ..errors import ArgumentValueError
 from .blocks import BlockPermutation
-from .parts import PartPermutation
+from .part_shuffle import PartPermutation
 from .permute import Permutation, check_materialise
 from .plan import Plan
 from .steps import Steps, check_epoch, check_position, same, same_int
@@ -61,7 +61,7 @@ _CHUNK = 1 << 20  # positions computed at once by global_order()
 _INSTEAD = "iterate over Order.plan() / Order.batches(), which compute one batch at a time"
 
 STATE_VERSION = 2  # of state_dict(); a state without "version" (chute 0.1) loads as version 1
-# Version 2: the part-aware order became a sliding window (chute/order/parts.py). A version 1
+# Version 2: the part-aware order became a sliding window (chute/order/part_shuffle.py). A version 1
 # state loads unless it is of a part-aware order (it has "layout"): that order is gone.
 MAX_WORLD = 1 << 20  # ranks a saved part-aware layout may name
 _STATE_KEYS = (
@@ -114,7 +114,7 @@ class Order(Steps):
         self.window = check_int("window", window, 1)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
-        # the part-aware shuffle (chute/order/parts.py): samples per part, in dataset order
+        # the part-aware shuffle (chute/order/part_shuffle.py): samples per part, in dataset order
         self.parts = None if parts is None else [int(c) for c in parts]
         if self.parts is not None and (sum(self.parts) != self.n or block_size is not None):
             raise ArgumentValueError(
@@ -178,7 +178,7 @@ class Order(Steps):
 
     def _layout_of(self, epoch: int) -> tuple[int, int]:
         """(world size, batch size) that the part-aware order of ``epoch`` is laid out for:
-        this order's, or a resumed epoch's own (see chute/order/parts.py)."""
+        this order's, or a resumed epoch's own (see chute/order/part_shuffle.py)."""
         if self._layout is not None and self._layout[0] == epoch:
             return self._layout[1], self._layout[2]
         return self.world_size, self.batch_size

@@ -1,7 +1,7 @@
 """A dataset's files, for the reader: the checked snapshot that ``open()`` builds, and
 read-only maps.
 
-:func:`snapshot` reads the manifest (:mod:`chute.manifest`) and checks the files, again if a
+:func:`snapshot` reads the manifest (:mod:`chute.manifest_file`) and checks the files, again if a
 writer replaced the dataset meanwhile, and returns a :class:`Snapshot`: the manifest, the
 selected fields, the parts, and the :class:`Files` that map them. :class:`Files` checks each
 data file as the dataset is opened: inside the dataset folder, a regular file, as big as the
@@ -44,7 +44,7 @@ import numpy as np
 from .. import format as fmt
 from .. import kinds
 from ..errors import DatasetChangedError, FormatError, MapLimitError, SchemaError
-from ..manifest import (
+from ..manifest_file import (
     Identity,
     file_identity,
     load_manifest,

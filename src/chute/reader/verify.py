@@ -7,7 +7,7 @@ import os
 from tqdm.auto import tqdm
 
 from ..errors import ChecksumError
-from ..manifest import file_checksum
+from ..manifest_file import file_checksum
 from .opening import open as open_dataset
 from .remote import RemoteDataset
 

@@ -35,7 +35,7 @@ from .. import format as fmt
 from .._args import check_int, check_path, default_workers
 from ..errors import ArgumentError, SchemaError
 from ..kinds import Field, Manifest, PartInfo, Ragged
-from ..manifest import read_manifest
+from ..manifest_file import read_manifest
 from ..writer.commit import commit, new_staging_dir
 from ..writer.field_files import promote
 from ..writer.writer import Writer

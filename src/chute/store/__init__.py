@@ -11,10 +11,10 @@ from .cache import RemoteCache
 from .client import Store
 from .folder import FolderStore
 from .locks import Pin
-from .manifest import Entry
 from .object_store import ObjectStore
 from .paths import default_cache_dir
 from .prefetch import Prefetcher
+from .remote_manifest import Entry
 from .url import URL, is_url, parse_url
 
 __all__ = [

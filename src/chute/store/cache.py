@@ -72,15 +72,15 @@ from ..errors import (
     FormatError,
     RemoteError,
 )
-from ..manifest import MAX_MANIFEST_BYTES, file_checksum, write_manifest
+from ..manifest_file import MAX_MANIFEST_BYTES, file_checksum, write_manifest
 from .budget import Budget
 from .budget import cache_budget as cache_budget_of
 from .cache_folder import CacheFolder
 from .client import CorruptObjectError
 from .locks import Pin, lock_fd, locked, release_all, unlock_fd
-from .manifest import Entry, parse_remote_manifest
 from .object_store import ObjectStore
 from .paths import PayloadHash, default_cache_dir, disk_error, folder_name, mismatch
+from .remote_manifest import Entry, parse_remote_manifest
 
 META = ".chute-cache"
 IDENTITY = f"{META}/identity.json"

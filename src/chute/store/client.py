@@ -47,7 +47,7 @@ from typing import Any, Protocol, TypeVar
 import xxhash
 
 from ..errors import ArgumentError, DatasetNotFoundError, RemoteError, require
-from ..manifest import MAX_MANIFEST_BYTES
+from ..manifest_file import MAX_MANIFEST_BYTES
 from .bounds import CorruptObjectError, StalledError, _want
 from .configure import CREDENTIALS, EXTRA, make_store, short
 from .signed import SignedReader, carries_token

@@ -14,7 +14,7 @@ from typing import Any
 import xxhash
 
 from ..errors import ArgumentError, DatasetNotFoundError, require
-from ..manifest import MAX_MANIFEST_BYTES
+from ..manifest_file import MAX_MANIFEST_BYTES
 from .client import (
     EXTRA,
     STREAM_CHUNK,

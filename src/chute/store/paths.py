@@ -15,9 +15,9 @@ from typing import Any, BinaryIO
 import xxhash
 
 from ..errors import CacheError, FormatError
-from ..manifest import file_checksum
+from ..manifest_file import file_checksum
 from ..npy_header import MAGIC, length_width, read_header
-from .manifest import Entry
+from .remote_manifest import Entry
 
 
 def default_cache_dir() -> Path:
@@ -36,7 +36,7 @@ def folder_name(url: str) -> str:
 
 class PayloadHash:
     """A binary file being downloaded into, hashing what is written after the .npy header as
-    it goes (the manifest's checksum: see :func:`chute.manifest.file_checksum`), so the
+    it goes (the manifest's checksum: see :func:`chute.manifest_file.file_checksum`), so the
     download need not be read back to be checked. ``seek(0)`` (a retry) starts over."""
 
     def __init__(self, file: BinaryIO):

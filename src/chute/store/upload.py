@@ -23,11 +23,11 @@ import xxhash
 from .. import format as fmt
 from .. import kinds
 from ..errors import ArgumentError, ArgumentValueError, DatasetExistsError, require
-from ..manifest import read_manifest
+from ..manifest_file import read_manifest
 from .client import CHUNK, EXTRA, Store
-from .manifest import ZSTD_SUFFIX
 from .object_store import ObjectStore
 from .paths import default_cache_dir, folder_name
+from .remote_manifest import ZSTD_SUFFIX
 from .url import URL
 
 _DATA_SUFFIXES = (".npy", ".npy" + ZSTD_SUFFIX)

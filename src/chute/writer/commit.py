@@ -55,7 +55,7 @@ from ..errors import (
     NotWritableError,
     WriteError,
 )
-from ..manifest import fsync_dir, read_manifest, write_manifest
+from ..manifest_file import fsync_dir, read_manifest, write_manifest
 
 # ---------------------------------------------------------------------------- OS errors
 

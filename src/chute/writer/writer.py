@@ -29,7 +29,7 @@ from .. import kinds
 from .._args import check_path
 from ..columns.values import Promote
 from ..errors import ArgumentValueError, SchemaError, WriteError
-from ..manifest import read_manifest
+from ..manifest_file import read_manifest
 from ..store.upload import Staged
 from ..store.url import is_url
 from .commit import DatasetLock, commit, commit_append, new_staging_dir, writing

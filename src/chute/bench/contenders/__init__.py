@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-from . import hdf5, hf, litdata, mosaic_streaming, native, plain, webdataset, zarr_stores
-from .base import Contender, Setup
+from . import (
+    hdf5_files,
+    hf_datasets,
+    litdata,
+    mosaic_streaming,
+    native,
+    plain,
+    webdataset_tars,
+    zarr_stores,
+)
+from .contender import Contender, Setup
 
 CONTENDERS: list[Contender] = [
     *plain.CONTENDERS[:1],  # the gather limit first: its checksum is the reference
     *native.CONTENDERS,
     *plain.CONTENDERS[1:],
-    *hdf5.CONTENDERS,
+    *hdf5_files.CONTENDERS,
     *zarr_stores.CONTENDERS,
-    *hf.CONTENDERS,
-    *webdataset.CONTENDERS,
+    *hf_datasets.CONTENDERS,
+    *webdataset_tars.CONTENDERS,
     *litdata.CONTENDERS,
     *mosaic_streaming.CONTENDERS,
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from .base import Batch, Contender, Setup
+from .contender import Batch, Contender, Setup
 
 _STORE = "litdata"
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ... import kinds
-from .base import Batch, Contender, Setup, storage
+from .contender import Batch, Contender, Setup, storage
 
 _STORE = "mds"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from ...loader.dataloader import dataloader
 from ...loader.loader import Loader
 from ...reader.opening import open as open_dataset
-from .base import Batch, Contender, Setup
+from .contender import Batch, Contender, Setup
 
 
 def copy_path(setup: Setup) -> Path:

@@ -10,7 +10,7 @@ from typing import Literal
 
 import numpy as np
 
-from .base import Batch, Contender, PerSample, Setup, per_sample_loader, storage
+from .contender import Batch, Contender, PerSample, Setup, per_sample_loader, storage
 
 _STORE = "npy"
 

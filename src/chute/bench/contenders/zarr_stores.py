@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import MissingDependencyError, require
-from .base import Batch, Contender, PerSample, Setup, per_sample_loader, storage
+from .contender import Batch, Contender, PerSample, Setup, per_sample_loader, storage
 
 CHUNK_BYTES = 64 << 10
 

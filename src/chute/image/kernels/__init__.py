@@ -10,7 +10,7 @@ all, a later process about 0.6 s to import numba and load them.
 
 The kernels check no shape, dtype or index (numba does not either): a row outside the batch
 would write outside it. Their callers check what they pass (the ops' ``apply``,
-:func:`chute.image.augment.augment`, :func:`chute.image.blur.blur`,
+:func:`chute.image.augment.augment`, :func:`chute.image.blur_taps.blur`,
 :func:`chute.image.randaugment.apply_ops`, with :mod:`chute.image.checks`)."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ...errors import SchemaError
-from .base import Batch, Contender, Setup, storage
+from .contender import Batch, Contender, Setup, storage
 
 _STORE = "hf-arrow"
 

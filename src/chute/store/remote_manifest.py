@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .. import format as fmt
 from .. import kinds
 from ..errors import FormatError
-from ..manifest import parse_manifest_bytes
+from ..manifest_file import parse_manifest_bytes
 
 ZSTD_SUFFIX = ".zst"
 

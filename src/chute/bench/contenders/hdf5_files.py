@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import require
-from .base import Batch, Contender, PerSample, Setup, per_sample_loader, storage
+from .contender import Batch, Contender, PerSample, Setup, per_sample_loader, storage
 
 
 def _write(setup: Setup, name: str, chunks: str | None) -> Path:
