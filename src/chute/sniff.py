@@ -18,7 +18,6 @@ from . import format as fmt
 
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-ZARR_SUFFIXES = (".zarr", ".zr2", ".zr3")
 ZARR_METADATA = ("zarr.json", ".zgroup", ".zarray")  # v3, v2 group, v2 array
 PARQUET_SUFFIXES = (".parquet", ".pq")
 ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
