@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ..columns.var_batch import VarBatch
 from ..errors import ArgumentError, FormatError, SchemaError
 from ..image.codec import EncodedImage, check_encoded, encode_image
+from .var_batch import VarBatch
 
 __all__ = ["prepare_images"]
 

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from .._torch import as_numpy
-from ..columns.var_batch import VarBatch
 from ..errors import SchemaError
 from ..format import DTYPE_NAMES, storage_dtype
+from .var_batch import VarBatch
 
 
 class Layout(Protocol):
