@@ -29,7 +29,8 @@ def verify(
     stored object itself does not match). ``storage_options`` and ``cache_dir`` are
     :func:`chute.open`'s, for a URL.
     """
-    ds = open_dataset(path, storage_options=storage_options, cache_dir=cache_dir)  # checks the manifest, paths and sizes
+    # checks the manifest, paths and sizes
+    ds = open_dataset(path, storage_options=storage_options, cache_dir=cache_dir)
     if isinstance(ds, RemoteDataset):  # a URL: download every file (each checked) first
         ds.fetch()
     with ds:
