@@ -191,14 +191,26 @@ class Mosaic(BatchTransform):
                     f"Mosaic: mask field {name!r} must be a (B, ..., H, W) tensor or a "
                     f"RaggedBatch of (N, H, W) planes of the images' size {hw} for {b} images"
                 )
+            if name in self.per_box and not isinstance(v, RaggedBatch):
+                raise SchemaError(
+                    f"Mosaic: field {name!r} is in per_box and masks, which takes instance "
+                    "masks (a RaggedBatch of one (H, W) plane per box), got a tensor"
+                )
+        hw_t = torch.tensor(hw)
         for name, v in batch.items():
             if name == self.image or name in self.masks:
                 continue
-            if isinstance(v, torch.Tensor) and v.dim() >= 3 and tuple(v.shape[-2:]) == hw:
-                raise ArgumentError(
-                    f"Mosaic: field {name!r} {tuple(v.shape)} is of the images' size and would "
-                    f"be left behind by the tiling: list it in masks= (or drop it)"
-                )
+            planes = isinstance(v, RaggedBatch) and v.shapes is not None and len(v) > 0
+            if planes and v.shapes.shape[1] >= 2 and bool((v.shapes[:, -2:] == hw_t).all()):
+                shape = f"(RaggedBatch of (N, {hw[0]}, {hw[1]}) planes)"
+            elif isinstance(v, torch.Tensor) and v.dim() >= 3 and tuple(v.shape[-2:]) == hw:
+                shape = str(tuple(v.shape))
+            else:
+                continue
+            raise ArgumentError(
+                f"Mosaic: field {name!r} {shape} is of the images' size and would be left "
+                "behind by the tiling: list it in masks= (or drop it)"
+            )
 
     def _boxes(
         self, batch: dict[str, Any], pieces: list[list[Piece]], idx: np.ndarray
