@@ -168,7 +168,7 @@ class Mosaic(BatchTransform):
         for name in self.per_box:
             if name not in self.masks:
                 assert keep is not None
-                out[name] = _rows(name, batch[name], pieces, keep)
+                out[name] = _rows(name, batch[name], keep)
         return out
 
     def _check_fields(self, batch: dict[str, Any], b: int, hw: tuple[int, int]) -> None:
@@ -214,39 +214,54 @@ class Mosaic(BatchTransform):
 
     def _boxes(
         self, batch: dict[str, Any], pieces: list[list[Piece]], idx: np.ndarray
-    ) -> tuple[RaggedBatch, list[list[np.ndarray]]]:
+    ) -> tuple[RaggedBatch, Kept]:
         """The boxes of each output sample (its pieces' boxes, placed and clipped, the
-        degenerate ones dropped) and, per output sample and piece, the source rows kept."""
+        degenerate ones dropped) and which source rows were kept (:class:`Kept`)."""
         assert self.boxes is not None
         field = batch[self.boxes]
-        src = [torch.as_tensor(np.asarray(v), dtype=torch.float64) for v in field]
-        if len(src) != len(idx) or any(v.numel() % 4 for v in src):
+        src = [np.asarray(v, dtype=np.float64) for v in field]
+        if len(src) != len(idx) or any(v.size % 4 for v in src):
             raise SchemaError(
                 f"Mosaic: field {self.boxes!r} must hold (K, 4) xyxy boxes for each of the "
                 f"{len(idx)} samples"
             )
-        src = [v.reshape(-1, 4) for v in src]
-        valid = [torch.ones(len(v), dtype=torch.bool) for v in src]
+        counts = np.array([v.size // 4 for v in src], np.int64)
+        boxes = np.concatenate([v.reshape(-1, 4) for v in src]) if src else np.zeros((0, 4))
+        valid = np.ones(len(boxes), bool)
         if self.geometry is not None:
             geo = torch.as_tensor(batch[self.geometry], dtype=torch.float64)
-            mapped = [transform_boxes(v, geo[i]) for i, v in enumerate(src)]
-            src, valid = [m[0] for m in mapped], [m[1] for m in mapped]
-        rows: list[torch.Tensor] = []
-        keep: list[list[np.ndarray]] = []
-        for sample in pieces:
-            placed, kept = [], []
-            for s, ox, oy, (x0, y0, x1, y1) in sample:
-                shift = torch.tensor([ox, oy, ox, oy], dtype=torch.float64)
-                lo = torch.tensor([x0, y0, x0, y0], dtype=torch.float64)
-                hi = torch.tensor([x1, y1, x1, y1], dtype=torch.float64)
-                moved = torch.minimum(torch.maximum(src[s] + shift, lo), hi)
-                ok = valid[s] & ((moved[:, 2] - moved[:, 0]) >= self.min_size)
-                ok &= (moved[:, 3] - moved[:, 1]) >= self.min_size
-                placed.append(moved[ok])
-                kept.append(ok.numpy())
-            rows.append(torch.cat(placed) if placed else torch.zeros((0, 4), dtype=torch.float64))
-            keep.append(kept)
-        return _ragged(rows, flat=False, like=torch.zeros((0, 4), dtype=torch.float64)), keep
+            rows_geo = geo.repeat_interleave(torch.from_numpy(counts), 0)
+            mapped, shown = transform_boxes(boxes, rows_geo)
+            boxes, valid = mapped.numpy(), shown.numpy()
+        flat = [p for sample in pieces for p in sample]
+        per = np.array([len(sample) for sample in pieces], np.int64)
+        srcs = np.array([p[0] for p in flat], np.int64)
+        shift = np.array([[p[1], p[2], p[1], p[2]] for p in flat], np.float64).reshape(-1, 4)
+        rect = np.array([[*p[3]] for p in flat], np.float64).reshape(-1, 4)
+        n = counts[srcs]  # boxes per piece
+        first = np.concatenate([[0], np.cumsum(counts)])[srcs]
+        piece = np.repeat(np.arange(len(flat)), n)
+        rows = first[piece] + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        lo, hi = rect[piece][:, [0, 1, 0, 1]], rect[piece][:, [2, 3, 2, 3]]
+        moved = np.minimum(np.maximum(boxes[rows] + shift[piece], lo), hi)
+        ok = valid[rows] & (moved[:, 2] - moved[:, 0] >= self.min_size)
+        ok &= moved[:, 3] - moved[:, 1] >= self.min_size
+        owner = np.repeat(np.repeat(np.arange(len(pieces)), per), n)  # output sample per row
+        out_counts = np.bincount(owner[ok], minlength=len(pieces))
+        offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(out_counts)]).astype(np.int64))
+        kept = Kept(counts, rows[ok], offsets, np.split(ok, np.cumsum(n)[:-1]))
+        return RaggedBatch(torch.from_numpy(moved[ok]), offsets), kept
+
+
+class Kept(NamedTuple):
+    """Which boxes Mosaic kept: ``counts`` (B,) boxes per source sample, ``rows`` the kept
+    source rows (into the batch's boxes, concatenated) in output order, ``offsets`` each
+    output sample's first, ``pieces`` a bool row mask per piece (in the pieces' order)."""
+
+    counts: np.ndarray
+    rows: np.ndarray
+    offsets: torch.Tensor
+    pieces: list[np.ndarray]
 
 
 def _pieces(lay: Layout, hw: tuple[int, int], out: tuple[int, int]) -> list[list[Piece]]:
@@ -272,11 +287,12 @@ def _place(
     """``src`` (B, ..., h, w) tiled by ``pieces`` into a new (B, ..., H, W) tensor; the
     pixels no piece covers are ``fill``."""
     dst = torch.empty((len(pieces), *src.shape[1:-2], *out), dtype=src.dtype)
+    a, d = src.contiguous().numpy(), dst.numpy()  # numpy's slicing: a fraction of torch's cost
     for j, sample in enumerate(pieces):
         if sum((x1 - x0) * (y1 - y0) for *_, (x0, y0, x1, y1) in sample) < out[0] * out[1]:
             dst[j] = torch.as_tensor(fill, dtype=src.dtype)
         for s, ox, oy, (x0, y0, x1, y1) in sample:
-            dst[j, ..., y0:y1, x0:x1] = src[s, ..., y0 - oy : y1 - oy, x0 - ox : x1 - ox]
+            d[j, ..., y0:y1, x0:x1] = a[s, ..., y0 - oy : y1 - oy, x0 - ox : x1 - ox]
     return dst
 
 
@@ -295,26 +311,23 @@ def _ragged(rows: list[torch.Tensor], flat: bool, like: torch.Tensor) -> RaggedB
     return RaggedBatch(torch.cat([r.reshape(-1) for r in rows]), offsets, shapes)
 
 
-def _check_rows(name: str, got: int, keep: np.ndarray, s: int) -> None:
-    if got != len(keep):
+def _check_rows(name: str, got: int, boxes: int, s: int) -> None:
+    if got != boxes:
         raise SchemaError(
             f"Mosaic: field {name!r} has {got} rows for sample at batch position {s}, which "
-            f"has {len(keep)} boxes; a per_box field needs one row per box"
+            f"has {boxes} boxes; a per_box field needs one row per box"
         )
 
 
-def _rows(name: str, field: Any, pieces: list[list[Piece]], keep: list[list[np.ndarray]]) -> Any:
-    """Per-box field ``name``: each output sample's rows, its pieces' kept rows in order."""
+def _rows(name: str, field: Any, kept: Kept) -> RaggedBatch:
+    """Per-box field ``name``: each output sample's rows, the rows of the boxes kept."""
     src = [torch.as_tensor(np.asarray(v)) for v in field]
-    rows = []
-    for sample, kept in zip(pieces, keep, strict=True):
-        got = []
-        for (s, *_), k in zip(sample, kept, strict=True):
-            _check_rows(name, len(src[s]), k, s)
-            got.append(src[s][torch.from_numpy(k)])
-        rows.append(torch.cat(got))
-    like = src[0] if src else torch.zeros(0)
-    return _ragged(rows, flat=False, like=like)
+    have = np.array([len(v) for v in src], np.int64)
+    if len(have) != len(kept.counts) or (have != kept.counts).any():
+        s = int(np.flatnonzero(have != kept.counts)[0]) if len(have) == len(kept.counts) else 0
+        _check_rows(name, int(have[s]) if len(have) else 0, int(kept.counts[s]), s)
+    values = torch.cat(src)[torch.from_numpy(kept.rows)] if src else torch.zeros(0)
+    return RaggedBatch(values, kept.offsets)
 
 
 def _place_instances(
@@ -322,19 +335,23 @@ def _place_instances(
     field: RaggedBatch,
     pieces: list[list[Piece]],
     out: tuple[int, int],
-    keep: list[list[np.ndarray]] | None,
+    keep: Kept | None,
 ) -> RaggedBatch:
     """Instance masks (N, h, w) per sample placed by ``pieces`` into (N', H, W) planes, 0
     outside their piece; with ``keep``, only the planes of the boxes kept."""
     src = list(field)
+    if keep is not None:
+        for s, planes in enumerate(src):
+            _check_rows(name, len(planes), int(keep.counts[s]), s)
     rows = []
-    for j, sample in enumerate(pieces):
+    k = 0  # the piece's number, in the order of keep.pieces
+    for sample in pieces:
         got = []
-        for p, (s, ox, oy, (x0, y0, x1, y1)) in enumerate(sample):
+        for s, ox, oy, (x0, y0, x1, y1) in sample:
             planes = src[s]
             if keep is not None:
-                _check_rows(name, len(planes), keep[j][p], s)
-                planes = planes[torch.from_numpy(keep[j][p])]
+                planes = planes[torch.from_numpy(keep.pieces[k])]
+                k += 1
             dst = torch.zeros((len(planes), *out), dtype=planes.dtype)
             dst[:, y0:y1, x0:x1] = planes[:, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
             got.append(dst)
