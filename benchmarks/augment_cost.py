@@ -4,7 +4,8 @@ JPEGs (``_photos.py``) decoded with ``RandomResizedCrop(size)`` + flip by
 batch, both on one thread (``torch.set_num_threads(1)``, as in the loader's worker threads).
 
 Per-sample ops (``decode=`` lists) run through ``chute.image.augment.augment`` with every
-sample augmented (``p=1``, the worst case); MixUp / CutMix through their ``apply``. The
+sample augmented (``p=1``, the worst case); MixUp / CutMix / Mosaic through their ``apply``
+(Mosaic also with a uint8 mask, one to three boxes per image and their labels). The
 ``follower`` rows are what a field tied to the image costs on top: a uint8 segmentation
 mask (``Follow("image", fill=255)``) and a second image (``Follow("image")``) moved by the
 warps RandAugment / TrivialAugmentWide drew for the image
@@ -68,6 +69,10 @@ def augmentations() -> dict[str, Any]:
         "TrivialAugmentWide()": chute.TrivialAugmentWide(),
         "MixUp(10)": chute.MixUp(10),
         "CutMix(10)": chute.CutMix(10),
+        "Mosaic()": chute.Mosaic(),
+        "Mosaic(): mask + boxes + labels": chute.Mosaic(
+            boxes="boxes", per_box=("labels",), masks=("mask",)
+        ),
     }
     return ops
 
@@ -155,6 +160,17 @@ class Batch:
         self.mask = np.ascontiguousarray(blocks.repeat(8, 1).repeat(8, 2))
         self.mask_work = self.mask.copy()
         self.size = (size, size)
+        decoded = [
+            np.concatenate([a[0], a[1]], 1) * size / [w, h, w, h]
+            for a, (h, w) in zip(xy, hw, strict=True)
+        ]
+        self.targets = {  # the boxes in the decoded frame, a class label per box
+            "boxes": chute.RaggedBatch(
+                torch.from_numpy(np.concatenate(decoded)),
+                torch.from_numpy(np.cumsum([0] + [len(b) for b in decoded])),
+            ),
+            "labels": [torch.arange(len(b)) for b in decoded],
+        }
 
     def follow(self, op: Any, follower: str) -> None:
         """The leader's ``op``'s warps applied to a fresh copy of a follower (a mask, an
@@ -171,7 +187,10 @@ class Batch:
     def augment(self, op: Any) -> None:
         """``op`` on a fresh copy of the decoded batch (the copy is timed too: ~1%)."""
         self.work.copy_(self.decoded)
-        if isinstance(op, chute.BatchTransform):
+        if isinstance(op, chute.Mosaic) and op.boxes is not None:  # with its targets
+            targets = {"mask": torch.from_numpy(self.mask), **self.targets}
+            op.apply({"image": self.work, **targets}, self.idx, 0, 0)
+        elif isinstance(op, chute.BatchTransform):
             op.apply({"image": self.work, "label": self.labels}, self.idx, 0, 0)
         else:
             augment([op], self.work, self.idx, 0, 0)

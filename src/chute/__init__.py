@@ -50,10 +50,12 @@ from .image.augment import (
 )
 from .image.boxes import transform_boxes, transform_points
 from .image.follow import Follow, Geometry, View
+from .image.mosaic import Mosaic
 from .image.normalize import normalize
 from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .image.placing import RandomCrop, RandomIoUCrop, ResizePad, ScaleJitter, ZoomOut
 from .image.randaugment import RandAugment, TrivialAugmentWide
+from .image.scales import MultiScale
 from .loader.dataloader import dataloader
 from .loader.loader import Loader, LoaderStats
 from .order import Order
@@ -104,6 +106,8 @@ __all__ = [
     "MissingDependencyError",
     "Mix",
     "MixUp",
+    "Mosaic",
+    "MultiScale",
     "NotWritableError",
     "Order",
     "Pack",

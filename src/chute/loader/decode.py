@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from .. import format as fmt
-from .._torch import as_numpy, empty_buffers
+from .._torch import TORCH_DTYPES, as_numpy, empty_buffers
 from ..batch import RaggedBatch
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
 from ..image.augment import AUGMENTS, augment
@@ -66,12 +66,13 @@ from ..image.follow import (
 from ..image.masks import follow_instances, follow_masks
 from ..image.on_device import DeviceImages, check_device, decode_images
 from ..image.ops import Plan, check_ops, padded, plan
+from ..image.scales import MultiScale, at_batch, sized, unwrap
 from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from ..reader.samples import ReadsBatches
 from .decode_split import decode_split
 from .finish import Finished
 
-__all__ = ["Decoded", "with_decode", "with_split"]
+__all__ = ["Decoded", "sizes_vary", "with_decode", "with_split"]
 
 
 class Decoded(ReadsBatches):
@@ -107,6 +108,7 @@ class Decoded(ReadsBatches):
         self.on_device: dict[str, str] = {}  # fields decoded by to_device (image/on_device.py)
         self.tied: dict[str, Follow | Geometry] = {}  # fields that take a leader's plan
         self.views: dict[str, str] = {}  # view name -> the image field it decodes
+        self.scales: dict[str, MultiScale] = {}  # fields decoded at a size drawn per batch
         for name, field_ops in ops.items():
             if isinstance(field_ops, (Follow, Geometry)):
                 self.tied[name] = field_ops
@@ -118,6 +120,9 @@ class Decoded(ReadsBatches):
                 field_ops = field_ops.ops
             else:
                 self._check_image(name, "ops")
+            field_ops, scale = unwrap(field_ops)  # MultiScale: checked at its largest size
+            if scale is not None:
+                self.scales[name] = scale
             checked = check_ops(field_ops)
             self.ops[name] = checked
             geo = next(op for op in checked if hasattr(op, "out_size"))
@@ -305,7 +310,7 @@ class Decoded(ReadsBatches):
         if instances:  # (N, h, w) per sample: each plane follows as a 2-D mask
             counts, own = own[:, 0], own[:, 1:]
         else:
-            out = self._out(name, len(idx), dst)
+            out = self._out(name, len(idx), dst, p.size)
             arr = as_numpy(out)
         bad = np.flatnonzero((own != sizes).any(axis=1))
         if len(bad):
@@ -329,12 +334,21 @@ class Decoded(ReadsBatches):
         follow_warps(leader, arr, idx, seed, self.epoch, tie.fill)
         return out
 
-    def _out(self, name: str, b: int, dst: torch.Tensor | None) -> torch.Tensor:
+    def _out(
+        self, name: str, b: int, dst: torch.Tensor | None, size: tuple[int, int] | None = None
+    ) -> torch.Tensor:
         """Where field ``name`` of a batch of ``b`` is written: ``dst`` (the loader's buffer,
-        cut to ``b``), else a new tensor of its shape in :attr:`schema`."""
-        if dst is None:
-            return empty_buffers({name: self._schema[name]}, b)[name]
-        return dst if len(dst) == b else dst[:b]
+        cut to ``b``; its first bytes when ``size``, the batch's (height, width), is less
+        than the buffer's, see :mod:`chute.image.scales`), else a new tensor of its shape in
+        :attr:`schema`."""
+        field = self._schema[name]
+        assert isinstance(field, fmt.Tensor)  # a fixed-shape batch field
+        shape = (b, *field.shape)
+        if size is not None:
+            shape = (*shape[:-2], *size)
+        if dst is None and size is None:
+            return empty_buffers({name: field}, b)[name]
+        return sized(dst, shape, TORCH_DTYPES[field.dtype])
 
     def _plan(
         self, name: str, enc: Any, idx: np.ndarray, epoch: int, batch: Mapping[str, Any]
@@ -354,7 +368,10 @@ class Decoded(ReadsBatches):
                     )
                 targets[field] = list(batch[field])
         h, w, seed = sizes[:, 0], sizes[:, 1], self._seed(name)
-        return sizes, plan(self.ops[name], h, w, idx, seed, epoch, targets)
+        ops = self.ops[name]
+        if name in self.scales:  # the sizing op at this batch's size
+            ops = at_batch(ops, self.scales[name], seed, epoch, idx)
+        return sizes, plan(ops, h, w, idx, seed, epoch, targets)
 
     def _planned(
         self, name: str, enc: Any, idx: np.ndarray, planned: tuple[np.ndarray, Plan]
@@ -388,7 +405,7 @@ class Decoded(ReadsBatches):
 
         b = len(idx)
         sizes, p = planned
-        dst = self._out(name, b, dst)
+        dst = self._out(name, b, dst, p.size)
         h, w, arr = sizes[:, 0], sizes[:, 1], as_numpy(dst)
         try:
             if self.threads > 1:  # see with_split
@@ -452,6 +469,15 @@ def with_decode(
             raise ArgumentError(f"on_error={on_error!r} applies to decode=; no field is decoded")
         return ds
     return Decoded(ds, decode, seed, on_error=on_error, warn=warn)
+
+
+def sizes_vary(ds: Gatherable) -> bool:
+    """Whether ``ds``'s batches differ in shape from one to the next (a :class:`Decoded`
+    view with a ``chute.MultiScale``, also under a :class:`~chute.loader.finish.Finished`
+    one): the Loader then gathers each batch on its own, never a group of them at once."""
+    while isinstance(ds, Finished):
+        ds = ds.dataset
+    return isinstance(ds, Decoded) and bool(ds.scales)
 
 
 def with_split(ds: Gatherable, threads: int) -> Gatherable:

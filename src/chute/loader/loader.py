@@ -27,7 +27,7 @@ from ..order.steps import Steps
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.subset import loadable
 from ..reader.truncate import Truncated
-from .decode import with_decode
+from .decode import sizes_vary, with_decode
 from .finish import with_finish
 from .passes import OnePass, make_order, unknown_keywords
 from .samplers import EpochSampler, LoaderBatches
@@ -244,7 +244,7 @@ class Loader(OnePass):
             return 1, keep
         probe = self.dataset.empty_batch(1)  # the fixed-shape fields, one row each
         group = 1
-        if probe.keys() == self.dataset.schema.keys():
+        if probe.keys() == self.dataset.schema.keys() and not sizes_vary(self.dataset):
             batch_bytes = self._slot_rows * sum(t.nbytes for t in probe.values())
             group = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, batch_bytes)))
         ahead = max(-(-self.prefetch // group), self.num_workers)
