@@ -18,7 +18,7 @@ import torch
 
 from .. import format as fmt
 from .._args import check_int
-from ..batch import RaggedBatch, as_signed, pad_batch
+from ..batch import Pad, RaggedBatch, as_signed, pad_batch
 from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from .samples import ReadsBatches
 from .segments import segments
@@ -72,7 +72,7 @@ class Truncated(ReadsBatches):
         self,
         indices: Any,
         out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
     ) -> dict[str, Any]:
         """The dataset's batch, its Ragged fields truncated, then padded under ``pad=``."""
         if pad is not None:  # checked as the dataset checks it, before any work
