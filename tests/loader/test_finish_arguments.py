@@ -122,3 +122,11 @@ def test_a_pad_per_field_names_the_fields_of_what_is_loaded(ds, loader):
     with pytest.raises(chute.SchemaError, match="does not have; its fields are") as info:
         make(loader, rows, pad={"loss_mask": 0})
     assert "['cu_seqlens', 'labels', 'position_ids', 'tokens']" in str(info.value)
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+def test_max_length_over_packed_or_windowed_rows_is_refused(ds, loader):
+    tokens = chute.open(ds.path, fields=["tokens"])
+    for rows in (chute.pack(tokens, "tokens", 8), chute.windows(tokens, "tokens", 4)):
+        with pytest.raises(ArgumentValueError, match=r"tokens each already.*length="):
+            make(loader, rows, max_length=2, batch_tokens=16)

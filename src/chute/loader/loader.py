@@ -141,7 +141,8 @@ class Loader(OnePass):
     ``batch_tokens``: batches of a varying number of samples (at most ``batch_size``), each
     padded size (samples x longest) within ``batch_tokens``, similar lengths grouped within a
     shuffle window (:class:`~chute.order.by_tokens.BatchByTokens`: equal steps across ranks,
-    exact resume; see ``docs/tokens.md``). Example::
+    exact resume; see ``docs/tokens.md``); a row of ``chute.pack`` / ``chute.windows`` counts
+    its whole ``length``. Example::
 
         loader = chute.Loader(chute.open("train.chute"), batch_size=256, num_workers=2)
         for epoch in range(epochs):

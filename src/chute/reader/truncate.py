@@ -19,6 +19,7 @@ import torch
 from .. import format as fmt
 from .._args import check_int
 from ..batch import Pad, RaggedBatch, as_signed, pad_batch
+from ..errors import ArgumentValueError
 from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from .samples import ReadsBatches
 from .segments import segments
@@ -46,8 +47,16 @@ class Truncated(ReadsBatches):
     doc): a Gatherable, as ``ds`` is."""
 
     def __init__(self, ds: Gatherable, max_length: int) -> None:
+        from .tokens import row_length
+
         self.dataset = ds
         self.max_length = check_int("max_length", max_length, 1)
+        if row_length(ds) is not None:  # would cut a packed row's cu_seqlens, and nothing else
+            raise ArgumentValueError(
+                f"max_length={max_length}: the rows of {ds!r} are {row_length(ds)} tokens "
+                "each already; choose their length in chute.pack / chute.windows (length=), "
+                "without max_length="
+            )
         self.fields = [
             k for k, f in ds.schema.items() if f.numeric and not f.fixed and not f.variable_dims
         ]
