@@ -150,13 +150,12 @@ def token_lengths(ds: Any, who: str) -> np.ndarray:
 
 def row_length(ds: Any) -> int | None:
     """The length of every row of ``ds`` when it is rows of :func:`chute.pack` or
-    :func:`chute.windows` (or a Subset of them), else None."""
-    from .pack import Pack
+    :func:`chute.windows` (or a Subset of them: a view of a :class:`TokenStream` in rows of
+    ``length`` tokens), else None."""
     from .subset import SubsetDataset
-    from .windows import Windows
 
-    base = ds.dataset if isinstance(ds, SubsetDataset) else ds
-    return base.length if isinstance(base, (Pack, Windows)) else None
+    base: Any = ds.dataset if isinstance(ds, SubsetDataset) else ds
+    return int(base.length) if isinstance(getattr(base, "stream", None), TokenStream) else None
 
 
 def checked_lengths(ds: Dataset, p: int, name: str) -> np.ndarray:

@@ -23,6 +23,7 @@ from ..errors import ArgumentValueError
 from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from .samples import ReadsBatches
 from .segments import segments
+from .tokens import row_length
 
 __all__ = ["Truncated", "truncate_batch"]
 
@@ -47,8 +48,6 @@ class Truncated(ReadsBatches):
     doc): a Gatherable, as ``ds`` is."""
 
     def __init__(self, ds: Gatherable, max_length: int) -> None:
-        from .tokens import row_length
-
         self.dataset = ds
         self.max_length = check_int("max_length", max_length, 1)
         if row_length(ds) is not None:  # would cut a packed row's cu_seqlens, and nothing else
