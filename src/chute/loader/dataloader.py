@@ -82,6 +82,7 @@ import numpy as np
 import torch
 
 from .._args import check_int, default_workers
+from ..batch import Pad
 from ..errors import (
     ArgumentValueError,
     StaleIteratorError,
@@ -274,7 +275,7 @@ def dataloader(
     world_size: int | None = None,
     drop_last: bool = False,
     block_size: int | None = None,
-    pad: float | int | None = None,
+    pad: Pad | None = None,
     decode: dict[str, Any] | None = None,
     max_length: int | None = None,
     batch_tokens: int | None = None,
@@ -291,7 +292,8 @@ def dataloader(
     ``block_size``), so ``set_epoch`` / ``state_dict`` behave as in :class:`~chute.Loader`.
     Without an initialized process group, ``rank`` / ``world_size`` come from the launcher's
     ``RANK`` / ``WORLD_SIZE`` (torchrun), as in ``Loader``. ``pad``: ragged and bytes fields
-    come padded, as with ``Loader(pad=)`` (a ``(B, L, ...)`` tensor plus ``FIELD_lengths``),
+    come padded, as with ``Loader(pad=)`` (a ``(B, L, ...)`` tensor plus ``FIELD_lengths``;
+    one number, or one per field: ``pad={"tokens": pad_id, "labels": -100}``),
     to exactly ``pad_to`` or a multiple of ``pad_multiple`` when given; ``dtype``: fields cast
     in the workers, as in ``Loader`` (``chute/loader/finish.py``).
     ``sample_transform(sample_dict)`` runs per sample in the workers (then the samples are

@@ -49,7 +49,7 @@ import torch
 
 from .. import format as fmt
 from .._torch import TORCH_DTYPES, as_numpy, empty_buffers
-from ..batch import RaggedBatch
+from ..batch import Pad, RaggedBatch
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
 from ..image.augment import AUGMENTS, augment
 from ..image.follow import (
@@ -235,7 +235,7 @@ class Decoded(ReadsBatches):
         self,
         indices: Any,
         out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
     ) -> dict[str, Any]:
         """The dataset's gather, each decoded field decoded into ``out[name]`` when given
         (else a new tensor), with the crops of :attr:`epoch` (see :meth:`at_epoch`)."""

@@ -15,7 +15,7 @@ the same code:
   would compete with the loader's (``docs/tuning.md``).
 * ``pad_to`` / ``pad_multiple``: every padded field widened along its length dimension
   (dimension 1) to exactly ``pad_to``, or to the next multiple of ``pad_multiple``, filled
-  with ``pad``; ``FIELD_lengths`` stay the true lengths. Constant shapes for
+  with the field's ``pad`` value; ``FIELD_lengths`` stay the true lengths. Constant shapes for
   ``torch.compile`` (``docs/tokens.md``). A sample longer than ``pad_to`` is an
   :class:`~chute.errors.ArgumentValueError` naming the field, the sample and its length.
 """
@@ -33,7 +33,7 @@ import torch
 from .. import format as fmt
 from .._args import check_int
 from .._torch import TORCH_DTYPES
-from ..batch import RaggedBatch
+from ..batch import Pad, RaggedBatch, pad_value
 from ..buffers import thread_scratch
 from ..errors import ArgumentError, ArgumentValueError, SchemaError
 from ..format.spec import DTYPE_NAMES, dtype_name
@@ -46,7 +46,7 @@ __all__ = ["Finished", "with_finish"]
 def with_finish(
     ds: Gatherable,
     dtype: Any,
-    pad: float | int | None,
+    pad: Pad | None,
     pad_to: int | None,
     pad_multiple: int | None,
     who: str,
@@ -156,7 +156,7 @@ class Finished(ReadsBatches):
         self,
         indices: Any,
         out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
     ) -> dict[str, Any]:
         """The dataset's batch (fixed-shape fields being cast gathered into this thread's
         scratch), widened under ``pad=``, then cast (into ``out`` where it has the field)."""
@@ -175,7 +175,7 @@ class Finished(ReadsBatches):
             batch[name] = _cast(batch[name], dt, None if out is None else out.get(name))
         return batch
 
-    def _widen(self, name: str, batch: dict[str, Any], indices: Any, pad: float | int) -> Any:
+    def _widen(self, name: str, batch: dict[str, Any], indices: Any, pad: Pad) -> Any:
         """Padded field ``name`` of ``batch`` widened to the width ``self.width`` asks for."""
         assert self.width is not None
         how, n = self.width
@@ -196,7 +196,7 @@ class Finished(ReadsBatches):
             want = n
         if want == have:
             return t
-        wide = t.new_full((t.shape[0], want, *t.shape[2:]), pad)
+        wide = t.new_full((t.shape[0], want, *t.shape[2:]), pad_value(pad, name))
         wide[:, :have] = t
         return wide
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .._args import check_int, default_workers
+from ..batch import Pad
 from ..buffers import Buffers, Pool, Ring
 from ..errors import ArgumentError
 from ..image.augment import indexed_transform
@@ -114,13 +115,15 @@ class Loader(OnePass):
     when CUDA is available; ``True`` without CUDA warns and does not pin, as in torch).
     ``pad``: ragged and bytes fields come padded, as with :meth:`Dataset.gather(pad=)
     <chute.Dataset.gather>` (a ``(B, L, ...)`` tensor filled with ``pad`` plus
-    ``FIELD_lengths``), done in the workers; ``pad_to=N`` pads every such field to exactly
-    ``N`` (a longer sample is an :class:`~chute.errors.ArgumentValueError`: cut with
-    ``max_length=``), ``pad_multiple=M`` to the next multiple of ``M``, so that a compiled model
-    sees few shapes (``docs/tokens.md``). ``dtype``: fields cast in the workers,
-    ``{"tokens": torch.int64}`` (a torch dtype or a numpy dtype name per field) or one dtype
-    for every fixed-shape numeric field, instead of ``.long()`` in the training step, where
-    torch's threads compete with the loader's (``docs/tuning.md``; ``chute/loader/finish.py``).
+    ``FIELD_lengths``), done in the workers; one number for every field, or one per field,
+    ``pad={"tokens": pad_id, "labels": -100}`` (0 for a field it does not name);
+    ``pad_to=N`` pads every such field to exactly ``N`` (a longer sample is an
+    :class:`~chute.errors.ArgumentValueError`: cut with ``max_length=``), ``pad_multiple=M``
+    to the next multiple of ``M``, so that a compiled model sees few shapes (``docs/tokens.md``).
+    ``dtype``: fields cast in the workers, ``{"tokens": torch.int64}`` (a torch dtype or a
+    numpy dtype name per field) or one dtype for every fixed-shape numeric field, instead of
+    ``.long()`` in the training step, where torch's threads compete with the loader's
+    (``docs/tuning.md``; ``chute/loader/finish.py``).
     ``decode``: image fields decoded in the workers,
     ``{"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip()]}`` -> uint8
     ``(B, 3, 224, 224)``, random crops and flips a pure function of (``seed``, epoch, sample
@@ -138,7 +141,8 @@ class Loader(OnePass):
     ``batch_tokens``: batches of a varying number of samples (at most ``batch_size``), each
     padded size (samples x longest) within ``batch_tokens``, similar lengths grouped within a
     shuffle window (:class:`~chute.order.by_tokens.BatchByTokens`: equal steps across ranks,
-    exact resume; see ``docs/tokens.md``). Example::
+    exact resume; see ``docs/tokens.md``); a row of ``chute.pack`` / ``chute.windows`` counts
+    its whole ``length``. Example::
 
         loader = chute.Loader(chute.open("train.chute"), batch_size=256, num_workers=2)
         for epoch in range(epochs):
@@ -166,7 +170,7 @@ class Loader(OnePass):
         world_size: int | None = None,
         block_size: int | None = None,
         reuse_after: int | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
         decode: dict[str, Any] | None = None,
         max_length: int | None = None,
         batch_tokens: int | None = None,

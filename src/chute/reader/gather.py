@@ -25,7 +25,7 @@ import torch
 
 from .. import format as fmt
 from .._torch import TORCH_DTYPES, as_numpy, to_torch
-from ..batch import RaggedBatch
+from ..batch import Pad, RaggedBatch, check_pad_fields
 from ..errors import FormatError, SampleIndexError, SchemaError
 from . import segments
 
@@ -344,17 +344,18 @@ def check_shapes(
 
 
 def check_gather_args(
-    schema: Mapping[str, fmt.Field], out: Any, pad: float | int | None, narrow: str
+    schema: Mapping[str, fmt.Field], out: Any, pad: Pad | None, narrow: str
 ) -> None:
-    """``out=`` holds buffers of fixed-shape fields only, and ``pad=`` would add no
-    ``FIELD_lengths`` that is already a field (``narrow``: how to leave one out, e.g. "open it
-    with fields="); else a SchemaError."""
+    """``out=`` holds buffers of fixed-shape fields only, ``pad=`` per field names fields of
+    ``schema``, and ``pad=`` would add no ``FIELD_lengths`` that is already a field
+    (``narrow``: how to leave one out, e.g. "open it with fields="); else a SchemaError."""
     fixed = set(fmt.fixed_fields(schema))
     if out is not None and (not isinstance(out, Mapping) or not fixed.issuperset(out)):
         raise SchemaError(
             f"out= takes a dict of buffers for fixed-shape fields {sorted(fixed)} (see "
             f"empty_batch()); got {sorted(out) if isinstance(out, Mapping) else type(out)}"
         )
+    check_pad_fields(pad, list(schema))
     if pad is not None:
         for name, f in schema.items():
             if f.pads and f"{name}_lengths" in schema:

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from .. import format as fmt
+from ..batch import Pad
 
 
 @runtime_checkable
@@ -35,7 +36,7 @@ class Gatherable(Protocol):
         self,
         indices: Any,
         out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
     ) -> dict[str, Any]: ...
 
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]: ...

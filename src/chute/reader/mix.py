@@ -60,6 +60,7 @@ from .. import format as fmt
 from .._args import check_int, one_index
 from .._arrays import distinct
 from .._torch import empty_buffers
+from ..batch import Pad
 from ..errors import ArgumentError, ArgumentValueError, SchemaError
 from ..order.counts import source_counts
 from ..order.permute import Permutation
@@ -273,7 +274,7 @@ class Mix(ReadsBatches):
         self,
         indices: Any,
         out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
         *,
         epoch: int | None = None,
     ) -> dict[str, Any]:

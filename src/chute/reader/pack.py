@@ -54,7 +54,7 @@ from .. import format as fmt
 from .._args import check_int, one_index
 from .._arrays import distinct
 from .._torch import empty_buffers, to_torch
-from ..batch import RaggedBatch, pad_batch
+from ..batch import Pad, RaggedBatch, pad_batch
 from ..errors import ArgumentValueError
 from ..order.permute import Permutation
 from .aligned import LABELS, Aligned, check_labels, make_labels, split_fields
@@ -234,7 +234,7 @@ class Pack(ReadsBatches):
         self,
         indices: Any,
         out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
     ) -> dict[str, Any]:
         """Rows ``indices`` as one batch: ``(B, length)`` tokens, aligned fields, position_ids
         and labels (into ``out`` when given), ``cu_seqlens`` a RaggedBatch (padded, with its

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .. import format as fmt
+from ..batch import Pad
 from ..errors import ArgumentError, ArgumentValueError
 from .gather import check_indices
 from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
@@ -56,7 +57,7 @@ class SubsetDataset(ReadsBatches):
         self,
         indices: Any,
         out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
     ) -> dict[str, Any]:
         """Positions ``indices`` of the subset as one batch: one gather from the dataset."""
         pos = check_indices(indices, len(self.indices), self, positions=True)

@@ -18,10 +18,12 @@ import torch
 
 from .. import format as fmt
 from .._args import check_int
-from ..batch import RaggedBatch, as_signed, pad_batch
+from ..batch import Pad, RaggedBatch, as_signed, pad_batch
+from ..errors import ArgumentValueError
 from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
 from .samples import ReadsBatches
 from .segments import segments
+from .tokens import row_length
 
 __all__ = ["Truncated", "truncate_batch"]
 
@@ -48,6 +50,12 @@ class Truncated(ReadsBatches):
     def __init__(self, ds: Gatherable, max_length: int) -> None:
         self.dataset = ds
         self.max_length = check_int("max_length", max_length, 1)
+        if row_length(ds) is not None:  # would cut a packed row's cu_seqlens, and nothing else
+            raise ArgumentValueError(
+                f"max_length={max_length}: the rows of {ds!r} are {row_length(ds)} tokens "
+                "each already; choose their length in chute.pack / chute.windows (length=), "
+                "without max_length="
+            )
         self.fields = [
             k for k, f in ds.schema.items() if f.numeric and not f.fixed and not f.variable_dims
         ]
@@ -72,7 +80,7 @@ class Truncated(ReadsBatches):
         self,
         indices: Any,
         out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
     ) -> dict[str, Any]:
         """The dataset's batch, its Ragged fields truncated, then padded under ``pad=``."""
         if pad is not None:  # checked as the dataset checks it, before any work

@@ -52,6 +52,7 @@ from .. import format as fmt
 from .._args import check_int, one_index
 from .._arrays import distinct
 from .._torch import empty_buffers, to_torch
+from ..batch import Pad
 from ..errors import ArgumentError, ArgumentValueError
 from ..order.steps import check_epoch
 from .aligned import LABELS, Aligned, check_labels, make_labels, split_fields
@@ -223,7 +224,7 @@ class Windows(ReadsBatches):
         self,
         indices: Any,
         out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
     ) -> dict[str, Any]:
         """Windows ``indices`` as one batch of ``(B, length)`` tensors, written into ``out``
         when given (``pad`` is accepted for the loaders' sake: no field is ragged)."""
