@@ -32,7 +32,8 @@ from .checks import integer, number, pair, probability, size2
 
 __all__ = ["RandomCrop", "RandomIoUCrop", "ResizePad", "ScaleJitter", "ZoomOut", "fill_colour"]
 
-Draw = Callable[[int, int], np.ndarray]  # (start, k) -> (B, k) uniforms of the op's stream
+# (start, k, rows) -> (B, k) uniforms of the op's stream, or (len(rows), k): those rows' only
+Draw = Callable[[int, int, Any], np.ndarray]
 
 
 def fill_colour(op: str, fill: Any) -> tuple[int, int, int]:
@@ -244,7 +245,7 @@ class ZoomOut:
     def frame(
         self, heights: np.ndarray, widths: np.ndarray, draw: Draw, targets: Any
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        u = draw(0, self.draws)
+        u = draw(0, self.draws, None)
         lo, hi = self.side_range
         r = np.where(u[:, 0] < self.p, lo + (hi - lo) * u[:, 1], 1.0)
         cw, ch = np.floor(widths * r), np.floor(heights * r)
@@ -313,7 +314,7 @@ class RandomIoUCrop:
             if not len(pending):
                 break
             got, done = self._rounds(
-                draw(r * per, per)[pending],
+                draw(r * per, per, pending),
                 heights[pending].astype(np.float64),
                 widths[pending].astype(np.float64),
                 objs[pending],
