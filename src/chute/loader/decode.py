@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -66,15 +66,15 @@ from ..image.follow import (
 from ..image.masks import follow_instances, follow_masks
 from ..image.on_device import DeviceImages, check_device, decode_images
 from ..image.ops import Plan, check_ops, padded, plan
-from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
-from ..reader.samples import ReadsBatches
+from ..reader.gatherable import Batch, Buffers, Gatherable, Pad
+from ..reader.wrapper import Wrapper
 from .decode_split import decode_split
 from .finish import Finished
 
 __all__ = ["Decoded", "with_decode", "with_split"]
 
 
-class Decoded(ReadsBatches):
+class Decoded(Wrapper):
     """``ds`` with the image fields of ``ops`` decoded by their decode ops (a Gatherable:
     ``len``, ``schema``, ``gather``, ``empty_batch``, ``ds[i]``). Made by :func:`with_decode`."""
 
@@ -200,11 +200,8 @@ class Decoded(ReadsBatches):
     def schema(self) -> Mapping[str, fmt.Field]:
         return self._schema
 
-    def __len__(self) -> int:
-        return len(self.dataset)
-
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
-        out = self.dataset.empty_batch(batch_size, pin_memory=pin_memory)
+        out = super().empty_batch(batch_size, pin_memory=pin_memory)
         for name, (h, w) in self.sizes.items():
             if self._here(name):
                 out[name] = torch.empty(
@@ -226,12 +223,7 @@ class Decoded(ReadsBatches):
             **{k: got[k][0] for k in self.views},
         }
 
-    def gather(
-        self,
-        indices: Any,
-        out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
-    ) -> dict[str, Any]:
+    def gather(self, indices: Any, out: Buffers | None = None, pad: Pad | None = None) -> Batch:
         """The dataset's gather, each decoded field decoded into ``out[name]`` when given
         (else a new tensor), with the crops of :attr:`epoch` (see :meth:`at_epoch`)."""
         epoch = self.epoch
@@ -407,19 +399,12 @@ class Decoded(ReadsBatches):
                     bad.add(i)
         return dst
 
-    def prefetch(self, batches: Iterable[np.ndarray]) -> Feed | None:
-        """The dataset's prefetch (a dataset in object storage), for these batches."""
-        base = self.dataset
-        return base.prefetch(batches) if isinstance(base, Prefetching) else None
-
     def at_epoch(self, epoch: int) -> Decoded:
         """This view with the crops and flips of ``epoch`` (a shallow copy; a mix underneath
         is bound to ``epoch`` too): the loaders take one per pass, or per batch in a worker
         process (:class:`~chute.reader.gatherable.PerEpoch`)."""
-        view = copy.copy(self)
+        view = self._at_epoch(epoch)
         view.epoch = int(epoch)
-        if isinstance(self.dataset, PerEpoch):
-            view.dataset = self.dataset.at_epoch(epoch)
         return view
 
     def _where(self, name: str) -> str:

@@ -13,6 +13,13 @@ import torch
 
 from .. import format as fmt
 
+Buffers = Mapping[str, torch.Tensor]
+"""A gather's ``out=``: pre-allocated tensors by field name (made by ``empty_batch``)."""
+Pad = float | int
+"""A gather's ``pad=``: the value variable-size fields are padded with."""
+Batch = dict[str, Any]
+"""What a gather returns: ``{field: tensor | RaggedBatch | list[str]}``."""
+
 
 @runtime_checkable
 class Gatherable(Protocol):
@@ -31,12 +38,7 @@ class Gatherable(Protocol):
 
     def __getitem__(self, i: int) -> dict[str, Any]: ...
 
-    def gather(
-        self,
-        indices: Any,
-        out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
-    ) -> dict[str, Any]: ...
+    def gather(self, indices: Any, out: Buffers | None = None, pad: Pad | None = None) -> Batch: ...
 
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]: ...
 
