@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from typing import Any
 
 import h5py
@@ -272,3 +274,24 @@ def test_a_pyarrow_record_batch_and_options(tmp_path):
         chute.convert(table, tmp_path / "x.chute", bogus=1)
     with pytest.raises(ArgumentError, match="not a pyarrow Table"):
         chute.convert(table, tmp_path / "x.chute", processes=2)
+
+
+def test_source_options_are_the_options_the_sources_take():
+    """``SourceOptions`` (what ``convert``'s ``**options`` are typed as) names every option of
+    every source ``convert`` opens, and nothing else (``scheduler`` is ``from_dask``'s)."""
+    from chute.sources.dask import from_dask
+    from chute.sources.options import SourceOptions
+
+    convert_module = importlib.import_module("chute.convert")  # chute.convert is the function
+    sources = [
+        *convert_module.PATH_SOURCES.values(),
+        *(convert_module.HFDatasetSource, convert_module.ArrowTableSource),
+        *(convert_module.MemorySource, convert_module.TorchSource, convert_module.IterableSource),
+        convert_module.ColumnsSource,
+    ]
+    positional = {"self", "src", "path", "name", "arrays", "fields", "arrow_schema"}
+    positional |= {"dataset", "iterable", "columns"}  # the source itself, never an option
+    taken = set().union(*(convert_module._options(cls) or set() for cls in sources)) - positional
+    taken |= set(inspect.signature(from_dask).parameters) - {"arrays", "dst"}
+    taken -= {"overwrite", "progress", "metadata"}  # convert's own arguments
+    assert taken == set(SourceOptions.__annotations__)
