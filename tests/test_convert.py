@@ -34,7 +34,7 @@ def sources(tmp_path):
         f["x"] = X
     with h5py.File(tmp_path / "no_suffix", "w") as f:
         f["x"] = X
-    zarr.open_group(tmp_path / "x.zarr", mode="w").create_array("x", data=X)
+    zarr_array(zarr.open_group(tmp_path / "x.zarr", mode="w"), "x", X)
     return tmp_path
 
 
@@ -169,8 +169,13 @@ def _with_constant(sources, name):
     else:
         group = zarr.open_group(path, mode="w")
         for key, value in {"x": X, "y": y, "stats/mean": mean}.items():
-            group.create_array(key, data=value)
+            zarr_array(group, key, value)
     return path
+
+
+def zarr_array(group: Any, key: str, value: np.ndarray) -> None:
+    """Array ``key`` of zarr ``group`` holding ``value`` (zarr 3.0 has no ``data=``)."""
+    group.create_array(key, shape=value.shape, dtype=value.dtype)[...] = value
 
 
 @pytest.mark.parametrize("name", ["c.npz", "c.h5", "c.zarr"])
