@@ -51,23 +51,20 @@ from .. import format as fmt
 from .._torch import as_numpy, empty_buffers
 from ..batch import RaggedBatch
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
-from ..image.augment import AUGMENTS, augment
+from ..image.augment import augment
 from ..image.follow import (
     Follow,
     Geometry,
-    View,
-    check_fill,
-    check_followable,
     follow_warps,
     geometry,
-    geometry_width,
     view_seed,
 )
 from ..image.masks import follow_instances, follow_masks
-from ..image.on_device import DeviceImages, check_device, decode_images
-from ..image.ops import Plan, check_ops, padded, plan
+from ..image.on_device import DeviceImages, decode_images
+from ..image.ops import Plan, padded, plan
 from ..reader.gatherable import Batch, Buffers, Gatherable, Pad
 from ..reader.wrapper import Wrapper
+from .decode_args import read_decode
 from .decode_split import decode_split
 from .finish import Finished
 
@@ -96,101 +93,21 @@ class Decoded(Wrapper):
         # reader of ``skipped`` reports them, as chute.dataloader's main process does).
         self.skipped: dict[int, str] = {}
         self.warn = warn
-        if not isinstance(ops, Mapping) or not ops:
-            raise ArgumentError(
-                "decode= takes a dict field -> decode ops, e.g. {'image': "
-                "[chute.RandomResizedCrop(224), chute.RandomHorizontalFlip()]}"
-            )
+        parsed = read_decode(ds.schema, ops)  # chute/loader/decode_args.py
         self.dataset = ds
-        self.ops: dict[str, tuple[Any, ...]] = {}
-        self.sizes: dict[str, tuple[int, int]] = {}
-        self.on_device: dict[str, str] = {}  # fields decoded by to_device (image/on_device.py)
-        self.tied: dict[str, Follow | Geometry] = {}  # fields that take a leader's plan
-        self.views: dict[str, str] = {}  # view name -> the image field it decodes
-        for name, field_ops in ops.items():
-            if isinstance(field_ops, (Follow, Geometry)):
-                self.tied[name] = field_ops
-                continue
-            if isinstance(field_ops, View):
-                self._check_new(name, f"View({field_ops.field!r}, ...)", "view")
-                self._check_image(name, f"View({field_ops.field!r}, ...)", field=field_ops.field)
-                self.views[name] = field_ops.field
-                field_ops = field_ops.ops
-            else:
-                self._check_image(name, "ops")
-            checked = check_ops(field_ops)
-            self.ops[name] = checked
-            geo = next(op for op in checked if hasattr(op, "out_size"))
-            self.sizes[name] = geo.out_size
-            if geo.device is not None and any(isinstance(op, AUGMENTS) for op in checked):
-                raise ArgumentError(
-                    f"decode={{{name!r}: ...}}: augmentations run in the loader's workers, not "
-                    f"with device={geo.device!r}; apply them after chute.to_device"
-                )
-            device = check_device(geo.device, f"decode={{{name!r}: {type(geo).__name__}}}")
-            if device is not None and name in self.views:
-                raise ArgumentError(
-                    f"decode={{{name!r}: View(...)}}: a view is decoded in the loader's "
-                    f"workers, not with device={geo.device!r}"
-                )
-            if device is not None:
-                self.on_device[name] = device
+        self.ops = parsed.ops
+        self.sizes = parsed.sizes
+        self.on_device = parsed.on_device  # fields decoded by to_device (image/on_device.py)
+        self.tied = parsed.tied  # fields that take a leader's plan
+        self.views = parsed.views  # view name -> the image field it decodes
         self.seed = int(seed)
         self.epoch = int(epoch)
         self.threads = 1  # that decode a batch (see with_split)
-        self._schema: dict[str, fmt.Field] = {  # a field decoded on the device stays encoded
-            **ds.schema,  # decoded fields keep their place; views come after
-            **{k: fmt.Tensor((3, *self.sizes[k]), "uint8") for k in self.ops if self._here(k)},
-        }
-        for name, tie in self.tied.items():
-            self._schema[name] = self._tie_field(name, tie)
-
-    def _check_image(
-        self, name: str, what: str, kinds: tuple[str, ...] = ("image",), field: str | None = None
-    ) -> None:
-        """``decode={name: what}`` reads dataset field ``field`` (``name`` itself by default),
-        which must be of one of ``kinds``."""
-        f = self.dataset.schema.get(field or name)
-        if f is None or f.kind not in kinds:
-            found = f"no field {field or name!r}" if f is None else f"a {f.kind} field"
-            images = [k for k, v in self.dataset.schema.items() if v.kind in kinds]
-            raise SchemaError(
-                f"decode={{{name!r}: {what}}}: {found}; it takes the dataset's "
-                f"{' or '.join(kinds)} fields ({images})"
-            )
-
-    def _check_new(self, name: str, what: str, kind: str) -> None:
-        """A batch field that ``decode=`` adds must not shadow a field of the dataset."""
-        if name in self.dataset.schema:
-            raise SchemaError(
-                f"decode={{{name!r}: {what}}}: the dataset has a field {name!r}; name the "
-                f"{kind} field differently"
-            )
+        self._schema = parsed.schema
 
     def _seed(self, name: str) -> int:
         """The seed of field ``name``'s draws: the loader's, a view's salted by its name."""
         return view_seed(self.seed, name) if name in self.views else self.seed
-
-    def _tie_field(self, name: str, tie: Follow | Geometry) -> fmt.Field:
-        """The batch field of ``decode={name: tie}``, checked against its leader."""
-        what = f"{type(tie).__name__}({tie.field!r})"
-        if tie.field not in self.ops or tie.field in self.on_device:
-            raise ArgumentError(
-                f"decode={{{name!r}: {what}}}: {tie.field!r} must have its own decode ops in "
-                f"decode=, decoded in the loader (not device=); got {sorted(self.ops)}"
-            )
-        h, w = self.sizes[tie.field]
-        leader = self.ops[tie.field]
-        check_followable(leader, f"decode={{{name!r}: {what}}}")
-        if isinstance(tie, Geometry):
-            self._check_new(name, what, "geometry")
-            return fmt.Tensor((geometry_width(leader),), "float64")
-        self._check_image(name, what, ("image", "mask"))
-        f = self.dataset.schema[name]
-        check_fill(tie.fill, f.kind, f.dtype, f"decode={{{name!r}: {what}}}")
-        if getattr(f, "instances", False):
-            return f  # ragged: each sample's (N, h, w) planes, a RaggedBatch
-        return fmt.Tensor((h, w), f.dtype) if f.kind == "mask" else fmt.Tensor((3, h, w), "uint8")
 
     def _here(self, name: str) -> bool:
         """Whether field ``name`` is decoded by this view (not later, on a device)."""
