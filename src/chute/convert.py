@@ -24,9 +24,7 @@ from .sniff import source_kind as sniff_kind
 from .sources.base import (
     FieldsArg,
     Source,
-    expand_pattern,
     field_map,
-    has_pattern,
 )
 from .sources.csv import CsvSource
 from .sources.hdf5 import HDF5Source, is_hdf5_object
@@ -38,6 +36,7 @@ from .sources.jsonl import JsonlSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
 from .sources.options import SourceOptions
 from .sources.parquet import ParquetSource
+from .sources.paths import expand_pattern, has_pattern
 from .sources.processes import convert_in_processes
 from .sources.table import ArrowTableSource, is_arrow_table
 from .sources.torch import TorchSource
