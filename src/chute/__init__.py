@@ -70,7 +70,8 @@ from .sources.dask import from_dask
 from .sources.images import from_image_folder
 from .sources.shards import from_shards
 from .transfer import download, upload
-from .writer.writer import Writer, write
+from .writer.arrays import write
+from .writer.writer import Writer
 
 __version__ = "0.1.0"
 

@@ -22,7 +22,7 @@ from .format import Field, Tensor, field_from_json, field_to_json
 from .reader.images import EncodedImages
 from .reader.mix import mix
 from .reader.opening import open as open_dataset
-from .writer.writer import write
+from .writer.arrays import write
 
 FIELD = "x"  # the field under test; "i" holds each sample's index
 

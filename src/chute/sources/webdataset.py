@@ -67,12 +67,11 @@ from .base import (
     FieldsArg,
     Source,
     check_name,
-    expand_braces,
-    expand_paths,
     field_map,
     one_field_each,
 )
 from .encoding import SKIP_HINT, check_on_error
+from .paths import expand_braces, expand_paths
 
 MAX_MEMBER_BYTES = 256 << 20  # a bigger member is refused before it is read
 BYTES, STRING = fmt.Bytes(), fmt.String()  # compared with each member's field, made once
