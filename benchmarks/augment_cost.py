@@ -4,20 +4,23 @@ JPEGs (``_photos.py``) decoded with ``RandomResizedCrop(size)`` + flip by
 batch, both on one thread (``torch.set_num_threads(1)``, as in the loader's worker threads).
 
 Per-sample ops (``decode=`` lists) run through ``chute.image.augment.augment`` with every
-sample augmented (``p=1``, the worst case); MixUp / CutMix through their ``apply``. The
+sample augmented (``p=1``, the worst case); MixUp / CutMix / Mosaic through their ``apply``
+(Mosaic also with a uint8 mask, one to three boxes per image and their labels). The
 ``follower`` rows are what a field tied to the image costs on top: a uint8 segmentation
 mask (``Follow("image", fill=255)``) and a second image (``Follow("image")``) moved by the
 warps RandAugment / TrivialAugmentWide drew for the image
 (``chute.image.follow.follow_warps``), and the ``Geometry`` row's affine matrices
 (``warp_matrices``). The ``recipe`` rows are the detection ops
-(``chute.image.placing``): the same batch decoded with the recipe in place of
-``RandomResizedCrop`` + flip, its cost the extra decode time over the plain decode's
-(negative: the recipe decodes less, e.g. at a smaller DCT scale). Each row is the best of
-``--rounds`` (the machine is shared; the load average is printed) and its cost is
-``augment ms / decode ms`` of the same batch.
+(``chute.image.placing``, and ``CenterCrop`` to a wide size, which pads most photos): the
+same batch decoded with the recipe in place of ``RandomResizedCrop`` + flip to the same
+size, its cost the extra decode time over that plain decode's (negative: the recipe decodes
+less, e.g. at a smaller DCT scale); the two run alternately ``--rounds`` times and the row
+gives the median of the rounds' ratios. Each other row is the best of ``--rounds`` (the
+machine is shared; the load average is printed) and its cost is ``augment ms / decode ms``
+of the same batch.
 
     python benchmarks/augment_cost.py [--images 256] [--size 160] [--rounds 5] [--kornia]
-        [--json benchmarks/results/augment_cost.json]
+        [--recipes] [--json benchmarks/results/augment_cost.json]
 
 ``--kornia`` adds a column: Kornia's batched augmentation of the same name on the same batch
 (converted to float in [0, 1] and back to uint8, as a uint8 pipeline has to), timed alike
@@ -68,6 +71,10 @@ def augmentations() -> dict[str, Any]:
         "TrivialAugmentWide()": chute.TrivialAugmentWide(),
         "MixUp(10)": chute.MixUp(10),
         "CutMix(10)": chute.CutMix(10),
+        "Mosaic()": chute.Mosaic(),
+        "Mosaic(): mask + boxes + labels": chute.Mosaic(
+            boxes="boxes", per_box=("labels",), masks=("mask",)
+        ),
     }
     return ops
 
@@ -92,6 +99,7 @@ def recipes(size: int) -> dict[str, list[Any]]:
         "recipe: ScaleJitter (LSJ)": [chute.ScaleJitter(size), flip],
         "recipe: ZoomOut + Resize": [chute.ZoomOut(p=1.0), chute.Resize(size), flip],
         "recipe: RandomIoUCrop + Resize": [chute.RandomIoUCrop(), chute.Resize(size), flip],
+        "recipe: CenterCrop((size, 2 size)), padded": [chute.CenterCrop((size, 2 * size)), flip],
     }
 
 
@@ -142,9 +150,14 @@ class Batch:
         xy = [np.sort(rng.uniform(0, [w, h], (2, 1 + i % 3, 2)), 0) for i, (h, w) in enumerate(hw)]
         boxes = {"boxes": [np.concatenate([a[0], a[1]], 1) for a in xy]}
 
+        self.plan = lambda ops: chute.image.plan(ops, hw[:, 0], hw[:, 1], self.idx, 0, 0, boxes)
+        outs: dict[tuple[int, int], np.ndarray] = {}
+
         def recipe(ops: list[Any]) -> None:
-            p = chute.image.plan(ops, hw[:, 0], hw[:, 1], self.idx, 0, 0, boxes)
-            decode_planned(jpegs, hw[:, 0], hw[:, 1], p, out, self.idx)
+            p = self.plan(ops)
+            if p.size not in outs:
+                outs[p.size] = np.empty((images, 3, *p.size), np.uint8)
+            decode_planned(jpegs, hw[:, 0], hw[:, 1], p, outs[p.size], self.idx)
 
         self.recipe = recipe
         self.decoded = torch.from_numpy(out.copy())
@@ -155,6 +168,32 @@ class Batch:
         self.mask = np.ascontiguousarray(blocks.repeat(8, 1).repeat(8, 2))
         self.mask_work = self.mask.copy()
         self.size = (size, size)
+        decoded = [
+            np.concatenate([a[0], a[1]], 1) * size / [w, h, w, h]
+            for a, (h, w) in zip(xy, hw, strict=True)
+        ]
+        self.targets = {  # the boxes in the decoded frame, a class label per box
+            "boxes": chute.RaggedBatch(
+                torch.from_numpy(np.concatenate(decoded)),
+                torch.from_numpy(np.cumsum([0] + [len(b) for b in decoded])),
+            ),
+            "labels": [torch.arange(len(b)) for b in decoded],
+        }
+
+    def recipe_cost(self, ops: list[Any], rounds: int) -> tuple[float, float]:
+        """The recipe's decode of the batch and the plain one (RandomResizedCrop + flip to the
+        recipe's size) run alternately ``rounds`` times: the median recipe time (s) and the
+        median of the rounds' extra time over the plain decode's, in percent."""
+        plain = [chute.RandomResizedCrop(self.plan(ops).size), chute.RandomHorizontalFlip()]
+        self.recipe(ops)  # its output buffer
+        self.recipe(plain)
+        times, pct = [], []
+        for _ in range(rounds):
+            s = timed(lambda: self.recipe(ops), 1)
+            d = timed(lambda: self.recipe(plain), 1)
+            times.append(s)
+            pct.append(100 * (s - d) / d)
+        return float(np.median(times)), float(np.median(pct))
 
     def follow(self, op: Any, follower: str) -> None:
         """The leader's ``op``'s warps applied to a fresh copy of a follower (a mask, an
@@ -171,7 +210,10 @@ class Batch:
     def augment(self, op: Any) -> None:
         """``op`` on a fresh copy of the decoded batch (the copy is timed too: ~1%)."""
         self.work.copy_(self.decoded)
-        if isinstance(op, chute.BatchTransform):
+        if isinstance(op, chute.Mosaic) and op.boxes is not None:  # with its targets
+            targets = {"mask": torch.from_numpy(self.mask), **self.targets}
+            op.apply({"image": self.work, **targets}, self.idx, 0, 0)
+        elif isinstance(op, chute.BatchTransform):
             op.apply({"image": self.work, "label": self.labels}, self.idx, 0, 0)
         else:
             augment([op], self.work, self.idx, 0, 0)
@@ -189,6 +231,7 @@ def main() -> None:
     p.add_argument("--size", type=int, default=160)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--kornia", action="store_true", help="add Kornia's augmentations")
+    p.add_argument("--recipes", action="store_true", help="only the detection recipes' rows")
     p.add_argument("--json", default=str(RESULTS / "augment_cost.json"))
     args = p.parse_args()
     peers = kornia_peers() if args.kornia else {}
@@ -197,7 +240,7 @@ def main() -> None:
     batch = Batch(args.images, args.size)
     decode_s = timed(batch.decode, args.rounds)
     rows = [{"name": "decode + RandomResizedCrop + flip", "ms": 1e3 * decode_s, "cost_pct": 100.0}]
-    for name, op in augmentations().items():
+    for name, op in ({} if args.recipes else augmentations()).items():
         batch.augment(op)  # compiles its kernels, if any
         s = timed(lambda op=op: batch.augment(op), args.rounds)
         rows.append({"name": name, "ms": 1e3 * s, "cost_pct": 100 * s / decode_s})
@@ -205,20 +248,20 @@ def main() -> None:
             k = timed(lambda aug=peers[name]: on_uint8(aug, batch.decoded), args.rounds)
             rows[-1].update(kornia_pct=100 * k / decode_s, kornia_x=k / s)
         load.append(os.getloadavg()[0])
-    for name, (op, follower) in followers().items():
+    for name, (op, follower) in ({} if args.recipes else followers()).items():
         batch.follow(op, follower)  # compiles its kernels, if any
         s = timed(lambda op=op, f=follower: batch.follow(op, f), args.rounds)
         rows.append({"name": name, "ms": 1e3 * s, "cost_pct": 100 * s / decode_s})
         load.append(os.getloadavg()[0])
     for name, ops in recipes(args.size).items():
-        s = timed(lambda ops=ops: batch.recipe(ops), args.rounds)
-        d = timed(batch.decode, args.rounds)  # side by side: the machine is shared
-        rows.append({"name": name, "ms": 1e3 * s, "cost_pct": 100 * (s - d) / d})
+        s, pct = batch.recipe_cost(ops, args.rounds)
+        rows.append({"name": name, "ms": 1e3 * s, "cost_pct": pct})
         load.append(os.getloadavg()[0])
     print(table(rows, COLUMNS + (KORNIA_COLUMNS if peers else [])))
     print(
         f"{args.images} photo JPEGs to {args.size}x{args.size}, one thread, best of "
-        f"{args.rounds}; load average {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs"
+        f"{args.rounds} (recipes: the median of {args.rounds} rounds alternating with the "
+        f"plain decode); load average {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs"
     )
     path = write_json(
         args.json,

@@ -11,10 +11,16 @@ not installable next to torch 2.13 here), one shuffled epoch per round:
   ``chute.transform_boxes`` in the Loader's ``transform=`` (its worker threads); the peer:
   numpy per sample, batches of lists;
 - **randaugment**: ``RandomResizedCrop(size)`` + flip + ``RandAugment(2, 9)``; the peer:
-  torchvision's ops for PIL images (``ImageOps``, ``ImageEnhance``, ``Image.transform``).
+  torchvision's ops for PIL images (``ImageOps``, ``ImageEnhance``, ``Image.transform``);
+- **detection-lsj**: image + 1-8 boxes, ``ScaleJitter(size, (0.1, 2.0))`` (LSJ:
+  resize by a random factor of the fitting scale, crop or pad to ``size``) + flip, the boxes
+  through ``chute.Geometry`` and ``chute.transform_boxes`` as above; the peer: v2's
+  ``ScaleJitter`` then its fixed-size crop / pad by hand (PIL's resize of the whole image,
+  a crop, a paste on a canvas of the fill colour) and the boxes scaled, shifted, clipped
+  and mirrored in numpy.
 
     python benchmarks/vision_tasks.py [--images 1000] [--batch-size 64] [--size 160]
-        [--rounds 3] [--json benchmarks/results/vision_tasks.json]
+        [--rounds 3] [--tasks NAME ...] [--json benchmarks/results/vision_tasks.json]
 
 Each row reports its best round (rounds interleaved; the load average is printed), with the
 columns of ``images.py``. Needs ``pip install 'chute[image]' scikit-image``.
@@ -43,6 +49,8 @@ from chute.image import jpeg_size
 from chute.image.randaugment import OPS, magnitudes
 
 NEAREST, BILINEAR = Image.Resampling.NEAREST, Image.Resampling.BILINEAR
+TASKS = ["segmentation", "detection", "randaugment", "detection-lsj"]
+FILL = (124, 116, 104)  # the padding colour of the scale jitter rows (ImageNet's mean)
 
 
 def synthetic_mask(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
@@ -77,6 +85,9 @@ class Task(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, Any]:
         im = Image.open(self.files[i]).convert("RGB")
+        if self.task == "lsj":
+            im, boxes = scale_jitter(im, self.extra[i], self.size)
+            return torch.from_numpy(np.asarray(im).transpose(2, 0, 1).copy()), boxes
         box = rrc_params(im.height, im.width)
         flip = random.random() < 0.5
         out = (self.size, self.size)
@@ -105,6 +116,29 @@ def boxes_in_crop(b: np.ndarray, box: tuple[int, ...], size: int, flip: bool) ->
         x = size - x[:, ::-1]
     out = np.stack([x[:, 0], y[:, 0], x[:, 1], y[:, 1]], 1)
     return out[(out[:, 2] - out[:, 0] >= 1) & (out[:, 3] - out[:, 1] >= 1)]
+
+
+def scale_jitter(
+    im: Image.Image, boxes: np.ndarray, size: int, scale: tuple[float, float] = (0.1, 2.0)
+) -> tuple[Image.Image, torch.Tensor]:
+    """torchvision v2's ``ScaleJitter((size, size), scale)``, then a crop at a uniform offset
+    where larger and a bottom-right pad with ``FILL`` where smaller, then a flip half the
+    time, on a PIL image and its xyxy ``boxes`` (clipped; those under a pixel wide dropped)."""
+    h, w = im.height, im.width
+    s = min(size / h, size / w) * random.uniform(*scale)
+    nh, nw = max(int(h * s), 1), max(int(w * s), 1)
+    im = im.resize((nw, nh), BILINEAR)
+    top, left = int(max(nh - size, 0) * random.random()), int(max(nw - size, 0) * random.random())
+    ch, cw = min(nh, size), min(nw, size)
+    canvas = Image.new("RGB", (size, size), FILL)
+    canvas.paste(im.crop((left, top, left + cw, top + ch)))
+    b = boxes * [nw / w, nh / h, nw / w, nh / h] - [left, top, left, top]
+    b = np.clip(b, 0, [cw, ch, cw, ch])
+    if random.random() < 0.5:
+        canvas = canvas.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        b[:, [0, 2]] = size - b[:, [2, 0]]
+    keep = (b[:, 2] - b[:, 0] >= 1) & (b[:, 3] - b[:, 1] >= 1)
+    return canvas, torch.from_numpy(b[keep].astype(np.float32))
 
 
 def pil_affine(im: Image.Image, m: tuple[float, ...]) -> Image.Image:
@@ -200,6 +234,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--size", type=int, default=160)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--tasks", nargs="+", choices=TASKS, default=TASKS, help="the rows to run")
     p.add_argument("--json", default=str(RESULTS / "vision_tasks.json"))
     args = p.parse_args()
     n, bs, size = args.images, args.batch_size, args.size
@@ -212,6 +247,7 @@ def main() -> None:
             "segmentation": Task("segmentation", data["files"], data["pngs"], size),
             "detection": Task("detection", data["files"], data["boxes"], size),
             "randaugment": Task("randaugment", data["files"], [], size),
+            "detection-lsj": Task("lsj", data["files"], data["boxes"], size),
         }
         loaders = {
             "segmentation": chute.Loader(chute.open(tmp / "seg.chute"), bs, num_workers=2,
@@ -221,15 +257,20 @@ def main() -> None:
                                       transform=boxes_in_frame),
             "randaugment": chute.Loader(chute.open(tmp / "cls.chute"), bs, num_workers=2,
                                         decode={"image": [*crop, chute.RandAugment(2, 9)]}),
+            "detection-lsj": chute.Loader(
+                chute.open(tmp / "det.chute"), bs, num_workers=2, transform=boxes_in_frame,
+                decode={"image": [chute.ScaleJitter(size, fill=FILL), crop[1]],
+                        "geo": chute.Geometry("image")}),
         }  # fmt: skip
         disk = {
             "peer": du(tmp / "jpg") + du(tmp / "png"),
             **{t: du(tmp / f"{t[:3]}.chute") for t in ("segmentation", "detection")},
             "randaugment": du(tmp / "cls.chute"),
+            "detection-lsj": du(tmp / "det.chute"),
         }
         best: dict[str, dict[str, Any]] = {}
         for epoch in range(args.rounds):
-            for task in loaders:
+            for task in args.tasks:
                 rows = {
                     f"{task}: DataLoader 2": lambda t=task: run_peer(peers[t], bs),
                     f"{task}: Loader 2": lambda t=task, e=epoch: run_loader(loaders[t], e),
@@ -243,8 +284,8 @@ def main() -> None:
     rows = list(best.values())
     by = {k: r["images_per_s"] for k, r in best.items()}
     cpu = {k: r["cpu_ms_per_image"] for k, r in best.items()}
-    ratios = {t: by[f"{t}: Loader 2"] / by[f"{t}: DataLoader 2"] for t in loaders}
-    cpu_ratios = {t: cpu[f"{t}: DataLoader 2"] / cpu[f"{t}: Loader 2"] for t in loaders}
+    ratios = {t: by[f"{t}: Loader 2"] / by[f"{t}: DataLoader 2"] for t in args.tasks}
+    cpu_ratios = {t: cpu[f"{t}: DataLoader 2"] / cpu[f"{t}: Loader 2"] for t in args.tasks}
     print(table(rows, COLUMNS))
     print(
         f"{n} photos, batch {bs}, {size}x{size}, best of {args.rounds} rounds; load average "

@@ -49,6 +49,7 @@ OTHER = [
     "store/test_cache_budget_hostile.py",
     "image/test_image_bombs.py",
     "image/test_augment_edges.py",
+    "image/test_mosaic.py",
     "sources/test_converters_hostile.py",
     "sources/test_converters_edges.py",
     "sources/test_arrow_table_hostile.py",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import h5py
@@ -32,7 +33,7 @@ def sources(tmp_path):
         f["x"] = X
     with h5py.File(tmp_path / "no_suffix", "w") as f:
         f["x"] = X
-    zarr.open_group(tmp_path / "x.zarr", mode="w").create_array("x", data=X)
+    zarr_array(zarr.open_group(tmp_path / "x.zarr", mode="w"), "x", X)
     return tmp_path
 
 
@@ -167,8 +168,13 @@ def _with_constant(sources, name):
     else:
         group = zarr.open_group(path, mode="w")
         for key, value in {"x": X, "y": y, "stats/mean": mean}.items():
-            group.create_array(key, data=value)
+            zarr_array(group, key, value)
     return path
+
+
+def zarr_array(group: Any, key: str, value: np.ndarray) -> None:
+    """Array ``key`` of zarr ``group`` holding ``value`` (zarr 3.0 has no ``data=``)."""
+    group.create_array(key, shape=value.shape, dtype=value.dtype)[...] = value
 
 
 @pytest.mark.parametrize("name", ["c.npz", "c.h5", "c.zarr"])
@@ -272,3 +278,24 @@ def test_a_pyarrow_record_batch_and_options(tmp_path):
         chute.convert(table, tmp_path / "x.chute", bogus=1)
     with pytest.raises(ArgumentError, match="not a pyarrow Table"):
         chute.convert(table, tmp_path / "x.chute", processes=2)
+
+
+def test_source_options_are_the_options_the_sources_take():
+    """``SourceOptions`` (what ``convert``'s ``**options`` are typed as) names every option of
+    every source ``convert`` opens, and nothing else (``scheduler`` is ``from_dask``'s)."""
+    from chute import conversion as convert_module
+    from chute.sources.dask import from_dask
+    from chute.sources.options import SourceOptions
+
+    sources = [
+        *convert_module.PATH_SOURCES.values(),
+        *(convert_module.HFDatasetSource, convert_module.ArrowTableSource),
+        *(convert_module.MemorySource, convert_module.TorchSource, convert_module.IterableSource),
+        convert_module.ColumnsSource,
+    ]
+    positional = {"self", "src", "path", "name", "arrays", "fields", "arrow_schema"}
+    positional |= {"dataset", "iterable", "columns"}  # the source itself, never an option
+    taken = set().union(*(convert_module._options(cls) or set() for cls in sources)) - positional
+    taken |= set(inspect.signature(from_dask).parameters) - {"arrays", "dst"}
+    taken -= {"overwrite", "progress", "metadata"}  # convert's own arguments
+    assert taken == set(SourceOptions.__annotations__)

@@ -54,10 +54,12 @@ if TYPE_CHECKING:
     )
     from .image.boxes import transform_boxes, transform_points
     from .image.follow import Follow, Geometry, View
+    from .image.mosaic import Mosaic
     from .image.normalize import normalize
     from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
     from .image.placing import RandomCrop, RandomIoUCrop, ResizePad, ScaleJitter, ZoomOut
     from .image.randaugment import RandAugment, TrivialAugmentWide
+    from .image.scales import MultiScale
     from .loader.dataloader import dataloader
     from .loader.loader import Loader, LoaderStats
     from .order import Order
@@ -71,7 +73,8 @@ if TYPE_CHECKING:
     from .sources.image_folder_source import from_image_folder
     from .sources.shards import from_shards
     from .transfer import download, upload
-    from .writer.writer import Writer, write
+    from .writer.arrays import write
+    from .writer.writer import Writer
 
 # Each public name -> the module defining it, imported on first use (PEP 562), so that
 # ``import chute`` is light and ``import chute.format`` (the on-disk spec) loads no torch.
@@ -93,10 +96,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "image.boxes": ("transform_boxes", "transform_points"),
     "image.follow": ("Follow", "Geometry", "View"),
+    "image.mosaic": ("Mosaic",),
     "image.normalize": ("normalize",),
     "image.ops": ("CenterCrop", "RandomHorizontalFlip", "RandomResizedCrop", "Resize"),
     "image.placing": ("RandomCrop", "RandomIoUCrop", "ResizePad", "ScaleJitter", "ZoomOut"),
     "image.randaugment": ("RandAugment", "TrivialAugmentWide"),
+    "image.scales": ("MultiScale",),
     "loader.dataloader": ("dataloader",),
     "loader.loader": ("Loader", "LoaderStats"),
     "order": ("Order",),
@@ -110,7 +115,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "sources.image_folder_source": ("from_image_folder",),
     "sources.shards": ("from_shards",),
     "transfer": ("download", "upload"),
-    "writer.writer": ("Writer", "write"),
+    "writer.arrays": ("write",),
+    "writer.writer": ("Writer",),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
@@ -148,6 +154,8 @@ __all__ = [
     "MissingDependencyError",
     "Mix",
     "MixUp",
+    "Mosaic",
+    "MultiScale",
     "NotWritableError",
     "Order",
     "Pack",

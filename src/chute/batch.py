@@ -1,13 +1,14 @@
 """Batches as the loaders hand them out: :class:`RaggedBatch` for variable-size fields, and
-padding one into a dense tensor (``gather(pad=)``, ``Loader(pad=)``)."""
+padding one into a dense tensor (``gather(pad=)``, ``Loader(pad=)``): with one value for every
+field, or a value per field (:data:`Pad`)."""
 
 from __future__ import annotations
 
 import math
 import operator
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
@@ -138,6 +139,35 @@ def _register(cls: type[RaggedBatch]) -> None:
         fn_map.setdefault(cls, collate_parts)
 
 
+Pad: TypeAlias = float | int | Mapping[str, float | int]
+"""What ``pad=`` takes: one number for every padded field, or ``{field: number}`` (as Hugging
+Face's ``DataCollatorForSeq2Seq`` pads ``labels`` with -100 and the tokens with the pad id);
+a field the mapping does not name is padded with 0."""
+
+
+def pad_value(pad: Pad, field: str) -> float | int:
+    """The value ``pad`` fills field ``field`` with: ``pad`` itself, or ``pad[field]`` (0 when
+    the mapping does not name the field)."""
+    return pad.get(field, 0) if isinstance(pad, Mapping) else pad
+
+
+def check_pad_fields(pad: Pad | None, fields: Sequence[str]) -> None:
+    """A ``pad=`` mapping names only fields in ``fields``, each with a number; else a
+    SchemaError naming the field and the fields there are."""
+    if not isinstance(pad, Mapping):
+        return
+    for name, value in pad.items():
+        if name not in fields:
+            raise SchemaError(
+                f"pad= names field {name!r}, which the dataset does not have; its fields are "
+                f"{sorted(fields)}"
+            )
+        if isinstance(value, (np.generic, np.ndarray, torch.Tensor)) and value.ndim == 0:
+            value = value.item()
+        if not isinstance(value, (bool, int, float, complex)):
+            raise SchemaError(f"pad={{{name!r}: {value!r}}}: pad= takes a number per field")
+
+
 def check_pad(value: Any, dtype: torch.dtype, field: str) -> None:
     """``value`` can fill field ``field`` of ``dtype`` exactly: a number, integral and in range
     for integer dtypes, finite where the dtype overflows. Else a SchemaError, never a cast that
@@ -161,16 +191,16 @@ def check_pad(value: Any, dtype: torch.dtype, field: str) -> None:
         raise SchemaError(f"{where}: needs an integer in [{low}, {high}]")
 
 
-def pad_batch(
-    batch: RaggedBatch, value: float | int, field: str = "?"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A dense tensor filled with ``value`` holding every sample at its origin, and the sizes.
+def pad_batch(batch: RaggedBatch, pad: Pad, field: str = "?") -> tuple[torch.Tensor, torch.Tensor]:
+    """A dense tensor filled with ``pad`` (its value for ``field``, :func:`pad_value`) holding
+    every sample at its origin, and the sizes.
 
     One variable dimension: ``(B, max_len, *inner)`` and the lengths ``(B,)``. Several
     (``shapes`` is set): ``(B, *max_shape)`` and the shapes ``(B, ndim)``. Vectorized: each
     value's coordinates inside its sample are computed at once, then one scatter. ``value``
     must fit the dtype exactly (:func:`check_pad`); ``field`` names it in the error.
     """
+    value = pad_value(pad, field)
     check_pad(value, batch.values.dtype, field)
     offsets = batch.offsets
     lengths = offsets[1:] - offsets[:-1]

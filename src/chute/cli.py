@@ -71,7 +71,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from .reader.verify import verify
 
-    nbytes = verify(args.path, progress=not args.quiet)
+    nbytes = verify(args.path, progress=not args.quiet, storage_options=args.storage_options)
     print(f"{args.path}: OK ({_human(nbytes)} checked)")
     return 0
 
@@ -284,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="recompute checksums of every data file")
     p.add_argument("path", help="a chute dataset: a folder, or a URL (checks its cached files)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _storage_options_argument(p)
     p.set_defaults(func=cmd_verify)
 
     # -- other subcommands register here (convert, bench, demo) --

@@ -13,7 +13,7 @@ import inspect
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from torch.utils.data import Dataset, IterableDataset
 
@@ -25,9 +25,7 @@ from .sniff import source_kind as sniff_kind
 from .sources.base import (
     FieldsArg,
     Source,
-    expand_pattern,
     field_map,
-    has_pattern,
 )
 from .sources.csv import CsvSource
 from .sources.hdf5 import HDF5Source, is_hdf5_object
@@ -37,7 +35,9 @@ from .sources.ipc import ArrowFileSource
 from .sources.iterable import ColumnsSource, IterableSource
 from .sources.jsonl import JsonlSource
 from .sources.npy import MemorySource, NpyFolderSource, NpySource, NpzSource
+from .sources.options import SourceOptions
 from .sources.parquet import ParquetSource
+from .sources.paths import expand_pattern, has_pattern
 from .sources.process_convert import convert_in_processes
 from .sources.table import ArrowTableSource, is_arrow_table
 from .sources.torch import TorchSource
@@ -45,6 +45,9 @@ from .sources.webdataset import WebDatasetSource
 from .sources.write import write_source
 from .sources.zarr import ZarrSource, is_zarr_object
 from .store.url import is_url
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 PathLike = str | os.PathLike
 PATH_SOURCES: dict[str, type[Source]] = {
@@ -65,15 +68,17 @@ PATH_SOURCES: dict[str, type[Source]] = {
 MULTI_FILE = ("parquet", "arrow", "jsonl", "csv", "webdataset")
 
 
-def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
+def open_source(src: Any, fields: FieldsArg = None, **options: Unpack[SourceOptions]) -> Source:
     """The :class:`~chute.sources.base.Source` for ``src``, detected from its type or path.
 
     An open h5py File / Group / Dataset or zarr Group / Array is read exactly like its path,
     a ``pyarrow.Table`` / ``RecordBatch`` like a Parquet file.
-    ``options`` go to the source: ``batch_bytes`` and ``workers`` (reader threads) for
-    arrays, ``split_compound`` for HDF5/npy compound dtypes, ``num_workers``, ``batch_size``
-    and ``names`` for torch datasets and iterables.
+    ``options`` go to the source (:class:`~chute.sources.options.SourceOptions`):
+    ``batch_bytes`` and ``workers`` (reader threads) for arrays, ``split_compound`` for
+    HDF5/npy compound dtypes, ``num_workers``, ``batch_size`` and ``names`` for torch datasets
+    and iterables.
     """
+    given: dict[str, Any] = dict(options)  # each source checks those it takes
     if isinstance(src, Source):
         return src
     if is_url(src):
@@ -83,30 +88,30 @@ def open_source(src: Any, fields: FieldsArg = None, **options: Any) -> Source:
                 "like train-{000..009}.tar, or a folder ending in /); download other sources "
                 "first"
             )
-        return _make(WebDatasetSource, src, fields, options)
+        return _make(WebDatasetSource, src, fields, given)
     if isinstance(src, (str, os.PathLike)):
         if not Path(src).exists() and has_pattern(str(src)):
-            return _pattern_source(str(src), fields, **options)
-        return _path_source(Path(src), fields, **options)
+            return _pattern_source(str(src), fields, **given)
+        return _path_source(Path(src), fields, **given)
     # before Mapping / Iterable: an h5py Group is a Mapping and a zarr Group an Iterable, but
     # both are read like the path they come from (links, strings, attributes, chunks)
     if is_hdf5_object(src):
-        return HDF5Source(src, fields, **options)
+        return HDF5Source(src, fields, **given)
     if is_zarr_object(src):
-        return ZarrSource(src, fields, **options)
+        return ZarrSource(src, fields, **given)
     if is_hf_object(src):
-        return HFDatasetSource(src, fields, **options)
+        return HFDatasetSource(src, fields, **given)
     if is_arrow_table(src):
-        return _make(ArrowTableSource, src, fields, options, f"<pyarrow.{type(src).__name__}>")
+        return _make(ArrowTableSource, src, fields, given, f"<pyarrow.{type(src).__name__}>")
     if isinstance(src, Mapping):
         if any(isinstance(v, (list, tuple)) for v in src.values()):
-            return ColumnsSource(src, fields, **options)  # typed by the writer, as chute.write
-        return MemorySource(src, fields, **options)
+            return ColumnsSource(src, fields, **given)  # typed by the writer, as chute.write
+        return MemorySource(src, fields, **given)
     map_style = isinstance(src, Dataset) and not isinstance(src, IterableDataset)
     if map_style and hasattr(src, "__len__"):
-        return dataset_folder(src, fields, **options) or TorchSource(src, fields=fields, **options)
+        return dataset_folder(src, fields, **given) or TorchSource(src, fields=fields, **given)
     if isinstance(src, Iterable):
-        return IterableSource(src, fields=fields, **options)
+        return IterableSource(src, fields=fields, **given)
     raise SourceError(
         f"cannot convert a {type(src).__name__}: pass a path, a dict of arrays, a pyarrow "
         "Table, a torch Dataset or an iterable of samples"
@@ -207,7 +212,8 @@ def convert(
     *,
     metadata: Mapping[str, Any] | None = None,
     part_size: int | None = None,
-    **options: Any,
+    processes: int | None = None,
+    **options: Unpack[SourceOptions],
 ) -> Path | str:
     """Convert ``src`` into a chute dataset at ``dst``; returns ``dst``.
 
@@ -230,14 +236,15 @@ def convert(
     ``part_size``: split the dataset into parts of at most that many samples, as
     :func:`chute.write` does (not with ``processes`` or Dask arrays, whose parts are their
     files and row chunks).
-    Other options belong to their source (``nulls`` for tables,
-    ``on_error``, ``max_side``, ``quality`` for images); one a source does not take is an
+    Other options belong to their source (:class:`~chute.sources.options.SourceOptions` lists
+    them, typed: ``workers``, ``batch_bytes``, ``nulls`` for tables, ``on_error``,
+    ``max_side``, ``quality`` for images, ...); one a source does not take is an
     :class:`~chute.ArgumentError`. Raises :class:`~chute.DatasetNotFoundError` for a
     missing source, :class:`~chute.SourceError` for one that cannot be mapped to fields,
     :class:`~chute.DatasetExistsError` if ``dst`` exists and ``overwrite`` is false.
     """
     dask = isinstance(src, Mapping) and bool(src) and all(_is_dask(v) for v in src.values())
-    if part_size is not None and (dask or options.get("processes", 1) != 1):
+    if part_size is not None and (dask or processes not in (None, 1)):
         raise ArgumentError(
             f"part_size={part_size!r}: "
             + (
@@ -253,10 +260,10 @@ def convert(
             src = {
                 new: src[old] for old, new in field_map(fields, list(src), "<dask arrays>").items()
             }
+        dask_options = cast(dict[str, Any], options)  # a Dask option is from_dask's
         return from_dask(
-            src, dst, overwrite=overwrite, progress=progress, metadata=metadata, **options
+            src, dst, overwrite=overwrite, progress=progress, metadata=metadata, **dask_options
         )
-    processes = options.pop("processes", None)
     source = open_source(src, fields, **options)
     if processes is None or processes == 1:
         return write_source(

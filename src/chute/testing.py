@@ -22,7 +22,7 @@ from .columns.encoded_images import EncodedImages
 from .kinds import Field, Tensor, field_from_json, field_to_json
 from .reader.mix import mix
 from .reader.opening import open as open_dataset
-from .writer.writer import write
+from .writer.arrays import write
 
 FIELD = "x"  # the field under test; "i" holds each sample's index
 

@@ -238,3 +238,51 @@ def test_exact_decodes_at_full_size_like_pil(batch) -> None:
     for i, d in enumerate(data):
         diff = np.abs(out[i].astype(int) - reference(d, p.boxes[i], p.size, p.flips[i]))
         assert diff.max() <= 1, i
+
+
+@pytest.mark.parametrize("torch_resize", [True, False])
+@pytest.mark.parametrize(
+    "op",
+    [
+        chute.ResizePad(48, center=True, fill=(9, 8, 7), exact=True),
+        chute.ResizePad((40, 56), shorter=30, exact=True),
+        chute.ScaleJitter(48, (0.3, 0.9), fill=(9, 8, 7), exact=True),
+        CenterCrop((40, 72), exact=True),
+    ],
+)
+def test_a_padded_output_is_the_whole_resized_image_windowed(
+    batch, monkeypatch, op, torch_resize
+) -> None:
+    """The letterbox, an uncropped scale jitter and a center crop wider than the resized
+    image, decoded at full size: each output within 1 of PIL's resize of the whole image to
+    the plan's scale, then the window the plan's box makes of it, the fill around it
+    (torchvision's steps: resize, pad), flipped or not. With torch's resizer the whole image
+    is resized once (``chute.image.framing.whole_frames``) where that costs at most twice
+    the output's pixels."""
+    from chute.image import decode
+    from chute.image.framing import whole_frames
+
+    monkeypatch.setattr(decode, "_TORCH_RESIZE", torch_resize)
+    data, h, w = batch
+    ops = [op, RandomHorizontalFlip()]
+    idx = np.arange(len(data))
+    p = plan(ops, h, w, idx, 3, 0)
+    oh, ow = p.size
+    out = decode_batch(data, h, w, ops, idx, 3, 0, np.empty((len(data), 3, oh, ow), np.uint8))
+    fill = getattr(op, "fill", 0)
+    fill = np.array(fill if isinstance(fill, tuple) else (fill,) * 3)
+    for i, d in enumerate(data):
+        x0, y0, x1, y1 = p.boxes[i]
+        sx, sy = (x1 - x0) / ow, (y1 - y0) / oh  # stored pixels per output pixel
+        at = np.array([w[i] / sx, h[i] / sy, x0 / sx, y0 / sy])
+        np.testing.assert_allclose(at, np.rint(at), atol=1e-6)
+        rw, rh, left, top = np.rint(at).astype(int)
+        im = Image.fromarray(pil_rgb(d)).resize((rw, rh), Image.Resampling.BILINEAR)
+        canvas = np.broadcast_to(fill, (rh + 2 * oh, rw + 2 * ow, 3)).copy()
+        canvas[oh : oh + rh, ow : ow + rw] = np.asarray(im)
+        ref = canvas[oh + top : 2 * oh + top, ow + left : 2 * ow + left].transpose(2, 0, 1)
+        if p.flips[i]:
+            ref = ref[:, :, ::-1]
+        assert np.abs(out[i].astype(int) - ref).max() <= 1, i
+    framed = whole_frames(p, scaled_boxes(p, h, w), h, w).ok
+    assert framed.all() if isinstance(op, (chute.ResizePad, chute.ScaleJitter)) else framed.any()

@@ -97,3 +97,36 @@ def test_a_sample_longer_than_pad_to_in_a_worker_thread(tmp_path: Path) -> None:
     loader = chute.Loader(chute.open(tmp_path / "t"), 2, num_workers=2, pad=0, pad_to=8)
     with pytest.raises(ArgumentValueError, match="sample 2 has 30 rows"):
         list(loader)
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+@pytest.mark.parametrize(
+    ("pad", "says"),
+    [
+        ({"tokens": 0, "lables": -100}, r"names field 'lables', which the dataset does not have"),
+        ({"tokens": "0"}, r"pad=\{'tokens': '0'\}: pad= takes a number per field"),
+        ({"tokens": 2**40}, r"pad=1099511627776 for field 'tokens' \(int32\)"),
+        ({"grid": 0.5, "tokens": -1.5}, r"for field 'tokens' \(int32\): needs an integer"),
+    ],
+)
+def test_a_pad_per_field_that_does_not_fit_is_named(ds, loader, pad, says):
+    with pytest.raises(chute.SchemaError, match=says) as info:
+        make(loader, ds, pad=pad)
+    if "lables" in pad:  # the fields there are, to pick from
+        assert "['blob', 'grid', 'name', 'tokens', 'y']" in str(info.value)
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+def test_a_pad_per_field_names_the_fields_of_what_is_loaded(ds, loader):
+    rows = chute.pack(chute.open(ds.path, fields=["tokens"]), "tokens", 8, labels="next")
+    with pytest.raises(chute.SchemaError, match="does not have; its fields are") as info:
+        make(loader, rows, pad={"loss_mask": 0})
+    assert "['cu_seqlens', 'labels', 'position_ids', 'tokens']" in str(info.value)
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+def test_max_length_over_packed_or_windowed_rows_is_refused(ds, loader):
+    tokens = chute.open(ds.path, fields=["tokens"])
+    for rows in (chute.pack(tokens, "tokens", 8), chute.windows(tokens, "tokens", 4)):
+        with pytest.raises(ArgumentValueError, match=r"tokens each already.*length="):
+            make(loader, rows, max_length=2, batch_tokens=16)

@@ -95,3 +95,17 @@ def test_prepare_gets_each_plans_indices_once():
     batches = list(order.batches())
     assert len(calls) == 1 and calls[0][1] == 3
     np.testing.assert_array_equal(calls[0][0], np.concatenate(batches))
+
+
+@pytest.mark.slow  # worker processes
+def test_worker_processes_batch_packed_rows_by_their_length(docs):
+    path, _ = docs
+    rows = chute.pack(chute.open(path, fields=["tokens"]), "tokens", 128, labels="next")
+    options = {"batch_tokens": 1000, "seed": 4, "pad": {"cu_seqlens": -1}}
+    dl = chute.dataloader(rows, 16, **options, num_workers=2, pin_memory=False)
+    got, want = list(dl), list(chute.Loader(rows, 16, **options, num_workers=0))
+    assert len(got) == len(want) == len(dl)
+    for a, b in zip(got, want, strict=True):
+        assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+        assert a["tokens"].shape[0] <= 1000 // 128 and a["tokens"].shape[1] == 128
+    assert sum(len(b["tokens"]) for b in got) == len(rows)

@@ -4,7 +4,9 @@ exact across world sizes, the batches a pure function of (seed, epoch)."""
 
 from __future__ import annotations
 
+import tempfile
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -181,3 +183,70 @@ def test_max_length_and_pad_for_every_token_dtype(tmp_path, dtype):
     ]
     (raw,) = list(chute.Loader(ds, batch_size=4, max_length=4, shuffle=False, num_workers=0))
     assert raw["tokens"].offsets.tolist() == [0, 4, 4, 8, 11]
+
+
+def same_batch(a: dict, b: dict) -> bool:
+    """Two batches of packed rows hold the same tensors (cu_seqlens: its values and offsets)."""
+    return a.keys() == b.keys() and all(
+        torch.equal(a[k].values, b[k].values) and torch.equal(a[k].offsets, b[k].offsets)
+        if isinstance(a[k], chute.RaggedBatch)
+        else torch.equal(a[k], b[k])
+        for k in a
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    docs=st.lists(st.integers(0, 30), min_size=1, max_size=50),
+    row=st.integers(4, 24),
+    budget=st.integers(1, 120),
+    most=st.integers(1, 8),
+    world=st.integers(1, 3),
+    k=st.integers(0, 6),
+    seed=st.integers(0, 3),
+)
+def test_packed_rows_count_their_length_every_row_once_and_resume(
+    docs, row, budget, most, world, k, seed
+):
+    with tempfile.TemporaryDirectory() as d:
+        with chute.Writer(Path(d) / "p", {"tokens": chute.Ragged("int32")}) as w:
+            for i, n in enumerate(docs):
+                w.append({"tokens": np.arange(n, dtype=np.int32) + 100 * i})
+        rows = chute.pack(chute.open(Path(d) / "p"), "tokens", row)
+        options = {"batch_tokens": budget, "seed": seed, "num_workers": 0, "pin_memory": False}
+        want = BatchByTokens(np.full(len(rows), row), budget, most, seed=seed).epoch_batches(0)
+        got = list(chute.Loader(rows, most, **options))
+        assert len(got) == len(want)
+        assert sorted(np.concatenate([*want, np.zeros(0, int)]).tolist()) == list(range(len(rows)))
+        for b, idx in zip(got, want, strict=True):
+            assert same_batch(b, rows.gather(idx))  # the rows the order chose, gathered
+            assert b["tokens"].shape == (len(idx), row)  # every row costs its whole length
+            assert len(idx) <= most and (len(idx) == 1 or len(idx) * row <= budget)
+        loader = chute.Loader(rows, most, **options)
+        it = iter(loader)
+        first = [next(it) for _ in range(min(k, len(got)))]
+        state = loader.state_dict()
+        del it
+        ranks = []
+        for r in range(world):
+            part = chute.Loader(rows, most, **options, rank=r, world_size=world)
+            part.load_state_dict(state)
+            ranks.append(list(part))
+        assert len({len(x) for x in ranks}) == 1  # equal steps on every rank
+        stream = first + [b for step in zip(*ranks, strict=True) for b in step]
+        assert all(same_batch(a, b) for a, b in zip(stream[: len(got)], got, strict=True))
+        assert len(got) <= len(stream) < len(got) + world
+
+
+def test_windows_and_a_subset_of_packed_rows_count_their_length(tmp_path):
+    tokens = [np.arange(n, dtype=np.int32) for n in np.random.default_rng(1).integers(1, 40, 90)]
+    ds = chute.open(chute.write(tmp_path / "d", {"tokens": tokens}))
+    windows = chute.windows(ds, "tokens", 16)
+    sizes = [len(b["tokens"]) for b in chute.Loader(windows, 8, batch_tokens=50, num_workers=0)]
+    # 50 // 16 windows a batch, but the last of the (one) length-sorted window
+    assert sorted(sizes)[1:] == [3] * (len(sizes) - 1) and sum(sizes) == len(windows)
+    rows = chute.pack(ds, "tokens", 32)
+    half = torch.utils.data.Subset(rows, range(0, len(rows), 2))
+    batches = list(chute.Loader(half, 8, batch_tokens=100, num_workers=2, shuffle=False))
+    assert [len(b["tokens"]) for b in batches][:2] == [3, 3]  # 100 // 32 rows
+    assert sum(len(b["tokens"]) for b in batches) == len(half)

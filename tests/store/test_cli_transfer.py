@@ -32,6 +32,8 @@ def test_upload_and_download_with_storage_options_and_workers(
     assert main(["info", url, *opts]) == 0
     assert "200 samples, 4 part(s)" in capsys.readouterr().out
     assert len({key for _, key in s3.log if key.endswith(".npy.zst")}) == 8  # 4 parts x 2
+    assert main(["verify", url, "-q", *opts]) == 0
+    assert "OK" in capsys.readouterr().out
     dst = tmp_path / "copy.chute"
     assert main(["download", url, str(dst), "--workers", "2", *opts]) == 0
     assert chute.open(dst).gather(np.arange(200))["i"].tolist() == list(range(200))

@@ -5,10 +5,12 @@ preallocated batch). Needs ``pip install 'chute[image]'`` (simplejpeg, Pillow).
 - :mod:`.codec`: ``encode_image``, ``decode_image``, ``jpeg_size``
 - :mod:`.ops`: ``RandomResizedCrop``, ``CenterCrop``, ``Resize``, ``RandomHorizontalFlip``,
   ``plan``; :mod:`.placing`: ``RandomCrop``, ``ResizePad``, ``ScaleJitter``, ``ZoomOut``,
-  ``RandomIoUCrop`` (detection recipes: padding, scale jitter, crops around the boxes)
+  ``RandomIoUCrop`` (detection recipes: padding, scale jitter, crops around the boxes);
+  :mod:`.scales`: ``MultiScale`` (the sizing op at a size drawn per batch)
 - :mod:`.batch_decode`: ``decode_batch``, ``decode_planned`` (``scaled_boxes``: where it decodes)
 - :mod:`.augment`: ``ColorJitter``, ``Grayscale``, ``GaussianBlur``, ``RandomErasing`` (in
-  ``decode=`` lists); :mod:`.mixing`: ``MixUp``, ``CutMix`` (``transform=``)
+  ``decode=`` lists); :mod:`.mixing`: ``MixUp``, ``CutMix``; :mod:`.mosaic`: ``Mosaic``
+  (``transform=``)
 - :mod:`.randaugment`: ``RandAugment``, ``TrivialAugmentWide`` (in ``decode=`` lists);
   :mod:`.warps`: their shears, translations and rotations, for the image and its followers
 - :mod:`.follow`: ``Follow``, ``Geometry`` (fields tied to an image's crop, flip and
@@ -40,6 +42,7 @@ from .codec import EncodedImage, decode_image, encode_image, is_jpeg, jpeg_size
 from .follow import GEOMETRY_COLUMNS, Follow, Geometry, View
 from .masks import resize_nearest
 from .mixing import BatchTransform, CutMix, MixUp
+from .mosaic import Mosaic
 from .normalize import normalize
 from .on_device import DeviceImages
 from .ops import (
@@ -54,6 +57,7 @@ from .ops import (
 )
 from .placing import RandomCrop, RandomIoUCrop, ResizePad, ScaleJitter, ZoomOut
 from .randaugment import RandAugment, TrivialAugmentWide
+from .scales import MultiScale
 
 __all__ = [
     "GEOMETRY_COLUMNS",
@@ -69,6 +73,8 @@ __all__ = [
     "Geometry",
     "Grayscale",
     "MixUp",
+    "Mosaic",
+    "MultiScale",
     "Plan",
     "RandAugment",
     "RandomCrop",

@@ -8,8 +8,11 @@ scale: most images) is cropped, then resized by torch's ``interpolate(antialias=
 is what torchvision's ``RandomResizedCrop`` does (crop, then resize; PIL's coefficients, +-1)
 and ~2.5x faster than PIL's resize on x86 (torch's AVX2 kernel for uint8 channels-last
 images, which runs in the calling thread: no intra-op pool; it writes channels last too,
-then numpy copies the planes into ``out[i]``). A fractional box (after DCT
-scaling, or a center crop's) goes to PIL's ``resize(box=...)``, which samples it exactly. On
+then numpy copies the planes into ``out[i]``). A fractional box whose output is a window
+on whole pixels of the whole image resized at the plan's scale (a center crop, a letterbox,
+an uncropped scale jitter: :func:`chute.image.framing.whole_frames`) has torch resize the
+whole image, then the window copied out (and the fill around it). Any other fractional box
+(after DCT scaling) goes to PIL's ``resize(box=...)``, which samples it exactly. On
 CPUs without AVX2 torch's uint8 kernel is the generic one: PIL resizes every image there, a
 whole-pixel crop as a view of the decoded image (the same pixels as torch's, +-1).
 
@@ -38,6 +41,7 @@ from .. import _compat
 from ..buffers import thread_scratch
 from ..errors import ArgumentError, FormatError, require
 from .codec import check_pixels, decode_image, is_jpeg
+from .framing import place, put, whole_frames
 from .ops import Plan, padded, placed, plan
 
 __all__ = [
@@ -162,14 +166,19 @@ def decode_planned(
     h = np.asarray(heights, dtype=np.int64).reshape(-1)
     w = np.asarray(widths, dtype=np.int64).reshape(-1)
     _check_headers(bufs, h, w, indices, sj.decode_jpeg_header)  # before sizing any buffer
-    dh, dw, boxes, exact = scaled_boxes(p, h, w)
+    sb = scaled_boxes(p, h, w)
+    dh, dw, boxes, exact = sb
     pad = padded(p)
     by_torch = exact & _TORCH_RESIZE & ~pad
+    frames = whole_frames(p, sb, h, w)
+    framed = frames.ok & _TORCH_RESIZE & ~by_torch
     if pad.any():  # the part of the image each padded output shows, in decoded pixels
         assert p.inner is not None
         fx, fy = dw / w, dh / h
         inner = (p.inner * np.stack([fx, fy, fx, fy], axis=1)).tolist()
-        dest = placed(p).tolist()
+    dest = placed(p).tolist()
+    shape = frames.shape.tolist()
+    origin = frames.origin.tolist()
     # Boxes in decoded pixels, as python floats for PIL (one tolist, not one per number);
     # whole-pixel ones as ints for torch's crop-then-resize (see the module docstring).
     dbox = boxes.tolist()
@@ -181,6 +190,7 @@ def decode_planned(
     # into and numpy reads planes from.
     scratch = thread_scratch("decoded", int((dh * dw).max() + dw.max()) * 4)  # + a row: see below
     crop_scratch = thread_scratch("crop", int((dh * dw).max()) * 3 if by_torch.any() else 0)
+    frame_scratch = thread_scratch("frame", int(frames.shape.prod(1)[framed].max(initial=0)) * 3)
     hwc = thread_scratch("resized", oh * ow * 4).reshape(oh, ow, 4)
     rgb = thread_scratch("resized_rgb", oh * ow * 3).reshape(oh, ow, 3)  # torch's, channels last
     rgb_out = torch.from_numpy(rgb[None]).permute(0, 3, 1, 2)
@@ -203,7 +213,7 @@ def decode_planned(
     for i in range(n):
         buf = bufs[i]
         ih, iw = dims[i]
-        mode = "RGB" if by_torch[i] else "RGBX"
+        mode = "RGB" if by_torch[i] or framed[i] else "RGBX"
         try:
             if not is_jpeg(buf):
                 raise ValueError("not a JPEG")
@@ -217,9 +227,16 @@ def decode_planned(
             raise FormatError(_where(indices, i) + f"corrupt or truncated JPEG: {exc}") from None
         if pixels.shape[0] != ih or pixels.shape[1] != iw:
             raise FormatError(_where(indices, i) + _mismatch(h[i], w[i]))
+        if framed[i]:  # the whole image resized by torch, the output a window of it
+            rh, rw = shape[i]
+            frame = frame_scratch[: rh * rw * 3].reshape(rh, rw, 3)
+            src = torch.from_numpy(pixels.transpose(2, 0, 1)[None])
+            resize(src, (rh, rw), torch.from_numpy(frame[None]).permute(0, 3, 1, 2))
+            put(out[i], frame, dest[i], origin[i], p.fill, flips[i])
+            continue
         if pad[i]:  # the shown part resized into its place, the rest the fill colour
             whole = view(pixels, (iw, ih), 0, iw * 4)
-            _place(whole, inner[i], dest[i], p.fill, flips[i], out[i], hwc, paster)
+            place(whole, inner[i], dest[i], p.fill, flips[i], out[i], hwc, paster)
             continue
         if by_torch[i]:  # crop into a contiguous (h, w, 3) array: torch's kernel takes it as is
             x0, y0, x1, y1 = ibox[i]
@@ -242,32 +259,6 @@ def decode_planned(
     return out
 
 
-def _place(
-    image: Any,
-    box: list[float],
-    dest: list[int],
-    fill: tuple[int, int, int],
-    flip: bool,
-    dst: np.ndarray,
-    hwc: np.ndarray,
-    paster: Any,
-) -> None:
-    """``box`` of ``image`` (PIL, RGBX) resized bilinearly into the pixels ``dest`` (x0, y0,
-    x1, y1) of ``dst`` (3, H, W), the rest ``fill``; mirrored when ``flip``. ``hwc``: scratch
-    of at least H * W * 4 bytes."""
-    from PIL import Image
-
-    for c in range(3):
-        dst[c] = fill[c]
-    x0, y0, x1, y1 = dest
-    if x1 > x0 and y1 > y0:
-        part = hwc.reshape(-1)[: (y1 - y0) * (x1 - x0) * 4].reshape(y1 - y0, x1 - x0, 4)
-        paster(part)(image.resize((x1 - x0, y1 - y0), int(Image.Resampling.BILINEAR), box))
-        dst[:, y0:y1, x0:x1] = part[:, :, :3].transpose(2, 0, 1)
-    if flip:
-        dst[...] = dst[:, :, ::-1].copy()
-
-
 def _decode_other(buf: Any, h: int, w: int, p: Plan, dst: np.ndarray, indices: Any, i: int) -> None:
     """Any other format: a full decode through PIL, then the same crop + resize (one
     sample's plan ``p``)."""
@@ -284,7 +275,7 @@ def _decode_other(buf: Any, h: int, w: int, p: Plan, dst: np.ndarray, indices: A
     im = Image.fromarray(np.ascontiguousarray(chw.transpose(1, 2, 0))).convert("RGBX")
     if p.inner is not None and padded(p)[0]:
         hwc = np.empty((*p.size, 4), np.uint8)
-        _place(
+        place(
             im,
             p.inner[0].tolist(),
             placed(p)[0].tolist(),

@@ -335,8 +335,9 @@ def plan(
                     for j, b in enumerate(_boxes_in(targets, op, n))
                 ]
 
-            def draw(start: int, cols: int, k: int = k) -> np.ndarray:
-                return uniforms(seed, epoch, indices, k, cols, start)
+            def draw(start: int, cols: int, rows: Any, k: int = k) -> np.ndarray:
+                idx = indices if rows is None else indices[rows]
+                return uniforms(seed, epoch, idx, k, cols, start)
 
             box, nh, nw = op.frame(fh, fw, draw, own)
         elif isinstance(op, _GEOMETRIC):

@@ -32,7 +32,8 @@ from .checks import integer, number, pair, probability, size2
 
 __all__ = ["RandomCrop", "RandomIoUCrop", "ResizePad", "ScaleJitter", "ZoomOut", "fill_colour"]
 
-Draw = Callable[[int, int], np.ndarray]  # (start, k) -> (B, k) uniforms of the op's stream
+# (start, k, rows) -> (B, k) uniforms of the op's stream, or (len(rows), k): those rows' only
+Draw = Callable[[int, int, Any], np.ndarray]
 
 
 def fill_colour(op: str, fill: Any) -> tuple[int, int, int]:
@@ -244,7 +245,7 @@ class ZoomOut:
     def frame(
         self, heights: np.ndarray, widths: np.ndarray, draw: Draw, targets: Any
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        u = draw(0, self.draws)
+        u = draw(0, self.draws, None)
         lo, hi = self.side_range
         r = np.where(u[:, 0] < self.p, lo + (hi - lo) * u[:, 1], 1.0)
         cw, ch = np.floor(widths * r), np.floor(heights * r)
@@ -301,60 +302,66 @@ class RandomIoUCrop:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(heights)
         box = np.stack([np.zeros(n), np.zeros(n), widths, heights], axis=1).astype(np.float64)
+        # Each sample's boxes, padded to the batch's most (``real`` marks the true ones).
+        k = max((len(b) for b in targets), default=0)
+        objs = np.zeros((n, max(k, 1), 4))
+        real = np.zeros((n, max(k, 1)), bool)
+        for j, b in enumerate(targets):
+            objs[j, : len(b)], real[j, : len(b)] = b, True
         per = 1 + 4 * self.trials
         pending = np.arange(n)
         for r in range(ROUNDS):
             if not len(pending):
                 break
-            u = draw(r * per, per)[pending]
-            done = []
-            for j, row in zip(pending.tolist(), u, strict=True):
-                got = self._round(row, int(heights[j]), int(widths[j]), targets[j])
-                if got is not None:
-                    box[j] = got
-                    done.append(j)
-            pending = np.setdiff1d(pending, done)
+            got, done = self._rounds(
+                draw(r * per, per, pending),
+                heights[pending].astype(np.float64),
+                widths[pending].astype(np.float64),
+                objs[pending],
+                real[pending],
+            )
+            box[pending[done]] = got[done]
+            pending = pending[~done]
         return (
             box,
             (box[:, 3] - box[:, 1]).astype(np.int64),
             (box[:, 2] - box[:, 0]).astype(np.int64),
         )
 
-    def _round(self, u: np.ndarray, h: int, w: int, boxes: np.ndarray) -> Any:
-        """One round of v2's search on its draws ``u``: the whole frame (no crop), a crop
-        box, or None (no trial succeeded)."""
-        opts = self.sampler_options
-        iou = float(opts[min(int(u[0] * len(opts)), len(opts) - 1)])
-        if iou >= 1.0:
-            return np.array([0.0, 0.0, w, h])
-        t = u[1:].reshape(self.trials, 4)
-        r0 = self.min_scale + (self.max_scale - self.min_scale) * t[:, 0]
-        r1 = self.min_scale + (self.max_scale - self.min_scale) * t[:, 1]
-        nw, nh = np.floor(w * r0), np.floor(h * r1)
+    def _rounds(
+        self, u: np.ndarray, h: np.ndarray, w: np.ndarray, boxes: np.ndarray, real: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One round of v2's search for each of ``P`` samples on its draws ``u`` (P, 1 + 4 *
+        trials), of sizes ``h``, ``w``, with boxes ``(P, K, 4)`` (``real``: (P, K), the
+        sample's own, the rest padding): ``(P, 4)`` frame boxes (the whole frame: no crop,
+        or the first crop that succeeded) and ``(P,)`` whether the round succeeded."""
+        opts = np.asarray(self.sampler_options, np.float64)
+        iou = opts[np.minimum((u[:, 0] * len(opts)).astype(np.int64), len(opts) - 1)]
+        t = u[:, 1:].reshape(len(u), self.trials, 4)
+        r0 = self.min_scale + (self.max_scale - self.min_scale) * t[..., 0]
+        r1 = self.min_scale + (self.max_scale - self.min_scale) * t[..., 1]
+        nw, nh = np.floor(w[:, None] * r0), np.floor(h[:, None] * r1)  # (P, T)
         with np.errstate(divide="ignore", invalid="ignore"):
             aspect = nw / nh
-        left, top = np.floor((w - nw) * t[:, 2]), np.floor((h - nh) * t[:, 3])
+        left = np.floor((w[:, None] - nw) * t[..., 2])
+        top = np.floor((h[:, None] - nh) * t[..., 3])
         ok = (aspect >= self.min_aspect_ratio) & (aspect <= self.max_aspect_ratio)
         ok &= (nw > 0) & (nh > 0)
-        if not ok.any() or not len(boxes):
-            return None
-        crops = np.stack([left, top, left + nw, top + nh], axis=1)[:, None]  # (T, 1, 4)
-        b = boxes[None]  # (1, K, 4)
+        crops = np.stack([left, top, left + nw, top + nh], axis=2)  # (P, T, 4)
+        c, b = crops[:, :, None], boxes[:, None]  # (P, T, 1, 4), (P, 1, K, 4)
         cx, cy = (b[..., 0] + b[..., 2]) / 2, (b[..., 1] + b[..., 3]) / 2
-        within = (crops[..., 0] < cx) & (cx < crops[..., 2]) & (crops[..., 1] < cy)
-        within &= cy < crops[..., 3]
-        iw = np.clip(
-            np.minimum(b[..., 2], crops[..., 2]) - np.maximum(b[..., 0], crops[..., 0]), 0, None
-        )
-        ih = np.clip(
-            np.minimum(b[..., 3], crops[..., 3]) - np.maximum(b[..., 1], crops[..., 1]), 0, None
-        )
+        within = (c[..., 0] < cx) & (cx < c[..., 2]) & (c[..., 1] < cy) & (cy < c[..., 3])
+        within &= real[:, None]
+        iw = np.clip(np.minimum(b[..., 2], c[..., 2]) - np.maximum(b[..., 0], c[..., 0]), 0, None)
+        ih = np.clip(np.minimum(b[..., 3], c[..., 3]) - np.maximum(b[..., 1], c[..., 1]), 0, None)
         inter = iw * ih
         area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
-        union = area_b + (nw * nh)[:, None] - inter
+        union = area_b + (nw * nh)[..., None] - inter
         with np.errstate(divide="ignore", invalid="ignore"):
             ious = np.where(within, inter / union, -math.inf)
-        ok &= within.any(axis=1) & (ious.max(axis=1) >= iou)
-        if not ok.any():
-            return None
-        return crops[int(np.argmax(ok)), 0]
+        ok &= within.any(axis=2) & (ious.max(axis=2) >= iou[:, None])
+        first = np.argmax(ok, axis=1)
+        got = crops[np.arange(len(u)), first]
+        whole = iou >= 1.0  # no crop this round
+        got[whole] = np.stack([np.zeros_like(w), np.zeros_like(h), w, h], axis=1)[whole]
+        return got, whole | ok.any(axis=1)

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import default_collate
 
 from .. import _compat as compat
+from ..batch import Pad
 from ..columns.gather import head
 from ..errors import ArgumentError, ChuteError, SchemaError, WorkerError
 from ..reader.gatherable import Gatherable, PerEpoch
@@ -60,7 +61,7 @@ class BatchDataset(torch.utils.data.Dataset):
         sample_transform: Callable[[Sample], Any] | None = None,
         batch_transform: Callable[[Any], Any] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
         skipped: Mapping[int, str] | None = None,
     ) -> None:
         for name, fn in (

@@ -82,6 +82,7 @@ import numpy as np
 import torch
 
 from .._args import check_int, default_workers
+from ..batch import Pad
 from ..errors import (
     ArgumentValueError,
     StaleIteratorError,
@@ -90,15 +91,13 @@ from ..errors import (
 from ..order.steps import Steps
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from ..reader.remote import needs_spawn, refuse_fork
-from ..reader.subset import loadable
-from ..reader.truncate import Truncated
 from .batch_dataset import BatchDataset, Reported, as_is
-from .decode import Decoded, with_decode
-from .finish import with_finish
+from .decode import Decoded
 from .handoff import Handoff
 from .passes import OnePass, make_order, unknown_keywords
 from .processes import death_message, exited_workers, worker_init
 from .samplers import EpochSampler, StepBatches
+from .views import loader_views
 
 __all__ = ["BatchDataset", "ChuteDataLoader", "dataloader"]
 
@@ -274,7 +273,7 @@ def dataloader(
     world_size: int | None = None,
     drop_last: bool = False,
     block_size: int | None = None,
-    pad: float | int | None = None,
+    pad: Pad | None = None,
     decode: dict[str, Any] | None = None,
     max_length: int | None = None,
     batch_tokens: int | None = None,
@@ -291,7 +290,8 @@ def dataloader(
     ``block_size``), so ``set_epoch`` / ``state_dict`` behave as in :class:`~chute.Loader`.
     Without an initialized process group, ``rank`` / ``world_size`` come from the launcher's
     ``RANK`` / ``WORLD_SIZE`` (torchrun), as in ``Loader``. ``pad``: ragged and bytes fields
-    come padded, as with ``Loader(pad=)`` (a ``(B, L, ...)`` tensor plus ``FIELD_lengths``),
+    come padded, as with ``Loader(pad=)`` (a ``(B, L, ...)`` tensor plus ``FIELD_lengths``;
+    one number, or one per field: ``pad={"tokens": pad_id, "labels": -100}``),
     to exactly ``pad_to`` or a multiple of ``pad_multiple`` when given; ``dtype``: fields cast
     in the workers, as in ``Loader`` (``chute/loader/finish.py``).
     ``sample_transform(sample_dict)`` runs per sample in the workers (then the samples are
@@ -324,17 +324,68 @@ def dataloader(
             for batch in chute.to_device(dl):
                 step(batch)
     """
-    plain = loadable(ds, "dataloader")
-    base = plain if max_length is None else Truncated(plain, max_length)
-    # chute/loader/decode.py; the main process warns about the samples it skips
-    decoded = with_decode(base, decode, seed, on_error, warn=False)
-    ds = with_finish(decoded, dtype, pad, pad_to, pad_multiple, "chute.dataloader")  # finish.py
+    views = loader_views(  # the main process warns about the samples decode= skips
+        ds,
+        "dataloader",
+        max_length=max_length,
+        decode=decode,
+        seed=seed,
+        on_error=on_error,
+        warn=False,
+        dtype=dtype,
+        pad=pad,
+        pad_to=pad_to,
+        pad_multiple=pad_multiple,
+    )
+    ds, decoded = views.dataset, views.decoded
+    _refuse_unknown(dataloader_kwargs)
+    _refuse_split_device_decode(sample_transform, dataloader_kwargs, decoded)
+    _refuse_order_keywords(dataloader_kwargs)
+    order = make_order(  # chute/loader/passes.py picks the policy
+        ds,
+        batch_size,
+        shuffle,
+        seed,
+        rank,
+        world_size,
+        drop_last,
+        block_size,
+        batch_tokens=batch_tokens,
+        measured=views.plain,
+        max_length=max_length,
+        who="dataloader",
+    )
+    workers = default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
+    _worker_defaults(ds, workers, dataloader_kwargs)
+    dataset = BatchDataset(
+        ds,
+        sample_transform,
+        batch_transform,
+        dataloader_kwargs.pop("collate_fn", None),
+        pad,
+        skipped=decoded.skipped if isinstance(decoded, Decoded) else None,
+    )
+    loader = ChuteDataLoader(dataset, order, num_workers=workers, **dataloader_kwargs)
+    loader._shard_given = rank is not None or world_size is not None
+    return loader
+
+
+def _refuse_unknown(dataloader_kwargs: dict[str, Any]) -> None:
+    """A keyword that neither :func:`dataloader` nor torch's ``DataLoader`` takes is chute's
+    error, listing the valid ones."""
     torch_keywords = _torch_keywords()
     unknown = [k for k in dataloader_kwargs if k not in torch_keywords and k not in _OWN]
     if unknown:
         chute_keywords = [k for k in inspect.signature(dataloader).parameters if k != "ds"]
         valid = [k for k in chute_keywords if k != "dataloader_kwargs"] + sorted(torch_keywords)
         raise unknown_keywords("chute.dataloader", unknown, valid)
+
+
+def _refuse_split_device_decode(
+    sample_transform: Any, dataloader_kwargs: dict[str, Any], decoded: Gatherable
+) -> None:
+    """Samples split for a ``sample_transform`` or ``collate_fn`` cannot hold the pixels of
+    fields that ``chute.to_device`` decodes after the batch arrives."""
     split = sample_transform is not None or "collate_fn" in dataloader_kwargs
     if split and isinstance(decoded, Decoded) and decoded.on_device:
         raise ArgumentValueError(
@@ -342,6 +393,10 @@ def dataloader(
             "the batch arrives: a sample_transform or collate_fn cannot see their pixels; "
             "decode them in the workers (no device=), or use batch_transform="
         )
+
+
+def _refuse_order_keywords(dataloader_kwargs: dict[str, Any]) -> None:
+    """The DataLoader keywords that would take the batch order from chute.Order."""
     clash = sorted(k for k in dataloader_kwargs if k in _OWN)
     if clash:
         raise ArgumentValueError(
@@ -359,33 +414,13 @@ def dataloader(
             "in_order=False is not supported: batches must arrive in order for state_dict() "
             "to count exactly what was consumed"
         )
-    order = make_order(  # chute/loader/passes.py picks the policy
-        ds,
-        batch_size,
-        shuffle,
-        seed,
-        rank,
-        world_size,
-        drop_last,
-        block_size,
-        batch_tokens=batch_tokens,
-        measured=plain,
-        max_length=max_length,
-        who="dataloader",
-    )
-    workers = default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
+
+
+def _worker_defaults(ds: Gatherable, workers: int, dataloader_kwargs: dict[str, Any]) -> None:
+    """``pin_memory`` where CUDA is, as in ``Loader``; worker processes started by
+    forkserver for a dataset in object storage (obstore does not survive fork(): see
+    ``chute/reader/remote.py``)."""
     dataloader_kwargs.setdefault("pin_memory", torch.cuda.is_available())
-    if workers and needs_spawn(ds):  # obstore does not survive fork(): see chute/reader/remote.py
+    if workers and needs_spawn(ds):
         dataloader_kwargs.setdefault("multiprocessing_context", "forkserver")
         refuse_fork(ds, dataloader_kwargs["multiprocessing_context"])
-    dataset = BatchDataset(
-        ds,
-        sample_transform,
-        batch_transform,
-        dataloader_kwargs.pop("collate_fn", None),
-        pad,
-        skipped=decoded.skipped if isinstance(decoded, Decoded) else None,
-    )
-    loader = ChuteDataLoader(dataset, order, num_workers=workers, **dataloader_kwargs)
-    loader._shard_given = rank is not None or world_size is not None
-    return loader

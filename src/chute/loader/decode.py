@@ -41,40 +41,38 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
-from .._torch import as_numpy
+from .._torch import TORCH_DTYPES, as_numpy
 from ..batch import RaggedBatch
 from ..errors import ArgumentError, ChuteError, FormatError, SchemaError
-from ..image.augment import AUGMENTS, augment
+from ..image.augment import augment
 from ..image.follow import (
     Follow,
     Geometry,
-    View,
-    check_fill,
-    check_followable,
     follow_warps,
     geometry,
-    geometry_width,
     view_seed,
 )
 from ..image.masks import follow_instances, follow_masks
-from ..image.on_device import DeviceImages, check_device, decode_images
-from ..image.ops import Plan, check_ops, padded, plan
+from ..image.on_device import DeviceImages, decode_images
+from ..image.ops import Plan, padded, plan
+from ..image.scales import at_batch, sized
 from ..kinds import Field, Tensor, empty_buffers
-from ..reader.gatherable import Feed, Gatherable, PerEpoch, Prefetching
-from ..reader.samples import ReadsBatches
+from ..reader.gatherable import Batch, Buffers, Gatherable, Pad
+from ..reader.wrapper import Wrapper
+from .decode_args import read_decode
 from .decode_split import decode_split
 from .finish import Finished
 
-__all__ = ["Decoded", "with_decode", "with_split"]
+__all__ = ["Decoded", "sizes_vary", "with_decode", "with_split"]
 
 
-class Decoded(ReadsBatches):
+class Decoded(Wrapper):
     """``ds`` with the image fields of ``ops`` decoded by their decode ops (a Gatherable:
     ``len``, ``schema``, ``gather``, ``empty_batch``, ``ds[i]``). Made by :func:`with_decode`."""
 
@@ -96,101 +94,22 @@ class Decoded(ReadsBatches):
         # reader of ``skipped`` reports them, as chute.dataloader's main process does).
         self.skipped: dict[int, str] = {}
         self.warn = warn
-        if not isinstance(ops, Mapping) or not ops:
-            raise ArgumentError(
-                "decode= takes a dict field -> decode ops, e.g. {'image': "
-                "[chute.RandomResizedCrop(224), chute.RandomHorizontalFlip()]}"
-            )
+        parsed = read_decode(ds.schema, ops)  # chute/loader/decode_args.py
         self.dataset = ds
-        self.ops: dict[str, tuple[Any, ...]] = {}
-        self.sizes: dict[str, tuple[int, int]] = {}
-        self.on_device: dict[str, str] = {}  # fields decoded by to_device (image/on_device.py)
-        self.tied: dict[str, Follow | Geometry] = {}  # fields that take a leader's plan
-        self.views: dict[str, str] = {}  # view name -> the image field it decodes
-        for name, field_ops in ops.items():
-            if isinstance(field_ops, (Follow, Geometry)):
-                self.tied[name] = field_ops
-                continue
-            if isinstance(field_ops, View):
-                self._check_new(name, f"View({field_ops.field!r}, ...)", "view")
-                self._check_image(name, f"View({field_ops.field!r}, ...)", field=field_ops.field)
-                self.views[name] = field_ops.field
-                field_ops = field_ops.ops
-            else:
-                self._check_image(name, "ops")
-            checked = check_ops(field_ops)
-            self.ops[name] = checked
-            geo = next(op for op in checked if hasattr(op, "out_size"))
-            self.sizes[name] = geo.out_size
-            if geo.device is not None and any(isinstance(op, AUGMENTS) for op in checked):
-                raise ArgumentError(
-                    f"decode={{{name!r}: ...}}: augmentations run in the loader's workers, not "
-                    f"with device={geo.device!r}; apply them after chute.to_device"
-                )
-            device = check_device(geo.device, f"decode={{{name!r}: {type(geo).__name__}}}")
-            if device is not None and name in self.views:
-                raise ArgumentError(
-                    f"decode={{{name!r}: View(...)}}: a view is decoded in the loader's "
-                    f"workers, not with device={geo.device!r}"
-                )
-            if device is not None:
-                self.on_device[name] = device
+        self.ops = parsed.ops
+        self.sizes = parsed.sizes
+        self.on_device = parsed.on_device  # fields decoded by to_device (image/on_device.py)
+        self.tied = parsed.tied  # fields that take a leader's plan
+        self.views = parsed.views  # view name -> the image field it decodes
+        self.scales = parsed.scales  # fields decoded at a size drawn per batch
         self.seed = int(seed)
         self.epoch = int(epoch)
         self.threads = 1  # that decode a batch (see with_split)
-        self._schema: dict[str, Field] = {  # a field decoded on the device stays encoded
-            **ds.schema,  # decoded fields keep their place; views come after
-            **{k: Tensor((3, *self.sizes[k]), "uint8") for k in self.ops if self._here(k)},
-        }
-        for name, tie in self.tied.items():
-            self._schema[name] = self._tie_field(name, tie)
-
-    def _check_image(
-        self, name: str, what: str, kinds: tuple[str, ...] = ("image",), field: str | None = None
-    ) -> None:
-        """``decode={name: what}`` reads dataset field ``field`` (``name`` itself by default),
-        which must be of one of ``kinds``."""
-        f = self.dataset.schema.get(field or name)
-        if f is None or f.kind not in kinds:
-            found = f"no field {field or name!r}" if f is None else f"a {f.kind} field"
-            images = [k for k, v in self.dataset.schema.items() if v.kind in kinds]
-            raise SchemaError(
-                f"decode={{{name!r}: {what}}}: {found}; it takes the dataset's "
-                f"{' or '.join(kinds)} fields ({images})"
-            )
-
-    def _check_new(self, name: str, what: str, kind: str) -> None:
-        """A batch field that ``decode=`` adds must not shadow a field of the dataset."""
-        if name in self.dataset.schema:
-            raise SchemaError(
-                f"decode={{{name!r}: {what}}}: the dataset has a field {name!r}; name the "
-                f"{kind} field differently"
-            )
+        self._schema = parsed.schema
 
     def _seed(self, name: str) -> int:
         """The seed of field ``name``'s draws: the loader's, a view's salted by its name."""
         return view_seed(self.seed, name) if name in self.views else self.seed
-
-    def _tie_field(self, name: str, tie: Follow | Geometry) -> Field:
-        """The batch field of ``decode={name: tie}``, checked against its leader."""
-        what = f"{type(tie).__name__}({tie.field!r})"
-        if tie.field not in self.ops or tie.field in self.on_device:
-            raise ArgumentError(
-                f"decode={{{name!r}: {what}}}: {tie.field!r} must have its own decode ops in "
-                f"decode=, decoded in the loader (not device=); got {sorted(self.ops)}"
-            )
-        h, w = self.sizes[tie.field]
-        leader = self.ops[tie.field]
-        check_followable(leader, f"decode={{{name!r}: {what}}}")
-        if isinstance(tie, Geometry):
-            self._check_new(name, what, "geometry")
-            return Tensor((geometry_width(leader),), "float64")
-        self._check_image(name, what, ("image", "mask"))
-        f = self.dataset.schema[name]
-        check_fill(tie.fill, f.kind, f.dtype, f"decode={{{name!r}: {what}}}")
-        if getattr(f, "instances", False):
-            return f  # ragged: each sample's (N, h, w) planes, a RaggedBatch
-        return Tensor((h, w), f.dtype) if f.kind == "mask" else Tensor((3, h, w), "uint8")
 
     def _here(self, name: str) -> bool:
         """Whether field ``name`` is decoded by this view (not later, on a device)."""
@@ -200,11 +119,8 @@ class Decoded(ReadsBatches):
     def schema(self) -> Mapping[str, Field]:
         return self._schema
 
-    def __len__(self) -> int:
-        return len(self.dataset)
-
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
-        out = self.dataset.empty_batch(batch_size, pin_memory=pin_memory)
+        out = super().empty_batch(batch_size, pin_memory=pin_memory)
         for name, (h, w) in self.sizes.items():
             if self._here(name):
                 out[name] = torch.empty(
@@ -226,12 +142,7 @@ class Decoded(ReadsBatches):
             **{k: got[k][0] for k in self.views},
         }
 
-    def gather(
-        self,
-        indices: Any,
-        out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
-    ) -> dict[str, Any]:
+    def gather(self, indices: Any, out: Buffers | None = None, pad: Pad | None = None) -> Batch:
         """The dataset's gather, each decoded field decoded into ``out[name]`` when given
         (else a new tensor), with the crops of :attr:`epoch` (see :meth:`at_epoch`)."""
         epoch = self.epoch
@@ -305,7 +216,7 @@ class Decoded(ReadsBatches):
         if instances:  # (N, h, w) per sample: each plane follows as a 2-D mask
             counts, own = own[:, 0], own[:, 1:]
         else:
-            out = self._out(name, len(idx), dst)
+            out = self._out(name, len(idx), dst, p.size)
             arr = as_numpy(out)
         bad = np.flatnonzero((own != sizes).any(axis=1))
         if len(bad):
@@ -329,12 +240,21 @@ class Decoded(ReadsBatches):
         follow_warps(leader, arr, idx, seed, self.epoch, tie.fill)
         return out
 
-    def _out(self, name: str, b: int, dst: torch.Tensor | None) -> torch.Tensor:
+    def _out(
+        self, name: str, b: int, dst: torch.Tensor | None, size: tuple[int, int] | None = None
+    ) -> torch.Tensor:
         """Where field ``name`` of a batch of ``b`` is written: ``dst`` (the loader's buffer,
-        cut to ``b``), else a new tensor of its shape in :attr:`schema`."""
-        if dst is None:
-            return empty_buffers({name: self._schema[name]}, b)[name]
-        return dst if len(dst) == b else dst[:b]
+        cut to ``b``; its first bytes when ``size``, the batch's (height, width), is less
+        than the buffer's, see :mod:`chute.image.scales`), else a new tensor of its shape in
+        :attr:`schema`."""
+        field = self._schema[name]
+        assert isinstance(field, Tensor)  # a fixed-shape batch field
+        shape = (b, *field.shape)
+        if size is not None:
+            shape = (*shape[:-2], *size)
+        if dst is None and size is None:
+            return empty_buffers({name: field}, b)[name]
+        return sized(dst, shape, TORCH_DTYPES[field.dtype])
 
     def _plan(
         self, name: str, enc: Any, idx: np.ndarray, epoch: int, batch: Mapping[str, Any]
@@ -354,7 +274,10 @@ class Decoded(ReadsBatches):
                     )
                 targets[field] = list(batch[field])
         h, w, seed = sizes[:, 0], sizes[:, 1], self._seed(name)
-        return sizes, plan(self.ops[name], h, w, idx, seed, epoch, targets)
+        ops = self.ops[name]
+        if name in self.scales:  # the sizing op at this batch's size
+            ops = at_batch(ops, self.scales[name], seed, epoch, idx)
+        return sizes, plan(ops, h, w, idx, seed, epoch, targets)
 
     def _planned(
         self, name: str, enc: Any, idx: np.ndarray, planned: tuple[np.ndarray, Plan]
@@ -388,7 +311,7 @@ class Decoded(ReadsBatches):
 
         b = len(idx)
         sizes, p = planned
-        dst = self._out(name, b, dst)
+        dst = self._out(name, b, dst, p.size)
         h, w, arr = sizes[:, 0], sizes[:, 1], as_numpy(dst)
         try:
             if self.threads > 1:  # see with_split
@@ -407,19 +330,12 @@ class Decoded(ReadsBatches):
                     bad.add(i)
         return dst
 
-    def prefetch(self, batches: Iterable[np.ndarray]) -> Feed | None:
-        """The dataset's prefetch (a dataset in object storage), for these batches."""
-        base = self.dataset
-        return base.prefetch(batches) if isinstance(base, Prefetching) else None
-
     def at_epoch(self, epoch: int) -> Decoded:
         """This view with the crops and flips of ``epoch`` (a shallow copy; a mix underneath
         is bound to ``epoch`` too): the loaders take one per pass, or per batch in a worker
         process (:class:`~chute.reader.gatherable.PerEpoch`)."""
-        view = copy.copy(self)
+        view = self._at_epoch(epoch)
         view.epoch = int(epoch)
-        if isinstance(self.dataset, PerEpoch):
-            view.dataset = self.dataset.at_epoch(epoch)
         return view
 
     def _where(self, name: str) -> str:
@@ -452,6 +368,15 @@ def with_decode(
             raise ArgumentError(f"on_error={on_error!r} applies to decode=; no field is decoded")
         return ds
     return Decoded(ds, decode, seed, on_error=on_error, warn=warn)
+
+
+def sizes_vary(ds: Gatherable) -> bool:
+    """Whether ``ds``'s batches differ in shape from one to the next (a :class:`Decoded`
+    view with a ``chute.MultiScale``, also under a :class:`~chute.loader.finish.Finished`
+    one): the Loader then gathers each batch on its own, never a group of them at once."""
+    while isinstance(ds, Finished):
+        ds = ds.dataset
+    return isinstance(ds, Decoded) and bool(ds.scales)
 
 
 def with_split(ds: Gatherable, threads: int) -> Gatherable:

@@ -15,14 +15,13 @@ the same code:
   would compete with the loader's (``docs/tuning.md``).
 * ``pad_to`` / ``pad_multiple``: every padded field widened along its length dimension
   (dimension 1) to exactly ``pad_to``, or to the next multiple of ``pad_multiple``, filled
-  with ``pad``; ``FIELD_lengths`` stay the true lengths. Constant shapes for
+  with the field's ``pad`` value; ``FIELD_lengths`` stay the true lengths. Constant shapes for
   ``torch.compile`` (``docs/tokens.md``). A sample longer than ``pad_to`` is an
   :class:`~chute.errors.ArgumentValueError` naming the field, the sample and its length.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -33,12 +32,12 @@ import torch
 from .. import kinds
 from .._args import check_int
 from .._torch import TORCH_DTYPES
-from ..batch import RaggedBatch
+from ..batch import RaggedBatch, pad_value
 from ..buffers import thread_scratch
 from ..errors import ArgumentError, ArgumentValueError, SchemaError
 from ..format.spec import DTYPE_NAMES, dtype_name
-from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
-from ..reader.samples import ReadsBatches
+from ..reader.gatherable import Batch, Buffers, Gatherable, Pad
+from ..reader.wrapper import Wrapper
 
 __all__ = ["Finished", "with_finish"]
 
@@ -46,7 +45,7 @@ __all__ = ["Finished", "with_finish"]
 def with_finish(
     ds: Gatherable,
     dtype: Any,
-    pad: float | int | None,
+    pad: Pad | None,
     pad_to: int | None,
     pad_multiple: int | None,
     who: str,
@@ -113,7 +112,7 @@ def _casts(schema: Mapping[str, kinds.Field], dtype: Any, who: str) -> dict[str,
     return {k: v for k, v in casts.items() if v != schema[k].dtype}
 
 
-class Finished(ReadsBatches):
+class Finished(Wrapper):
     """``ds`` with its batches cast and widened (see the module doc): a Gatherable, as ``ds``
     is. ``casts``: field -> dtype name; ``width``: ``("pad_to", n)``, ``("pad_multiple", m)``
     or None."""
@@ -136,11 +135,8 @@ class Finished(ReadsBatches):
     def schema(self) -> Mapping[str, kinds.Field]:
         return self._schema
 
-    def __len__(self) -> int:
-        return len(self.dataset)
-
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
-        out = self.dataset.empty_batch(batch_size, pin_memory=pin_memory)
+        out = super().empty_batch(batch_size, pin_memory=pin_memory)
         for name, t in out.items():
             if name in self.casts:
                 out[name] = torch.empty(t.shape, dtype=self.casts[name], pin_memory=pin_memory)
@@ -152,12 +148,7 @@ class Finished(ReadsBatches):
             sample[name] = sample[name].to(dt)
         return sample
 
-    def gather(
-        self,
-        indices: Any,
-        out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
-    ) -> dict[str, Any]:
+    def gather(self, indices: Any, out: Buffers | None = None, pad: Pad | None = None) -> Batch:
         """The dataset's batch (fixed-shape fields being cast gathered into this thread's
         scratch), widened under ``pad=``, then cast (into ``out`` where it has the field)."""
         inner = None if out is None else dict(out)
@@ -175,7 +166,7 @@ class Finished(ReadsBatches):
             batch[name] = _cast(batch[name], dt, None if out is None else out.get(name))
         return batch
 
-    def _widen(self, name: str, batch: dict[str, Any], indices: Any, pad: float | int) -> Any:
+    def _widen(self, name: str, batch: dict[str, Any], indices: Any, pad: Pad) -> Any:
         """Padded field ``name`` of ``batch`` widened to the width ``self.width`` asks for."""
         assert self.width is not None
         how, n = self.width
@@ -196,31 +187,9 @@ class Finished(ReadsBatches):
             want = n
         if want == have:
             return t
-        wide = t.new_full((t.shape[0], want, *t.shape[2:]), pad)
+        wide = t.new_full((t.shape[0], want, *t.shape[2:]), pad_value(pad, name))
         wide[:, :have] = t
         return wide
-
-    def __getattr__(self, name: str) -> Any:
-        """``at_epoch`` and ``prefetch`` only where the dataset has them: the loaders ask
-        ``isinstance(ds, PerEpoch)`` (``Prefetching``), which looks for the attribute."""
-        inner = self.__dict__.get("dataset")
-        if name == "at_epoch" and isinstance(inner, PerEpoch):
-            return self._at_epoch
-        if name == "prefetch" and isinstance(inner, Prefetching):
-            return inner.prefetch
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def _at_epoch(self, epoch: int) -> Finished:
-        """Bound to ``epoch``: the dataset's samples depend on it (a mix, decode= crops)."""
-        assert isinstance(self.dataset, PerEpoch)
-        return self.over(self.dataset.at_epoch(epoch))
-
-    def over(self, ds: Gatherable) -> Finished:
-        """This view over ``ds``, a view of the same dataset (one bound to an epoch, or
-        splitting its decodes: ``chute/loader/decode.py``)."""
-        view = copy.copy(self)
-        view.dataset = ds
-        return view
 
     def __repr__(self) -> str:
         casts = {k: str(v).removeprefix("torch.") for k, v in self.casts.items()}

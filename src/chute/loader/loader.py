@@ -20,18 +20,17 @@ import numpy as np
 import torch
 
 from .._args import check_int, default_workers
+from ..batch import Pad
 from ..buffers import Buffers, Pool, Ring
 from ..errors import ArgumentError
 from ..image.augment import indexed_transform
 from ..order.steps import Steps
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
-from ..reader.subset import loadable
-from ..reader.truncate import Truncated
-from .decode import with_decode
-from .finish import with_finish
+from .decode import sizes_vary
 from .passes import OnePass, make_order, unknown_keywords
 from .samplers import EpochSampler, LoaderBatches
 from .threads import LoaderIter, Run
+from .views import loader_views
 
 __all__ = ["Loader", "LoaderStats"]
 
@@ -114,13 +113,15 @@ class Loader(OnePass):
     when CUDA is available; ``True`` without CUDA warns and does not pin, as in torch).
     ``pad``: ragged and bytes fields come padded, as with :meth:`Dataset.gather(pad=)
     <chute.Dataset.gather>` (a ``(B, L, ...)`` tensor filled with ``pad`` plus
-    ``FIELD_lengths``), done in the workers; ``pad_to=N`` pads every such field to exactly
-    ``N`` (a longer sample is an :class:`~chute.errors.ArgumentValueError`: cut with
-    ``max_length=``), ``pad_multiple=M`` to the next multiple of ``M``, so that a compiled model
-    sees few shapes (``docs/tokens.md``). ``dtype``: fields cast in the workers,
-    ``{"tokens": torch.int64}`` (a torch dtype or a numpy dtype name per field) or one dtype
-    for every fixed-shape numeric field, instead of ``.long()`` in the training step, where
-    torch's threads compete with the loader's (``docs/tuning.md``; ``chute/loader/finish.py``).
+    ``FIELD_lengths``), done in the workers; one number for every field, or one per field,
+    ``pad={"tokens": pad_id, "labels": -100}`` (0 for a field it does not name);
+    ``pad_to=N`` pads every such field to exactly ``N`` (a longer sample is an
+    :class:`~chute.errors.ArgumentValueError`: cut with ``max_length=``), ``pad_multiple=M``
+    to the next multiple of ``M``, so that a compiled model sees few shapes (``docs/tokens.md``).
+    ``dtype``: fields cast in the workers, ``{"tokens": torch.int64}`` (a torch dtype or a
+    numpy dtype name per field) or one dtype for every fixed-shape numeric field, instead of
+    ``.long()`` in the training step, where torch's threads compete with the loader's
+    (``docs/tuning.md``; ``chute/loader/finish.py``).
     ``decode``: image fields decoded in the workers,
     ``{"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip()]}`` -> uint8
     ``(B, 3, 224, 224)``, random crops and flips a pure function of (``seed``, epoch, sample
@@ -138,7 +139,8 @@ class Loader(OnePass):
     ``batch_tokens``: batches of a varying number of samples (at most ``batch_size``), each
     padded size (samples x longest) within ``batch_tokens``, similar lengths grouped within a
     shuffle window (:class:`~chute.order.by_tokens.BatchByTokens`: equal steps across ranks,
-    exact resume; see ``docs/tokens.md``). Example::
+    exact resume; see ``docs/tokens.md``); a row of ``chute.pack`` / ``chute.windows`` counts
+    its whole ``length``. Example::
 
         loader = chute.Loader(chute.open("train.chute"), batch_size=256, num_workers=2)
         for epoch in range(epochs):
@@ -166,7 +168,7 @@ class Loader(OnePass):
         world_size: int | None = None,
         block_size: int | None = None,
         reuse_after: int | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
         decode: dict[str, Any] | None = None,
         max_length: int | None = None,
         batch_tokens: int | None = None,
@@ -179,39 +181,31 @@ class Loader(OnePass):
         pad_multiple: int | None = None,
         **unknown: Any,
     ) -> None:
-        if "keep" in unknown:  # the former name of reuse_after, for one release
-            reuse_after = _renamed_keep(unknown.pop("keep"), reuse_after)
-        if unknown:  # chute's error, with the list of valid keywords (see unknown_keywords)
-            valid = [k for k in inspect.signature(Loader).parameters if k not in ("ds", "unknown")]
-            raise unknown_keywords("chute.Loader", unknown, valid)
-        plain = loadable(ds, "Loader")
-        base = plain if max_length is None else Truncated(plain, max_length)
-        decoded = with_decode(base, decode, seed, on_error)  # chute/loader/decode.py
-        ds = with_finish(decoded, dtype, pad, pad_to, pad_multiple, "chute.Loader")  # finish.py
+        reuse_after = _check_keywords(unknown, reuse_after)
+        views = loader_views(
+            ds,
+            "Loader",
+            max_length=max_length,
+            decode=decode,
+            seed=seed,
+            on_error=on_error,
+            warn=True,
+            dtype=dtype,
+            pad=pad,
+            pad_to=pad_to,
+            pad_multiple=pad_multiple,
+        )
+        ds = views.dataset
         self._transform = indexed_transform(transform, seed)  # chute/image/augment.py
         if pad is not None:  # a bad value fails here, with gather's message, not mid-epoch
             ds.gather(np.zeros(0, np.int64), pad=pad)
         self.dataset: Gatherable = ds
-        self._decoded = decoded  # its decode= view counts the skipped samples
-        self.num_workers = (
-            default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
-        )
-        if self.num_workers == 0:
-            self.prefetch = 0
-        elif prefetch is None:
-            self.prefetch = 2 * self.num_workers
-        else:
-            self.prefetch = check_int("prefetch", prefetch, 1)
+        self._decoded = views.decoded  # its decode= view counts the skipped samples
+        self.num_workers, self.prefetch = _workers(num_workers, prefetch)
         self.reuse_after = None if reuse_after is None else check_int("reuse_after", reuse_after, 1)
         self.transform = transform
         self.pad = pad
-        self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
-        if self.pin_memory and not torch.cuda.is_available():
-            warnings.warn(
-                "pin_memory=True but torch sees no CUDA device here: batches are not pinned",
-                stacklevel=2,
-            )
-            self.pin_memory = False
+        self.pin_memory = _pin_memory(pin_memory)
         self._shard_given = rank is not None or world_size is not None
         self.order: Steps = make_order(  # chute/loader/passes.py picks the policy
             ds,
@@ -223,7 +217,7 @@ class Loader(OnePass):
             drop_last,
             block_size,
             batch_tokens=batch_tokens,
-            measured=plain,
+            measured=views.plain,
             max_length=max_length,
             weights=weights,
             epoch_size=epoch_size,
@@ -244,7 +238,7 @@ class Loader(OnePass):
             return 1, keep
         probe = self.dataset.empty_batch(1)  # the fixed-shape fields, one row each
         group = 1
-        if probe.keys() == self.dataset.schema.keys():
+        if probe.keys() == self.dataset.schema.keys() and not sizes_vary(self.dataset):
             batch_bytes = self._slot_rows * sum(t.nbytes for t in probe.values())
             group = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, batch_bytes)))
         ahead = max(-(-self.prefetch // group), self.num_workers)
@@ -350,6 +344,41 @@ def _renamed_keep(keep: Any, reuse_after: int | None) -> Any:
         "reuse_after= (the same meaning: a batch's memory is reused after that many more "
         "batches)",
         DeprecationWarning,
-        stacklevel=3,
+        stacklevel=4,  # the caller of Loader(), through _check_keywords
     )
     return keep
+
+
+def _check_keywords(unknown: dict[str, Any], reuse_after: int | None) -> int | None:
+    """``reuse_after``, or the value given under its former name ``keep``; any other keyword
+    that ``Loader`` does not take is chute's error, listing the valid ones."""
+    if "keep" in unknown:  # the former name of reuse_after, for one release
+        reuse_after = _renamed_keep(unknown.pop("keep"), reuse_after)
+    if unknown:  # chute's error, with the list of valid keywords (see unknown_keywords)
+        valid = [k for k in inspect.signature(Loader).parameters if k not in ("ds", "unknown")]
+        raise unknown_keywords("chute.Loader", unknown, valid)
+    return reuse_after
+
+
+def _workers(num_workers: int | None, prefetch: int | None) -> tuple[int, int]:
+    """(worker threads, batches prepared ahead): ``default_workers()`` and twice as many
+    batches by default; nothing ahead without workers."""
+    workers = default_workers() if num_workers is None else check_int("num_workers", num_workers, 0)
+    if workers == 0:
+        return 0, 0
+    if prefetch is None:
+        return workers, 2 * workers
+    return workers, check_int("prefetch", prefetch, 1)
+
+
+def _pin_memory(pin_memory: bool | None) -> bool:
+    """Whether batches are pinned: by default where torch sees CUDA; asked for without CUDA,
+    a warning and not pinned."""
+    pinned = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
+    if pinned and not torch.cuda.is_available():
+        warnings.warn(
+            "pin_memory=True but torch sees no CUDA device here: batches are not pinned",
+            stacklevel=3,  # the caller of Loader()
+        )
+        return False
+    return pinned

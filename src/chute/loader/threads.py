@@ -74,6 +74,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..batch import Pad
 from ..buffers import Buffers
 from ..columns.gather import head
 from ..errors import ChuteError, StaleIteratorError, WorkerError
@@ -96,7 +97,7 @@ class Run:
         plan: Sequence[np.ndarray],
         *,
         transform: Callable[[dict[str, Any], np.ndarray, int], Any] | None,
-        pad: float | int | None,
+        pad: Pad | None,
         group: int,
         window: int,
         reuse_after: int,

@@ -35,6 +35,7 @@ import torch
 from .. import kinds
 from .._args import check_path
 from .._arrays import distinct
+from ..batch import Pad
 from ..columns.gather import FieldPart, Piece, Split
 from ..errors import ArgumentError
 from ..kinds import empty_buffers
@@ -260,7 +261,7 @@ class Dataset(ReadsBatches, torch.utils.data.Dataset):
         self,
         indices: Any,
         out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
     ) -> Batch:
         """Samples ``indices`` as one batch, in the order given.
 
@@ -270,8 +271,9 @@ class Dataset(ReadsBatches, torch.utils.data.Dataset):
         ``FIELD_lengths`` (B,) (``(B, *max_shape)`` and the shapes ``(B, ndim)`` when several
         dimensions vary); string fields -> ``list[str]``; image fields ->
         :class:`~chute.EncodedImages`, not decoded (``ds[i]`` decodes one sample;
-        a loader's ``decode=`` decodes batches). ``pad`` must fit each padded field's dtype
-        exactly (no silent truncation or overflow).
+        a loader's ``decode=`` decodes batches). ``pad``: one number, or ``{field: number}``
+        (0 for a field it does not name); it must fit each padded field's dtype exactly (no
+        silent truncation or overflow).
         """
         idx = check_indices(indices, self._len, self.path)
         check_gather_args(self.schema, out, pad, "open it with fields=")

@@ -1,7 +1,7 @@
 """A gather's arguments checked before any read: the indices (in range, negatives counted from
-the end), ``out=`` (buffers of fixed-shape fields only) and ``pad=`` (no ``FIELD_lengths``
-that is already a field). Every dataset type (a Dataset, a Subset, a mix, the token views)
-checks with these, so each refuses alike."""
+the end), ``out=`` (buffers of fixed-shape fields only) and ``pad=`` (a per-field mapping
+names only fields there are; no ``FIELD_lengths`` that is already a field). Every dataset
+type (a Dataset, a Subset, a mix, the token views) checks with these, so each refuses alike."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from .. import kinds
+from ..batch import Pad, check_pad_fields
 from ..errors import SampleIndexError, SchemaError
 
 
@@ -61,17 +62,18 @@ def check_indices(indices: Any, n: int, owner: object, positions: bool = False) 
 
 
 def check_gather_args(
-    schema: Mapping[str, kinds.Field], out: Any, pad: float | int | None, narrow: str
+    schema: Mapping[str, kinds.Field], out: Any, pad: Pad | None, narrow: str
 ) -> None:
-    """``out=`` holds buffers of fixed-shape fields only, and ``pad=`` would add no
-    ``FIELD_lengths`` that is already a field (``narrow``: how to leave one out, e.g. "open it
-    with fields="); else a SchemaError."""
+    """``out=`` holds buffers of fixed-shape fields only, ``pad=`` per field names fields of
+    ``schema``, and ``pad=`` would add no ``FIELD_lengths`` that is already a field
+    (``narrow``: how to leave one out, e.g. "open it with fields="); else a SchemaError."""
     fixed = set(kinds.fixed_fields(schema))
     if out is not None and (not isinstance(out, Mapping) or not fixed.issuperset(out)):
         raise SchemaError(
             f"out= takes a dict of buffers for fixed-shape fields {sorted(fixed)} (see "
             f"empty_batch()); got {sorted(out) if isinstance(out, Mapping) else type(out)}"
         )
+    check_pad_fields(pad, list(schema))
     if pad is not None:
         for name, f in schema.items():
             if f.pads and f"{name}_lengths" in schema:

@@ -12,6 +12,12 @@ import numpy as np
 import torch
 
 from .. import kinds
+from ..batch import Pad  # a gather's pad=: one value, or one per field
+
+Buffers = Mapping[str, torch.Tensor]
+"""A gather's ``out=``: pre-allocated tensors by field name (made by ``empty_batch``)."""
+Batch = dict[str, Any]
+"""What a gather returns: ``{field: tensor | RaggedBatch | list[str]}``."""
 
 
 @runtime_checkable
@@ -31,12 +37,7 @@ class Gatherable(Protocol):
 
     def __getitem__(self, i: int) -> dict[str, Any]: ...
 
-    def gather(
-        self,
-        indices: Any,
-        out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
-    ) -> dict[str, Any]: ...
+    def gather(self, indices: Any, out: Buffers | None = None, pad: Pad | None = None) -> Batch: ...
 
     def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]: ...
 

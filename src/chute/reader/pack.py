@@ -50,23 +50,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import format as fmt
 from .. import kinds
-from .._args import check_int, one_index
+from .._args import check_int
 from .._arrays import distinct
-from .._torch import to_torch
 from ..batch import RaggedBatch, pad_batch
-from ..columns.gather import out_rows
 from ..columns.segments import segments
 from ..errors import ArgumentValueError
-from ..kinds import empty_buffers
 from ..order.permute import Permutation
 from .aligned import LABELS, Aligned, check_labels, make_labels, split_fields
 from .gather_args import check_gather_args, check_indices
+from .gatherable import Batch, Buffers, Pad
 from .pack_plan import best_fit
-from .samples import ReadsBatches
+from .token_rows import TokenRows, token_id
 from .tokens import TokenStream
-from .windows import token_id
 
 __all__ = ["Pack", "pack"]
 
@@ -119,9 +115,11 @@ def pack(
     )
 
 
-class Pack(ReadsBatches):
+class Pack(TokenRows):
     """Packed rows of documents (made by :func:`pack`): ``len()``, ``gather``, ``rows[i]``,
     ``schema``; :attr:`padding` is the plan's share of padding tokens."""
+
+    who = "chute.pack"
 
     def __init__(
         self,
@@ -224,21 +222,7 @@ class Pack(ReadsBatches):
 
     # ------------------------------------------------------------------ reading
 
-    def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
-        """Pre-allocated ``out=`` buffers for :meth:`gather` (the fixed-shape fields)."""
-        return empty_buffers(self.schema, batch_size, pin_memory)
-
-    def __getitem__(self, i: Any) -> dict[str, Any]:
-        """Row ``i`` (an int): tokens, position_ids and its cu_seqlens (int32, 1-D)."""
-        i = one_index(i, "chute.pack is indexed by an int")
-        return {k: v[0] for k, v in self.gather([i]).items()}
-
-    def gather(
-        self,
-        indices: Any,
-        out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
-    ) -> dict[str, Any]:
+    def gather(self, indices: Any, out: Buffers | None = None, pad: Pad | None = None) -> Batch:
         """Rows ``indices`` as one batch: ``(B, length)`` tokens, aligned fields, position_ids
         and labels (into ``out`` when given), ``cu_seqlens`` a RaggedBatch (padded, with its
         lengths, under ``pad=``)."""
@@ -246,13 +230,7 @@ class Pack(ReadsBatches):
         idx = check_indices(indices, len(self), self, positions=True)
         b, L = len(idx), self.length
         fixed = [k for k in self.schema if k != CU_SEQLENS]
-        rows = {}
-        for name in fixed:
-            f = self.schema[name]
-            if out is not None and name in out:
-                rows[name] = out_rows(out[name], name, f, b)  # type: ignore[arg-type]
-            else:
-                rows[name] = np.empty((b, L), fmt.storage_dtype(f.dtype))
+        rows = self._rows(fixed, out, b)
         rows[self.field][...] = self.pad_id
         rows[POSITION_IDS][...] = 0
         for name in self.aligned.names:
@@ -288,12 +266,7 @@ class Pack(ReadsBatches):
                 self.ignore_index,
             )
         self.stream.recheck(distinct(part).tolist())
-        batch: dict[str, Any] = {}
-        for name in fixed:
-            if out is not None and name in out:
-                batch[name] = out[name] if len(out[name]) == b else out[name][:b]
-            else:
-                batch[name] = to_torch(rows[name], self.schema[name].dtype)  # type: ignore[union-attr]
+        batch = self._handed(rows, fixed, out, b)
         cu = self._cu_seqlens(idx, self._at[pieces] + n, per_row)
         if pad is None:
             batch[CU_SEQLENS] = cu

@@ -41,6 +41,7 @@ import torch
 
 from .. import kinds
 from .._arrays import distinct
+from ..batch import Pad
 from ..errors import ArgumentValueError
 from ..store.cache import RemoteCache
 from ..store.client import Store
@@ -198,7 +199,7 @@ class RemoteDataset(Dataset):
         self,
         indices: Any,
         out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
+        pad: Pad | None = None,
     ) -> Batch:
         feed = self._own_feed()
         if (

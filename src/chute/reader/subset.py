@@ -15,22 +15,21 @@ samples) plus the indices, 8 bytes a sample of the subset.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import torch
 
-from .. import kinds
 from ..errors import ArgumentError, ArgumentValueError
 from .gather_args import check_indices
-from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
-from .samples import ReadsBatches
+from .gatherable import Batch, Buffers, Feed, Gatherable, Pad, PerEpoch, Prefetching
+from .wrapper import Wrapper
 
 __all__ = ["SubsetDataset", "loadable"]
 
 
-class SubsetDataset(ReadsBatches):
+class SubsetDataset(Wrapper):
     """Samples ``indices`` of chute dataset ``dataset``, in that order, as a dataset of their
     own: ``len()``, ``gather(positions)``, ``sub[i]``, ``schema``, ``empty_batch``.
 
@@ -45,19 +44,7 @@ class SubsetDataset(ReadsBatches):
     def __len__(self) -> int:
         return len(self.indices)
 
-    @property
-    def schema(self) -> Mapping[str, kinds.Field]:
-        return self.dataset.schema
-
-    def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
-        return self.dataset.empty_batch(batch_size, pin_memory=pin_memory)
-
-    def gather(
-        self,
-        indices: Any,
-        out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
-    ) -> dict[str, Any]:
+    def gather(self, indices: Any, out: Buffers | None = None, pad: Pad | None = None) -> Batch:
         """Positions ``indices`` of the subset as one batch: one gather from the dataset."""
         pos = check_indices(indices, len(self.indices), self, positions=True)
         return self.dataset.gather(self.indices[pos], out=out, pad=pad)

@@ -24,7 +24,7 @@ from .. import format as fmt
 from ..errors import ArgumentError, ArgumentValueError, FormatError, SchemaError
 from .dataset import Dataset
 
-__all__ = ["TokenStream", "checked_lengths", "token_lengths", "tokens_per_sample"]
+__all__ = ["TokenStream", "checked_lengths", "row_length", "token_lengths", "tokens_per_sample"]
 
 _INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
@@ -120,15 +120,20 @@ class TokenStream:
 
 
 def token_lengths(ds: Any, who: str) -> np.ndarray:
-    """Per-sample length of ``ds`` (a Dataset or a Subset of one) for length-aware batching:
-    the longest of its Ragged fields in each sample, int64, O(samples). Else an error."""
+    """Per-sample length of ``ds`` (a Dataset, packed rows or windows, or a Subset of one) for
+    length-aware batching, int64, O(samples): a Dataset's longest Ragged field in each sample;
+    a row of :func:`chute.pack` or :func:`chute.windows` its ``length``, the tokens a model
+    computes on whatever share of them is padding. Else an error."""
     from .subset import SubsetDataset
 
     base = ds.dataset if isinstance(ds, SubsetDataset) else ds
+    row = row_length(ds)
+    if row is not None:
+        return np.full(len(ds), row, np.int64)
     if not isinstance(base, Dataset):
         raise ArgumentError(
-            f"{who} batches a chute Dataset (or a Subset of one) by its samples' lengths, not "
-            f"{type(base).__name__}"
+            f"{who} batches a chute Dataset, chute.pack or chute.windows rows (or a Subset of "
+            f"one) by its samples' lengths, not {type(base).__name__}"
         )
     names = [k for k, f in base.schema.items() if f.numeric and not f.fixed]
     if not names:
@@ -141,6 +146,16 @@ def token_lengths(ds: Any, who: str) -> np.ndarray:
         if per:
             np.maximum(got, np.concatenate(per), out=got)
     return got[ds.indices] if isinstance(ds, SubsetDataset) else got
+
+
+def row_length(ds: Any) -> int | None:
+    """The length of every row of ``ds`` when it is rows of :func:`chute.pack` or
+    :func:`chute.windows` (or a Subset of them: a view of a :class:`TokenStream` in rows of
+    ``length`` tokens), else None."""
+    from .subset import SubsetDataset
+
+    base: Any = ds.dataset if isinstance(ds, SubsetDataset) else ds
+    return int(base.length) if isinstance(getattr(base, "stream", None), TokenStream) else None
 
 
 def checked_lengths(ds: Dataset, p: int, name: str) -> np.ndarray:

@@ -10,18 +10,18 @@ and Ragged fields with several variable dimensions (images), are read as they ar
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
-from .. import kinds
 from .._args import check_int
 from ..batch import RaggedBatch, as_signed, pad_batch
 from ..columns.segments import segments
-from .gatherable import Feed, Gatherable, PerEpoch, Prefetching
-from .samples import ReadsBatches
+from ..errors import ArgumentValueError
+from .gatherable import Batch, Buffers, Gatherable, Pad
+from .tokens import row_length
+from .wrapper import Wrapper
 
 __all__ = ["Truncated", "truncate_batch"]
 
@@ -41,26 +41,22 @@ def truncate_batch(rb: RaggedBatch, max_length: int) -> RaggedBatch:
     return RaggedBatch(values, torch.from_numpy(new), rb.shapes)
 
 
-class Truncated(ReadsBatches):
+class Truncated(Wrapper):
     """``ds`` with its Ragged fields cut to ``max_length`` rows a sample (see the module
     doc): a Gatherable, as ``ds`` is."""
 
     def __init__(self, ds: Gatherable, max_length: int) -> None:
         self.dataset = ds
         self.max_length = check_int("max_length", max_length, 1)
+        if row_length(ds) is not None:  # would cut a packed row's cu_seqlens, and nothing else
+            raise ArgumentValueError(
+                f"max_length={max_length}: the rows of {ds!r} are {row_length(ds)} tokens "
+                "each already; choose their length in chute.pack / chute.windows (length=), "
+                "without max_length="
+            )
         self.fields = [
             k for k, f in ds.schema.items() if f.numeric and not f.fixed and not f.variable_dims
         ]
-
-    @property
-    def schema(self) -> Mapping[str, kinds.Field]:
-        return self.dataset.schema
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
-        return self.dataset.empty_batch(batch_size, pin_memory=pin_memory)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         sample = dict(self.dataset[i])
@@ -68,12 +64,7 @@ class Truncated(ReadsBatches):
             sample[name] = sample[name][: self.max_length]
         return sample
 
-    def gather(
-        self,
-        indices: Any,
-        out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
-    ) -> dict[str, Any]:
+    def gather(self, indices: Any, out: Buffers | None = None, pad: Pad | None = None) -> Batch:
         """The dataset's batch, its Ragged fields truncated, then padded under ``pad=``."""
         if pad is not None:  # checked as the dataset checks it, before any work
             self.dataset.gather(np.zeros(0, np.int64), pad=pad)
@@ -89,18 +80,6 @@ class Truncated(ReadsBatches):
                 if name not in self.fields and f.pads:
                     batch[name], batch[f"{name}_lengths"] = pad_batch(batch[name], pad, name)
         return batch
-
-    def at_epoch(self, epoch: int) -> Truncated:
-        """Bound to ``epoch`` when the dataset's samples depend on it (a mix)."""
-        if isinstance(self.dataset, PerEpoch):
-            return Truncated(self.dataset.at_epoch(epoch), self.max_length)
-        return self
-
-    def prefetch(self, batches: Iterable[np.ndarray]) -> Feed | None:
-        """The dataset's prefetch, if it fetches at all."""
-        if isinstance(self.dataset, Prefetching):
-            return self.dataset.prefetch(batches)
-        return None
 
     def __repr__(self) -> str:
         return f"{self.dataset!r} (max_length={self.max_length})"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -12,15 +14,23 @@ from .opening import open as open_dataset
 from .remote import RemoteDataset
 
 
-def verify(path: str | os.PathLike, progress: bool = False) -> int:
+def verify(
+    path: str | os.PathLike,
+    progress: bool = False,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> int:
     """Check sizes, headers and checksums of every file; returns the bytes checked.
 
     Raises :class:`chute.ChecksumError` naming every file whose content changed. ``path``
     may be a URL: every file is downloaded into the cache (checked), then checked again there;
     a cached copy that no longer matches is downloaded again (a ChecksumError when the
-    stored object itself does not match).
+    stored object itself does not match). ``storage_options`` and ``cache_dir`` are
+    :func:`chute.open`'s, for a URL.
     """
-    ds = open_dataset(path)  # checks the manifest, paths and sizes
+    # checks the manifest, paths and sizes
+    ds = open_dataset(path, storage_options=storage_options, cache_dir=cache_dir)
     if isinstance(ds, RemoteDataset):  # a URL: download every file (each checked) first
         ds.fetch()
     with ds:

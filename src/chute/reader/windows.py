@@ -46,26 +46,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
-from .. import format as fmt
 from .. import kinds
-from .._args import check_int, one_index
+from .._args import check_int
 from .._arrays import distinct
-from .._torch import to_torch
-from ..columns.gather import out_rows
 from ..columns.segments import segments
-from ..errors import ArgumentError, ArgumentValueError
-from ..kinds import empty_buffers
+from ..errors import ArgumentValueError
 from ..order.steps import check_epoch
 from .aligned import LABELS, Aligned, check_labels, make_labels, split_fields
 from .gather_args import check_gather_args, check_indices
-from .samples import ReadsBatches
+from .gatherable import Batch, Buffers, Pad
+from .token_rows import TokenRows, token_id
 from .tokens import TokenStream
 from .window_fill import Column, copy_rows, copy_rows_eos, copy_segments
 from .window_order import DocumentOrder, epoch_offset
 
-__all__ = ["EpochWindows", "Windows", "token_id", "windows"]
+__all__ = ["EpochWindows", "Windows", "windows"]
 
 DOCUMENT_IDS = "document_ids"
 POSITIONS = "positions"
@@ -123,10 +119,12 @@ def windows(
     )
 
 
-class Windows(ReadsBatches):
+class Windows(TokenRows):
     """Windows over a token field (made by :func:`windows`): ``len()``, ``gather``, ``w[i]``,
     ``schema`` (the field and its aligned fields as ``(length,)`` rows, plus
     ``document_ids`` / ``positions`` / ``labels``)."""
+
+    who = "chute.windows"
 
     def __init__(
         self,
@@ -213,32 +211,13 @@ class Windows(ReadsBatches):
         """Tokens in a window: ``length`` (what token-weighted mixing counts)."""
         return self.length
 
-    def empty_batch(self, batch_size: int, pin_memory: bool = False) -> dict[str, torch.Tensor]:
-        """Pre-allocated ``out=`` buffers for :meth:`gather`."""
-        return empty_buffers(self.schema, batch_size, pin_memory)
-
-    def __getitem__(self, i: Any) -> dict[str, Any]:
-        """Window ``i`` (an int) as ``{field: (length,) tensor, ...}``."""
-        i = one_index(i, "chute.windows is indexed by an int")
-        return {k: t[0] for k, t in self.gather([i]).items()}
-
-    def gather(
-        self,
-        indices: Any,
-        out: Mapping[str, torch.Tensor] | None = None,
-        pad: float | int | None = None,
-    ) -> dict[str, Any]:
+    def gather(self, indices: Any, out: Buffers | None = None, pad: Pad | None = None) -> Batch:
         """Windows ``indices`` as one batch of ``(B, length)`` tensors, written into ``out``
         when given (``pad`` is accepted for the loaders' sake: no field is ragged)."""
         check_gather_args(self.schema, out, pad, "")
         idx = check_indices(indices, self._len, self, positions=True)
         b, L = len(idx), self.length
-        rows = {}
-        for name, f in self.schema.items():
-            if out is not None and name in out:
-                rows[name] = out_rows(out[name], name, f, b)  # type: ignore[arg-type]
-            else:
-                rows[name] = np.empty((b, L), fmt.storage_dtype(f.dtype))
+        rows = self._rows(self.schema, out, b)
         if self.labels and POSITIONS not in rows:  # where documents begin, for the labels
             rows[POSITIONS] = np.ones((b, L), np.int64)
         offset = epoch_offset(self.seed, self._epoch, self.stride) if self.random_offset else 0
@@ -271,13 +250,7 @@ class Windows(ReadsBatches):
                 self.labels,
                 self.ignore_index,
             )
-        batch: dict[str, Any] = {}
-        for name, f in self.schema.items():
-            if out is not None and name in out:
-                batch[name] = out[name] if len(out[name]) == b else out[name][:b]
-            else:
-                batch[name] = to_torch(rows[name], f.dtype)
-        return batch
+        return self._handed(rows, self.schema, out, b)
 
     # ------------------------------------------------------------------ one part's share
 
@@ -386,15 +359,3 @@ class EpochWindows(Windows):
         bound = copy.copy(self)
         bound.set_epoch(epoch)
         return bound
-
-
-def token_id(name: str, value: Any, dtype: np.dtype) -> int:
-    """``value`` as a token id that fits ``dtype``; else an error naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ArgumentError(f"{name} must be an int token id, got {value!r}")
-    info = np.iinfo(dtype)
-    if not info.min <= value <= info.max:
-        raise ArgumentValueError(
-            f"{name}={value} does not fit the token field's {dtype} ({info.min} to {info.max})"
-        )
-    return int(value)

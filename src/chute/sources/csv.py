@@ -28,8 +28,9 @@ from ..errors import SourceError, require
 from ..sniff import CSV_SUFFIXES, NOUNS
 from .arrow import ArrowSource, rows_from
 from .arrow_fields import integral_beyond_int64, pyarrow, too_big
-from .base import BATCH_BYTES, FieldsArg, expand_paths
+from .base import BATCH_BYTES, FieldsArg
 from .jsonl import arrow_types
+from .paths import expand_paths
 
 
 class CsvSource(ArrowSource):

@@ -13,7 +13,8 @@ from ..errors import SourceError
 from ..sniff import ARROW_SUFFIXES, NOUNS
 from .arrow import ArrowSource, rows_from, same_schema, slices
 from .arrow_fields import pyarrow
-from .base import FieldsArg, expand_paths
+from .base import FieldsArg
+from .paths import expand_paths
 
 
 class ArrowFileSource(ArrowSource):

@@ -28,8 +28,9 @@ from ..errors import SourceError, require
 from ..sniff import JSONL_SUFFIXES, NOUNS
 from .arrow import ArrowSource
 from .arrow_fields import integral_beyond_int64, pyarrow, too_big
-from .base import BATCH_BYTES, FieldsArg, expand_paths
+from .base import BATCH_BYTES, FieldsArg
 from .jsondepth import check_depth
+from .paths import expand_paths
 
 MAX_LINE = 256 << 20  # bytes: a longer line is refused (a file without newlines, a bomb)
 

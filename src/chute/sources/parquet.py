@@ -14,7 +14,8 @@ from typing import Any
 from ..errors import SourceError, require
 from ..sniff import NOUNS, PARQUET_SUFFIXES
 from .arrow import ArrowSource, rows_from, rows_per_batch, same_schema
-from .base import FieldsArg, expand_paths
+from .base import FieldsArg
+from .paths import expand_paths
 
 
 class ParquetSource(ArrowSource):

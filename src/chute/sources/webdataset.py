@@ -68,11 +68,10 @@ from .base import (
     FieldsArg,
     Source,
     check_name,
-    expand_braces,
-    expand_paths,
     field_map,
     one_field_each,
 )
+from .paths import expand_braces, expand_paths
 
 MAX_MEMBER_BYTES = 256 << 20  # a bigger member is refused before it is read
 BYTES, STRING = kinds.Bytes(), kinds.String()  # compared with each member's field, made once

@@ -35,11 +35,7 @@ per process (the first pin of that file there; about a second per GB), and a mis
 cached file is downloaded again; ``chute verify URL`` does the same for every file.
 
 ``cache_limit``: before a download, least-recently-used files of this dataset's folder that
-nobody pins are evicted until the folder plus the new file fit (the limit is per dataset
-folder, shared by every process reading that dataset). If pinned files alone exceed the
-limit the download proceeds anyway (never a wait, so never a deadlock): the cache exceeds its
-limit by at most the pinned files. :meth:`RemoteCache.check_limit` refuses at open a limit
-smaller than the parts that must be in the cache at once.
+nobody pins are evicted (:mod:`chute.store.eviction`).
 
 ``cache_budget``: the same, for the whole cache root (every dataset folder in it, and the
 downloads in flight), kept by :mod:`chute.store.budget` around each download.
@@ -77,17 +73,17 @@ from .budget import Budget
 from .budget import cache_budget as cache_budget_of
 from .cache_folder import CacheFolder
 from .client import CorruptObjectError
+from .eviction import META, Eviction
 from .locks import Pin, lock_fd, locked, release_all, unlock_fd
 from .object_store import ObjectStore
 from .paths import PayloadHash, default_cache_dir, disk_error, folder_name, mismatch
 from .remote_manifest import Entry, parse_remote_manifest
 
-META = ".chute-cache"
 IDENTITY = f"{META}/identity.json"
 MAX_RECORD = 1 << 20  # identity.json holds a URL and a hash
 
 
-class RemoteCache:
+class RemoteCache(Eviction):
     """The local cache of the dataset that ``store`` points to.
 
     ``cache_dir``: the cache root (default :func:`default_cache_dir`); the dataset's folder
@@ -397,75 +393,6 @@ class RemoteCache:
         except OSError as exc:
             raise disk_error(exc, self.folder, f"refetching {relpath}") from None
         return self.ensure_file(entry)
-
-    def _inuse(self, relpath: str) -> str:
-        return f"{META}/inuse/{relpath}.inuse"
-
-    # --------------------------------------------------------------- eviction
-
-    def usage(self) -> int:
-        """Bytes of the data files now in the cache folder."""
-        return sum(size for _, size, _ in self._present_files())
-
-    def _present_files(self) -> list[tuple[str, int, float]]:
-        """(relpath, bytes, last use) of each manifest file present in the folder."""
-        out = []
-        for rel in self.entries:
-            st = self.fs.stat(rel)
-            if st is None:
-                continue
-            pin = self.fs.stat(self._inuse(rel))
-            used = st.st_mtime if pin is None else pin.st_mtime
-            out.append((rel, st.st_size, max(used, st.st_mtime)))
-        return out
-
-    def evict(self, need: int = 0) -> int:
-        """Delete least-recently-used unpinned files of this dataset's folder until ``need``
-        more bytes fit under the limit (nothing without a limit); returns the bytes freed."""
-        if self.limit is None:
-            return 0
-        with locked(self.fs, f"{META}/evict.lock"):
-            files = self._present_files()
-            total = sum(size for _, size, _ in files)
-            freed = 0
-            for rel, size, _ in sorted(files, key=lambda f: f[2]):
-                if total - freed + need <= self.limit:
-                    break
-                fd = lock_fd(self.fs, self._inuse(rel), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                if fd is None:
-                    continue  # pinned by some process
-                try:
-                    self.fs.unlink(rel)
-                    freed += size
-                finally:
-                    unlock_fd(fd)
-        return freed
-
-    def check_limit(self, in_flight: int, fields: Sequence[str] | None = None) -> None:
-        """Refuse a ``cache_limit`` that cannot hold the ``in_flight`` largest parts (of
-        ``fields``) at once: with it, the cache would thrash or exceed the limit."""
-        limits = [
-            (k, v) for k, v in (("cache_limit", self.limit), ("cache_budget", self.budget)) if v
-        ]
-        if not limits:
-            return
-        m = self._manifest()
-        sizes = sorted(
-            (
-                sum(self.entries[r].nbytes for r in self.part_files(i, fields))
-                for i in range(len(m.parts))
-            ),
-            reverse=True,
-        )
-        need = sum(sizes[: max(1, in_flight)])
-        for name, limit in limits:
-            if need > limit:
-                raise CacheError(
-                    f"{name} of {limit} bytes for {self.store.url} is smaller than the "
-                    f"{min(in_flight, len(sizes))} largest parts that must be in the cache at "
-                    f"once ({need} bytes, in {self.folder}): raise {name} to at least {need} "
-                    "bytes, or prefetch fewer parts ahead"
-                )
 
     def _manifest(self) -> kinds.Manifest:
         if self.manifest is None:

@@ -42,27 +42,19 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import xxhash
 
 from ..errors import ArgumentError, DatasetNotFoundError, RemoteError, require
 from ..manifest_file import MAX_MANIFEST_BYTES
-from .bounds import CorruptObjectError, StalledError, _want
-from .configure import CREDENTIALS, EXTRA, make_store, short
+from .bounds import CorruptObjectError, Sink, StalledError, _Capped, _LocalError, _want, _write
+from .configure import EXTRA, make_store
+from .failures import classify, request_error
 from .signed import SignedReader, carries_token
 from .url import URL, parse_url
 
 T = TypeVar("T")
-
-
-class Sink(Protocol):
-    """Where a download is written: an open binary file, or a wrapper of one."""
-
-    def write(self, data: Any, /) -> int: ...
-    def flush(self) -> None: ...
-    def seek(self, pos: int, whence: int = 0, /) -> int: ...
-    def truncate(self, size: int | None = None, /) -> int: ...
 
 
 CHUNK = 8 << 20  # multipart upload chunk size
@@ -71,13 +63,6 @@ STREAM_CHUNK = 1 << 20  # download chunks: written (and hashed) while the next o
 # 8 MiB chunks measured 10-15% slower per GET on loopback (a first GET 20-30% slower). Each
 # must arrive within the timeout: the minimum rate is STREAM_CHUNK / timeout.
 TIMEOUT = 15.0  # default seconds for a request's headers, and for each chunk of a download
-
-
-class _LocalError(Exception):
-    """A local write failed during a download: not retried, re-raised as the original."""
-
-    def __init__(self, exc: OSError):
-        self.exc = exc
 
 
 class Store:
@@ -381,7 +366,7 @@ class Store:
             except (_LocalError, ArgumentError, RemoteError, CorruptObjectError):
                 raise
             except Exception as exc:
-                kind = _classify(exc)
+                kind = classify(exc)
                 now = time.monotonic()
                 first_failure = now if first_failure is None else first_failure
                 delay = min(10.0, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
@@ -394,79 +379,8 @@ class Store:
                     self.stats["retries"] += 1
                     time.sleep(delay)
                     continue
-                raise self._error(kind, what, relpath, exc, attempt) from None
-
-    def _error(self, kind: str, what: str, relpath: str, exc: BaseException, tries: int):
-        where = self.url.join(relpath)
-        if kind == "missing":
-            if any(code in str(exc) for code in _NO_BUCKET):
-                bucket = "container" if self.url.scheme == "az" else "bucket"
-                return DatasetNotFoundError(
-                    f"{where}: the {bucket} {self.url.bucket!r} does not exist (or is not "
-                    "visible with these credentials and endpoint)"
-                )
-            return DatasetNotFoundError(f"{where}: no such object")
-        if kind == "credentials":
-            return RemoteError(
-                f"{where}: no credentials for {self.url.scheme}://: set the provider's "
-                f"environment variables ({CREDENTIALS.get(self.url.scheme, 'see obstore')}), "
-                "or pass them in storage_options, or storage_options={'skip_signature': True} "
-                f"for a public bucket ({short(exc)})"
-            )
-        if kind == "denied":
-            return RemoteError(
-                f"{where}: the store refused to {what} it with these credentials: {short(exc)}"
-            )
-        if kind == "client":
-            return RemoteError(f"{where}: the store refused the request: {short(exc)}")
-        if kind == "http":
-            return RemoteError(
-                f"{where}: the endpoint is plain http://, which the client refuses: pass "
-                f"storage_options={{'allow_http': True}} ({short(exc)})"
-            )
-        if kind == "tls":
-            return RemoteError(
-                f"{where}: the TLS handshake with the endpoint failed (an https:// endpoint "
-                "on a server that speaks plain HTTP, or a certificate it does not trust): "
-                "use its http:// URL, or pass root_certificate in storage_options "
-                f"({short(exc)})"
-            )
-        return RemoteError(
-            f"{where}: could not {what} it after {tries + 1} attempt(s) in {self.retry:g} s "
-            "of retries (the store is unreachable or failing; chute.open(url, retry=SECONDS) "
-            f"rides out a longer outage): {short(exc)}"
-        )
-
-
-# the error codes of a missing bucket (S3, GCS) or container (Azure) in a 404's body
-_NO_BUCKET = ("NoSuchBucket", "ContainerNotFound")
-
-# rustls' errors in obstore's debug dump when the TLS handshake fails: not retried
-_TLS_ERRORS = ("InvalidContentType", "InvalidCertificate", "CorruptMessage", "HandshakeFailure")
-
-
-def _classify(exc: BaseException) -> str:
-    """missing | credentials | denied | client | http | tls | transient."""
-    kind = getattr(exc, "kind", None)  # a signed request's failure says its kind
-    if isinstance(kind, str):
-        return kind
-    if isinstance(exc, FileNotFoundError):
-        return "missing"
-    name = type(exc).__name__
-    text = str(exc)
-    if name in ("PermissionDeniedError", "UnauthenticatedError"):
-        return "denied"
-    if "169.254.169.254" in text or "credential" in text.lower():
-        return "credentials"
-    if name in ("InvalidPathError", "NotSupportedError", "UnknownConfigurationKeyError"):
-        return "client"
-    if "BadScheme" in text:  # an http:// URL without allow_http: the request is not sent
-        return "http"
-    if any(t in text for t in _TLS_ERRORS):
-        return "tls"
-    if "status code: 4" in text and "status code: 408" not in text and "429" not in text:
-        return "client"
-    return "transient"  # 5xx, connection refused/reset, timeouts, truncated bodies
+                where = self.url.join(relpath)
+                raise request_error(kind, what, where, self.url, self.retry, exc, attempt) from None
 
 
 def _in_new_loop(coro: Coroutine[Any, Any, T]) -> T:
@@ -489,36 +403,3 @@ def _seconds(value: Any) -> float:
     if isinstance(value, bool) or not 0 < seconds < float("inf"):
         raise ArgumentError(f"timeout must be a positive number of seconds, got {value!r}")
     return seconds
-
-
-class _Capped:
-    """The file a download is written into, refusing to grow past ``limit`` bytes (a zstd
-    frame that inflates beyond the file it should be is cut, not written out)."""
-
-    def __init__(self, file: Sink, relpath: str, limit: int):
-        self.file, self.relpath, self.limit, self.n = file, relpath, limit, 0
-
-    def write(self, data: Any) -> int:
-        self.n += memoryview(data).nbytes
-        if self.n > self.limit:
-            raise CorruptObjectError(
-                f"{self.relpath}: decompresses to over {self.limit} bytes, the manifest's size"
-            )
-        return self.file.write(data)
-
-    def flush(self) -> None:
-        self.file.flush()
-
-
-def _write(sink: Any, chunk: bytes | None, relpath: str) -> None:
-    """Write (or flush, for None) into the download's sink: a local error is not retried,
-    undecodable data is a corrupt object."""
-    try:
-        if chunk is None:
-            sink.flush()
-        else:
-            sink.write(chunk)
-    except OSError as exc:
-        raise _LocalError(exc) from None
-    except Exception as exc:  # zstandard.ZstdError: not a zstd frame, or a corrupted one
-        raise CorruptObjectError(f"{relpath}: cannot decompress: {exc}") from None

@@ -15,15 +15,8 @@ import xxhash
 
 from ..errors import ArgumentError, DatasetNotFoundError, require
 from ..manifest_file import MAX_MANIFEST_BYTES
-from .client import (
-    EXTRA,
-    STREAM_CHUNK,
-    CorruptObjectError,
-    _Capped,
-    _LocalError,
-    _want,
-    _write,
-)
+from .bounds import CorruptObjectError, _Capped, _LocalError, _want, _write
+from .client import EXTRA, STREAM_CHUNK
 from .url import URL, parse_url
 
 __all__ = ["FolderStore"]

@@ -1,4 +1,5 @@
-"""Writing datasets: ``chute.write`` for arrays in memory, ``chute.Writer`` for streams.
+"""Writing datasets: ``chute.Writer`` for streams (``chute.write``, for arrays in memory, drives
+it: :mod:`chute.writer.arrays`), ``write_part`` for writers of parts in parallel.
 
 Everything is written into a hidden staging folder next to the destination
 (``.NAME.tmp-PID-RANDOM``); the manifest is written last and the folder renamed into place
@@ -38,7 +39,6 @@ from .schema_inference import (
     check_schema,
     decided_field,
     flatten,
-    infer_field,
     infer_schema,
     is_empty,
     sample_count,
@@ -411,46 +411,3 @@ def row_bytes(batch: Mapping[str, Any], n: int) -> int:
         else:
             total += getattr(v, "nbytes", 64 * max(n, 1)) // max(n, 1)
     return total
-
-
-def write(
-    path: str | os.PathLike,
-    arrays: Mapping[str, Any],
-    *,
-    schema: Mapping[str, kinds.Field] | None = None,
-    overwrite: bool = False,
-    metadata: Mapping[str, Any] | None = None,
-    part_size: int | None = None,
-    chunk_bytes: int = 64 << 20,
-    storage_options: Mapping[str, Any] | None = None,
-    compression: str | None = None,
-) -> Path | str:
-    """Write a dict of equal-length arrays / tensors / lists as a dataset at ``path``.
-
-    >>> chute.write("cifar.chute", {"image": images, "label": labels})
-
-    Arrays are copied in chunks of about ``chunk_bytes``, so memory-mapped inputs larger than
-    RAM work too. Nested dicts give ``group/name`` fields. With ``part_size`` the data is split
-    into ``part-NNNNN`` folders of at most that many samples, as with :class:`Writer`
-    (which also says how a URL ``path`` is written: ``storage_options``, ``compression``).
-    """
-    path = str(path) if is_url(path) else check_path(path)  # a URL: see Writer
-    arrays = flatten(arrays)
-    if not isinstance(arrays, Mapping) or not arrays:
-        raise SchemaError("write() takes a non-empty dict of field name -> array")
-    n = sample_count(arrays, arrays)
-    step = max(1, chunk_bytes // max(row_bytes(arrays, n), 1))
-    if schema is None and n == 0:
-        schema = {k: infer_field(k, v[:0], batch=True) for k, v in arrays.items()}  # bf16 too
-    with Writer(
-        path,
-        schema,
-        overwrite=overwrite,
-        metadata=metadata,
-        part_size=part_size,
-        storage_options=storage_options,
-        compression=compression,
-    ) as w:
-        for start in range(0, n, step):
-            w.extend({k: v[start : start + step] for k, v in arrays.items()})
-    return path
