@@ -259,10 +259,10 @@ def test_a_padded_output_is_the_whole_resized_image_windowed(
     (torchvision's steps: resize, pad), flipped or not. With torch's resizer the whole image
     is resized once (``chute.image.framing.whole_frames``) where that costs at most twice
     the output's pixels."""
-    from chute.image import decode
+    from chute.image import batch_decode
     from chute.image.framing import whole_frames
 
-    monkeypatch.setattr(decode, "_TORCH_RESIZE", torch_resize)
+    monkeypatch.setattr(batch_decode, "_TORCH_RESIZE", torch_resize)
     data, h, w = batch
     ops = [op, RandomHorizontalFlip()]
     idx = np.arange(len(data))
