@@ -62,7 +62,7 @@ from ..image.masks import follow_instances, follow_masks
 from ..image.on_device import DeviceImages, decode_images
 from ..image.ops import Plan, padded, plan
 from ..image.scales import at_batch, sized
-from ..kinds import Field, Tensor, empty_buffers
+from ..kinds import Field, empty_buffers, fixed_fields
 from ..reader.gatherable import Batch, Buffers, Gatherable, Pad
 from ..reader.wrapper import Wrapper
 from .decode_args import read_decode
@@ -247,8 +247,7 @@ class Decoded(Wrapper):
         cut to ``b``; its first bytes when ``size``, the batch's (height, width), is less
         than the buffer's, see :mod:`chute.image.scales`), else a new tensor of its shape in
         :attr:`schema`."""
-        field = self._schema[name]
-        assert isinstance(field, Tensor)  # a fixed-shape batch field
+        field = fixed_fields({name: self._schema[name]})[name]  # a fixed-shape batch field
         shape = (b, *field.shape)
         if size is not None:
             shape = (*shape[:-2], *size)
