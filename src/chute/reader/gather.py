@@ -175,7 +175,7 @@ def gather_var(
     it: O(batch) memory, no second gather for a batch over several parts. Before allocating,
     each part's share is checked against what its values file holds on disk
     (:func:`check_backed`). ``alloc(n)``, for a bytes field: where the ``n`` values go (the
-    image gather reuses a buffer), else a new array."""
+    image gather reuses a buffer), else :func:`chute.reader.segments.new_output`'s."""
     bounds = [
         sample_bounds(p.arrays["values"], p.arrays["offsets"], p.local, p.files) for p in parts
     ]
@@ -197,7 +197,7 @@ def gather_var(
     if alloc is not None:
         values = alloc(n_values)
     else:
-        values = np.empty((n_values, *inner), fmt.storage_dtype(f.dtype))
+        values = segments.new_output((n_values, *inner), fmt.storage_dtype(f.dtype))
     for piece, (starts, n) in zip(parts, bounds, strict=True):
         at = offsets[:-1] if piece.pos is None else offsets[piece.pos]
         segments.copy_segments(piece.arrays["values"], starts, n, at, values)
