@@ -121,14 +121,14 @@ def test_outputs_is_per_thread_and_restores_the_allocator() -> None:
     pool = Values(cap=4)
     assert segments.new_output((3, 2), np.int32).base is None  # a new array
     other = []
-    with segments.outputs(pool.batch()):
+    with segments.Outputs(pool.batch()):
         got = segments.new_output((3, 2), np.int32)
         assert got.shape == (3, 2) and got.dtype == np.int32
         assert got.base is pool.pools[0][1]
         t = threading.Thread(target=lambda: other.append(segments.new_output((4,), np.int64)))
         t.start()
         t.join()
-        with segments.outputs(lambda n: np.zeros(n, np.uint8)):
+        with segments.Outputs(lambda n: np.zeros(n, np.uint8)):
             assert not segments.new_output((5,), np.int16).any()
         assert segments.new_output((0, 2), np.int32).base is pool.pools[1][1]
     assert other[0].base is None  # another thread: a new array

@@ -187,7 +187,7 @@ class Run:
         where = threading.current_thread().name
         try:
             if len(js) == 1:  # variable-size values into the pool's buffers (chute/buffers.py)
-                with segments.outputs(self.buffers.values.batch()):
+                with segments.Outputs(self.buffers.values.batch()):
                     batches = [ds.gather(plan[js[0]], out=out, pad=self.pad)]
             else:  # fixed-shape fields only: one gather, cut into the group's batches
                 idx = np.concatenate([plan[j] for j in js])
