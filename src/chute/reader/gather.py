@@ -240,7 +240,7 @@ def sample_bounds(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(starts, lengths) of samples ``idx`` of a values+offsets column, checked to lie in
     order inside the values (a corrupt offsets file is a FormatError, never a wrong slice).
-    One compiled loop without the GIL when numba is installed (:mod:`chute.reader.segments`)."""
+    One compiled loop when numba is installed (:mod:`chute.reader.segments`)."""
     loops = segments.kernels()
     if loops is not None and offsets.dtype == idx.dtype == np.int64:
         starts, n = np.empty(len(idx), np.int64), np.empty(len(idx), np.int64)
