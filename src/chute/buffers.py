@@ -44,12 +44,11 @@ buffer when, and how scheduling keeps workers within these lifetimes)
     shared by a loader's workers, a pool per variable-size field of a batch (its first, its
     second...), reused by the same rule: an idle buffer at least the batch's size (as batches
     differ in size, a new one is as large as the pool's largest and a quarter larger than
-    asked, and replaces an idle one too small), so they are never limited to
-    ``reuse_after`` either. A new array per batch
-    cost about half the copy into it: the allocator gives the heap's freed top back to the
-    kernel and the next batch faults its pages in again (shuffled token documents, 600 KB a
-    batch: ~35 page faults and ~40 us of the kernel's time per batch, perf). ``ds.gather``
-    called outside a loader allocates a new array.
+    asked, and replaces an idle one too small), so they are never limited to ``reuse_after``
+    either. A new array per batch cost up to half the copy into it: the allocator gives the
+    heap's freed top back to the kernel and the next batch faults its pages in again (shuffled
+    token documents, ~600 KB a batch: 37-40 page faults and 14-72 us of the kernel's time a
+    batch). ``ds.gather`` called outside a loader allocates a new array.
 
     Per thread (:func:`thread_bytes`, :func:`thread_scratch`). An image field's gathered
     JPEG bytes (handed out in the batch: reused by the rule above) and the decoder's scratch
