@@ -142,7 +142,7 @@ def gather_var(
     it: O(batch) memory, no second gather for a batch over several parts. Before allocating,
     each part's share is checked against what its values file holds on disk
     (:func:`check_backed`). ``alloc(n)``, for a bytes field: where the ``n`` values go (the
-    image gather reuses a buffer), else a new array."""
+    image gather reuses a buffer), else :func:`chute.columns.segments.new_output`'s."""
     bounds = [
         sample_bounds(p.arrays["values"], p.arrays["offsets"], p.local, p.files) for p in parts
     ]
@@ -165,7 +165,7 @@ def gather_var(
     if alloc is not None:
         values = alloc(n_values)
     else:
-        values = np.empty((n_values, *inner), storage_dtype(dtype))
+        values = segments.new_output((n_values, *inner), storage_dtype(dtype))
     for piece, (starts, n) in zip(parts, bounds, strict=True):
         at = offsets[:-1] if piece.pos is None else offsets[piece.pos]
         segments.copy_segments(piece.arrays["values"], starts, n, at, values)
@@ -208,7 +208,7 @@ def sample_bounds(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(starts, lengths) of samples ``idx`` of a values+offsets column, checked to lie in
     order inside the values (a corrupt offsets file is a FormatError, never a wrong slice).
-    One compiled loop without the GIL when numba is installed (:mod:`chute.columns.segments`)."""
+    One compiled loop when numba is installed (:mod:`chute.columns.segments`)."""
     loops = segments.kernels()
     if loops is not None and offsets.dtype == idx.dtype == np.int64:
         starts, n = np.empty(len(idx), np.int64), np.empty(len(idx), np.int64)

@@ -11,24 +11,63 @@ the loops are compiled once per machine and cached on disk (numba's ``cache=True
 numba, numpy: tiny samples (under :data:`TINY_SAMPLE_VALUES` values on average) by one
 ``take`` of a flat int32 index (:func:`segments`), larger ones slice by slice (Python per
 sample, which their size amortises, but holding the GIL).
+
+Where the copy goes: a new array (:func:`new_output`), unless the calling thread is inside
+:class:`Outputs`, whose allocator then gives the memory (a :class:`~chute.Loader`'s worker
+gathers into buffers reused once nothing refers to them: ``chute/buffers.py``).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import threading
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from ..errors import SampleIndexError
 
-__all__ = ["TINY_SAMPLE_VALUES", "copy_segments", "kernels", "segments"]
+__all__ = ["TINY_SAMPLE_VALUES", "Outputs", "copy_segments", "kernels", "new_output", "segments"]
 
 TINY_SAMPLE_VALUES = 128
 """Without numba: below this many values per sample on average, a segmented copy builds one
 flat index and does one ``take`` (Python per sample would dominate); above, it copies each
 sample's slice (memcpy speed, no index). Measured by ``benchmarks/ragged_gather.py``."""
+
+
+_THREAD = threading.local()  # this thread's allocator of outputs (Outputs)
+
+
+class Outputs:
+    """``with Outputs(alloc):`` :func:`new_output` in this thread takes its memory from
+    ``alloc(nbytes)`` (a uint8 array of ``nbytes`` that owns its memory or views one that
+    does: the output is a view of it, so the allocator sees from reference counts when
+    nothing uses it any more). A class, not a generator: entered once per batch."""
+
+    __slots__ = ("alloc", "before")
+
+    def __init__(self, alloc: Callable[[int], np.ndarray]) -> None:
+        self.alloc = alloc
+
+    def __enter__(self) -> None:
+        self.before = getattr(_THREAD, "alloc", None)
+        _THREAD.alloc = self.alloc
+
+    def __exit__(self, *exc: object) -> None:
+        _THREAD.alloc = self.before
+
+
+def new_output(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """Uninitialized memory for a variable-size gather's values: from this thread's
+    :class:`Outputs` allocator when inside one, else a new array."""
+    alloc = getattr(_THREAD, "alloc", None)
+    if alloc is None:
+        return np.empty(shape, dtype)
+    dtype = np.dtype(dtype)
+    return alloc(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
 
 
 @functools.cache

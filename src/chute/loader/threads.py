@@ -30,7 +30,8 @@ buffers a batch lives in, and how long, have their own NOTE in ``chute/buffers.p
     states their lifetimes: fresh by default (a batch is valid for as long as anyone holds it), or
     with ``reuse_after=k`` a ring of slots (batch ``j`` is valid until the consumer asks for
     batch ``j + k``). The loader keeps them from one pass to the next; a worker gets the buffers of
-    work item ``q`` with ``take(q)``.
+    work item ``q`` with ``take(q)``, and gathers variable-size values into ``values`` (a pool
+    under the same rule as fresh batches, in both modes).
 
     Scheduling (both modes). The consumer gives work items out itself: asking for batch ``j``
     releases batch ``j - k`` (``k`` = 1 without a ring) and gives out every work item up to
@@ -76,6 +77,7 @@ import torch
 
 from ..batch import Pad
 from ..buffers import Buffers
+from ..columns import segments
 from ..columns.gather import head
 from ..errors import ChuteError, StaleIteratorError, WorkerError
 from ..reader.gatherable import Gatherable
@@ -185,8 +187,9 @@ class Run:
         ds = with_split(self.ds, threads)
         where = threading.current_thread().name
         try:
-            if len(js) == 1:
-                batches = [ds.gather(plan[js[0]], out=out, pad=self.pad)]
+            if len(js) == 1:  # variable-size values into the pool's buffers (chute/buffers.py)
+                with segments.Outputs(self.buffers.values.batch()):
+                    batches = [ds.gather(plan[js[0]], out=out, pad=self.pad)]
             else:  # fixed-shape fields only: one gather, cut into the group's batches
                 idx = np.concatenate([plan[j] for j in js])
                 got = ds.gather(idx, out=out)

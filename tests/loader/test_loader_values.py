@@ -1,0 +1,135 @@
+"""The Loader's variable-size values (ragged, bytes, strings): gathered into pooled buffers
+reused once nothing refers to them, the batches the same bytes as ``ds.gather``'s, a batch
+kept in any form never written over."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import chute
+from chute.buffers import Values
+from chute.columns import segments
+
+N = 300
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leak():
+    yield
+    assert not [t for t in threading.enumerate() if t.name.startswith("chute-loader")]
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory) -> chute.Dataset:
+    """Token documents of 0 to ~4000 tokens (lognormal), bytes and strings beside them."""
+    rng = np.random.default_rng(5)
+    lengths = np.minimum(rng.lognormal(4.0, 1.2, N).astype(np.int64), 4000)
+    path = tmp_path_factory.mktemp("values") / "docs.chute"
+    chute.write(
+        path,
+        {
+            "ids": [rng.integers(0, 50_000, k).astype(np.int32) for k in lengths],
+            "raw": [rng.bytes(int(k) % 97) for k in lengths],
+            "s": [f"doc {i} " * (i % 7) for i in range(N)],
+            "y": np.arange(N),
+        },
+        schema={
+            "ids": chute.Ragged("int32"),
+            "raw": chute.fields.Bytes(),
+            "s": chute.String(),
+            "y": chute.fields.Tensor((), "int64"),
+        },
+    )
+    return chute.open(path)
+
+
+def same(got: dict, want: dict) -> None:
+    """Byte for byte: values, offsets, the other fields."""
+    for name in ("ids", "raw"):
+        assert torch.equal(got[name].values, want[name].values), name
+        assert torch.equal(got[name].offsets, want[name].offsets), name
+    assert got["s"] == want["s"]
+    assert torch.equal(got["y"], want["y"])
+
+
+@pytest.mark.parametrize(("workers", "reuse_after"), [(0, None), (1, None), (2, None), (2, 1)])
+def test_batches_are_what_gather_gives_and_kept_ones_never_change(docs, workers, reuse_after):
+    loader = chute.Loader(docs, 16, seed=2, num_workers=workers, reuse_after=reuse_after)
+    kept = []  # (a copy, what is kept, how)
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        plan = loader.order.plan()
+        for k, batch in enumerate(loader):
+            same(batch, docs.gather(plan[k]))
+            if epoch == 0 and k % 3 == 0:  # the values, a view of them, a numpy array
+                how = k // 3 % 3
+                ids = batch["ids"]
+                what = [ids, ids.values[1:], ids.values.numpy()][how]
+                kept.append((ids.values.numpy()[1 if how == 1 else 0 :].copy(), what, how))
+            if workers:
+                time.sleep(0.001)  # let the workers run ahead
+    for copy, what, how in kept:  # never written over, while another 2 epochs ran
+        assert np.array_equal(np.asarray(what.values if how == 0 else what), copy)
+
+
+@pytest.mark.parametrize(("workers", "reuse_after"), [(0, None), (2, None), (2, 1)])
+def test_a_plain_loop_cycles_through_a_few_buffers(docs, workers, reuse_after):
+    loader = chute.Loader(docs, 16, seed=3, num_workers=workers, reuse_after=reuse_after)
+    seen = set()
+    for epoch in range(4):
+        for batch in loader:
+            if epoch >= 2:  # the pool's buffers made by then
+                values = batch["ids"].values.numpy()  # in a buffer of the first field's pool
+                assert any(np.shares_memory(values, b) for b in loader._buffers.values.pools[0])
+                seen.add(values.ctypes.data)
+                del values  # (a list of the buffers held here would make them all look in use)
+            if workers:
+                time.sleep(0.001)
+    assert len(seen) <= loader._buffers.values.cap + 2  # (+ a batch larger than any before)
+
+
+def test_pool_reuses_an_idle_buffer_and_replaces_one_too_small() -> None:
+    pool = Values(cap=2)
+    a = pool.take(0, 100)
+    assert len(a) == 100 and a.dtype == np.uint8
+    b = pool.take(0, 100)  # `a` is in use: another buffer
+    assert not np.shares_memory(a, b)
+    ptr = a.ctypes.data
+    del a
+    c = pool.take(0, 120)  # a's buffer is idle and large enough (a quarter more than asked)
+    assert c.ctypes.data == ptr
+    del c
+    d = pool.take(0, 10_000)  # none fits: the idle buffer too small is replaced
+    assert len(pool.pools[0]) == 3 and len(d) == 10_000
+    del b
+    e = pool.take(0, 10)  # then, in use: d; idle: b's
+    assert not np.shares_memory(d, e)
+    f = [pool.take(0, 50) for _ in range(4)]  # more held than cap: the oldest are not tracked
+    assert len(pool.pools[0]) == 3
+    assert len({x.ctypes.data for x in f}) == 4
+    one = pool.batch()  # a batch's allocator: its k-th output from pool k
+    x, y = one(8), one(8)
+    assert x.base is pool.pools[0][-1] and y.base is pool.pools[1][1]
+
+
+def test_outputs_is_per_thread_and_restores_the_allocator() -> None:
+    pool = Values(cap=4)
+    assert segments.new_output((3, 2), np.int32).base is None  # a new array
+    other = []
+    with segments.Outputs(pool.batch()):
+        got = segments.new_output((3, 2), np.int32)
+        assert got.shape == (3, 2) and got.dtype == np.int32
+        assert got.base is pool.pools[0][1]
+        t = threading.Thread(target=lambda: other.append(segments.new_output((4,), np.int64)))
+        t.start()
+        t.join()
+        with segments.Outputs(lambda n: np.zeros(n, np.uint8)):
+            assert not segments.new_output((5,), np.int16).any()
+        assert segments.new_output((0, 2), np.int32).base is pool.pools[1][1]
+    assert other[0].base is None  # another thread: a new array
+    assert segments.new_output((1,), np.int8).base is None
