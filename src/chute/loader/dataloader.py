@@ -72,13 +72,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-import signal
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 from .._args import check_int, default_workers
@@ -97,8 +94,9 @@ from .decode import Decoded, with_decode
 from .finish import with_finish
 from .handoff import Handoff
 from .passes import OnePass, make_order, unknown_keywords
-from .processes import death_message, exited_workers, worker_init
+from .processes import death_message, exited_workers, uninterrupted, worker_init
 from .samplers import EpochSampler, StepBatches
+from .streams import Control, Shares, Stream, stream_init
 
 __all__ = ["BatchDataset", "ChuteDataLoader", "dataloader"]
 
@@ -127,7 +125,13 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
         # what frameworks see: the NOTE of chute/loader/samplers.py
         sampler = EpochSampler(self)
         steps = StepBatches(self, sampler, with_epoch, source, lambda: self._own_pass)
-        kwargs["worker_init_fn"] = functools.partial(worker_init, kwargs.get("worker_init_fn"))
+        # the stream path (chute/loader/streams.py) where no batch needs the main process
+        self._shares = (
+            None if source is not None or not dataset.whole else Shares(dataset, order, with_epoch)
+        )
+        self._streams: torch.utils.data.DataLoader[int] | None = None  # its torch DataLoader
+        self._init_fn = kwargs.get("worker_init_fn")
+        kwargs["worker_init_fn"] = functools.partial(worker_init, self._init_fn)
         torch.utils.data.DataLoader.__init__(
             self,
             dataset,  # type: ignore[arg-type]
@@ -157,39 +161,80 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
 
     def __iter__(self) -> _Consumed:  # type: ignore[override]
         self._end_active("iter() was called on the DataLoader again")
-        progress = self._start_pass()  # first: it may move on to the next epoch
-        previous = signal.getsignal(signal.SIGINT)
-        if self.num_workers and (not self.persistent_workers or self._iterator is None):
-            # new worker processes start: new slots for them (chute/loader/handoff.py)
-            context = self.multiprocessing_context or torch.multiprocessing.get_context()
-            slots = (self.prefetch_factor or 2) + 1  # what torch sends a worker ahead, + 1
-            self.batches.handoff = Handoff(self.num_workers, slots, context)
+        streams = bool(self.num_workers and self._shares)
+        progress = self._start_pass(streams)  # first: it may move on to the next epoch
+        start = self._stream if streams else self._torch_iter
         self._own_pass = True  # torch iterates the batch sampler now: the pass is started
         try:
-            if threading.current_thread() is not threading.main_thread() or previous is None:
-                it = super().__iter__()
-            else:
-                interrupted: list[int] = []  # a SIGINT while the workers start: see the NOTE
-                signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
-                try:
-                    it = super().__iter__()
-                finally:
-                    signal.signal(signal.SIGINT, previous)
-                    if interrupted:  # the previous handler (default: KeyboardInterrupt) now
-                        signal.raise_signal(signal.SIGINT)
+            it = uninterrupted(start)  # a SIGINT while the workers start: see the NOTE
         finally:
             self._own_pass = False
         consumed = _Consumed(it, progress, self)
         self._track(consumed)
         return consumed
 
+    def _slots(self) -> tuple[int, Any]:
+        """Slots per worker (what torch sends a worker ahead, + 1) and the workers' context."""
+        context = self.multiprocessing_context or torch.multiprocessing.get_context()
+        return (self.prefetch_factor or 2) + 1, context
+
+    def _torch_iter(self) -> Iterator[Any]:
+        if not self.persistent_workers or self._iterator is None:
+            # new worker processes start: new slots for them (chute/loader/handoff.py)
+            self.batches.handoff = Handoff(self.num_workers, *self._slots())
+        return super().__iter__()
+
+    def _stream(self) -> Stream:
+        """The pass through ``chute/loader/streams.py``: workers make their shares."""
+        shares, streams = self._shares, self._streams
+        assert shares is not None
+        if streams is None:
+            self._streams = streams = torch.utils.data.DataLoader(
+                shares,
+                batch_size=None,
+                num_workers=self.num_workers,
+                collate_fn=as_is,
+                persistent_workers=self.persistent_workers,
+                worker_init_fn=functools.partial(stream_init, self._init_fn),
+                multiprocessing_context=self.multiprocessing_context,
+                prefetch_factor=1,
+            )
+        if not self.persistent_workers or streams._iterator is None:
+            slots, context = self._slots()
+            # lent slots: one the consumer holds and one coming back (chute/loader/streams.py)
+            self.batches.handoff = Handoff(self.num_workers, slots + 2, context, lend=True)
+            shares.ring = Control(self.num_workers, slots, context)
+        ring = shares.ring
+        assert ring is not None
+        ring.cancel()  # a persistent worker still making the last pass stops
+        it = iter(streams)
+        handoff = self.batches.handoff
+        assert handoff is not None
+        ring.drain()
+        handoff.give_back()
+        ring.begin(self.order.state_dict())
+        return Stream(
+            it,
+            ring,
+            handoff,
+            len(self.order.plan()),
+            shares.group,
+            self.persistent_workers,
+            self.pin_memory,
+            self.timeout,
+        )
+
+    def _forget_workers(self) -> None:
+        """The next ``iter()`` starts new workers, also with ``persistent_workers``."""
+        self._iterator = None
+        if self._streams is not None:
+            self._streams._iterator = None
+
 
 class _Consumed:
     """The DataLoader's iterator, advancing ``Order.batches()`` as batches are handed out."""
 
-    def __init__(
-        self, it: Iterator[Any], progress: Iterator[np.ndarray], loader: ChuteDataLoader
-    ) -> None:
+    def __init__(self, it: Iterator[Any], progress: Iterator[Any], loader: ChuteDataLoader) -> None:
         self._it: Iterator[Any] | None = it
         self._progress = progress
         self._loader = loader
@@ -214,7 +259,7 @@ class _Consumed:
         """The pass failed: stop its workers now, not when ``it`` is collected (see the NOTE),
         and let the next ``iter()`` start new ones, also with ``persistent_workers``."""
         self._it = None
-        self._loader._iterator = None
+        self._loader._forget_workers()
         shutdown = getattr(it, "_shutdown_workers", None)  # none without worker processes
         if shutdown is not None:
             shutdown()

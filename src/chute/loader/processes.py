@@ -4,9 +4,12 @@ NOTE in ``chute/loader/dataloader.py``), and what a dead one's exit code says ha
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def exited_workers(it: Any, wait_s: float) -> list[tuple[int, int]]:
@@ -62,3 +65,20 @@ def worker_init(user_fn: Callable[[int], None] | None, worker_id: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if user_fn is not None:
         user_fn(worker_id)
+
+
+def uninterrupted(start: Callable[[], T]) -> T:
+    """``start()`` (which starts worker processes), with a SIGINT that lands meanwhile
+    recorded and replayed to the previous handler once it returns (see the NOTE in
+    ``chute/loader/dataloader.py``); only in the main thread, where Python runs handlers."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        return start()
+    interrupted: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    try:
+        return start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if interrupted:  # the previous handler (default: KeyboardInterrupt) now
+            signal.raise_signal(signal.SIGINT)
