@@ -5,7 +5,8 @@ For per-sample Python (decoding, augmentation) in worker *processes*; chute's th
 
 NOTE (what crosses the process boundary, memory, state)
 
-    Batches, not samples. The batch sampler yields one int64 index array per batch from
+    Batches, not samples. With a ``sample_transform`` or ``collate_fn`` (or a dataset in
+    object storage) the batch sampler yields one int64 index array per batch from
     :meth:`Order.plan() <chute.order.Order.plan>`; the DataLoader sends it to a worker, whose
     :meth:`BatchDataset.__getitems__` does one ``ds.gather(idx)``, which decodes the
     ``decode=`` images of the whole batch at once (then, with a ``sample_transform``, splits
@@ -13,6 +14,11 @@ NOTE (what crosses the process boundary, memory, state)
     The batch crosses the process boundary through shared-memory slots that each worker
     allocates once and reuses (the protocol is the NOTE in ``chute/loader/handoff.py``), and
     is copied out of them on arrival; the DataLoader's ``collate_fn`` is the identity.
+    Without those, nobody tells a worker which batch to make: each computes its own share of
+    the pass from the order and the main process receives the batches in order, lent as views
+    of the slots (``chute/loader/streams.py``); the same batches, state and errors.
+    A stack that builds its own DataLoader from ``batch_sampler`` (accelerate) always takes
+    the first way.
 
     Memory. The Dataset pickles as its path, so a spawned worker maps the files itself and a
     forked one inherits the maps; reads go through the OS page cache, which every process
@@ -81,8 +87,6 @@ import torch
 from .._args import check_int, default_workers
 from ..errors import (
     ArgumentValueError,
-    StaleIteratorError,
-    WorkerError,
 )
 from ..order.steps import Steps
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
@@ -94,7 +98,7 @@ from .decode import Decoded, with_decode
 from .finish import with_finish
 from .handoff import Handoff
 from .passes import OnePass, make_order, unknown_keywords
-from .processes import death_message, exited_workers, uninterrupted, worker_init
+from .processes import Consumed, uninterrupted, worker_init
 from .samplers import EpochSampler, StepBatches
 from .streams import Control, Shares, Stream, stream_init
 
@@ -159,7 +163,7 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
                 warnings.warn(message, stacklevel=3)  # the user's loop, above __next__
         return got.batch
 
-    def __iter__(self) -> _Consumed:  # type: ignore[override]
+    def __iter__(self) -> Consumed:  # type: ignore[override]
         self._end_active("iter() was called on the DataLoader again")
         streams = bool(self.num_workers and self._shares)
         progress = self._start_pass(streams)  # first: it may move on to the next epoch
@@ -169,7 +173,7 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
             it = uninterrupted(start)  # a SIGINT while the workers start: see the NOTE
         finally:
             self._own_pass = False
-        consumed = _Consumed(it, progress, self)
+        consumed = Consumed(it, progress, self)
         self._track(consumed)
         return consumed
 
@@ -229,71 +233,6 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
         self._iterator = None
         if self._streams is not None:
             self._streams._iterator = None
-
-
-class _Consumed:
-    """The DataLoader's iterator, advancing ``Order.batches()`` as batches are handed out."""
-
-    def __init__(self, it: Iterator[Any], progress: Iterator[Any], loader: ChuteDataLoader) -> None:
-        self._it: Iterator[Any] | None = it
-        self._progress = progress
-        self._loader = loader
-        self._handed = 0
-        self._stale: str | None = None  # why a newer pass ended this one
-
-    def __iter__(self) -> _Consumed:
-        return self
-
-    def __len__(self) -> int:
-        return 0 if self._it is None else len(self._it)  # type: ignore[arg-type]
-
-    def close(self, why: str | None = None) -> None:
-        """End this pass: a newer pass took the loader over (``why``), or ``close``. Drops
-        torch's iterator (its workers stop, unless persistent, when the newer pass is already
-        reusing it) and refuses further batches."""
-        if self._it is not None:
-            self._stale = why
-            self._it = None
-
-    def _stop_workers(self, it: Iterator[Any]) -> None:
-        """The pass failed: stop its workers now, not when ``it`` is collected (see the NOTE),
-        and let the next ``iter()`` start new ones, also with ``persistent_workers``."""
-        self._it = None
-        self._loader._forget_workers()
-        shutdown = getattr(it, "_shutdown_workers", None)  # none without worker processes
-        if shutdown is not None:
-            shutdown()
-
-    def __next__(self) -> Any:
-        it = self._it
-        if it is None:
-            if self._stale is not None:
-                raise StaleIteratorError(
-                    f"this DataLoader iterator was ended after {self._handed} batches: "
-                    f"{self._stale}. chute.dataloader runs one pass at a time: use one "
-                    "iterator at a time, or a second dataloader"
-                )
-            raise StopIteration
-        try:
-            batch = next(it)
-        except StopIteration:
-            next(self._progress, None)  # the epoch is over: the order moves on to the next
-            self._it = None
-            raise
-        except Exception as exc:  # from a worker (or a dead one: see the NOTE)
-            dead: list[tuple[int, int]] = []
-            if isinstance(exc, (ConnectionError, EOFError, RuntimeError)):  # a dead worker?
-                # A dropped connection comes a moment before the exit: wait for it, boundedly.
-                dead = exited_workers(it, 0.0 if isinstance(exc, RuntimeError) else 2.0)
-            self._stop_workers(it)
-            if not dead:
-                raise
-            raise WorkerError(death_message(dead, exc)) from exc
-        next(self._progress)  # record the batch as consumed
-        self._handed += 1
-        if type(batch) is Reported:  # samples replaced (on_error="skip")
-            return self._loader._report(batch)
-        return batch
 
 
 _OWN = ("batch_sampler", "sampler", "dataset")

@@ -37,6 +37,14 @@ NOTE (the slot protocol: who owns which slot, when one is reused, shutdown)
     workers torch reads (and drops) what is left of a pass before the next one starts, which
     gives its slots back.
 
+    Lending (``lend=True``, the stream path of ``chute/loader/streams.py``). Nothing is
+    copied out: each tensor the main process unpickles is a view of its slot, and the slot
+    is given back (:meth:`Handoff.give_back`, called before each batch is read) only once the
+    reference count of the slot's array shows that no tensor, view or array made from it
+    is left, and only in the order the slots were written: a batch the user keeps keeps its
+    slot, and the worker, finding none free, sends the next batches through torch's own
+    hand-off until slots come back. The batch is valid for as long as it is held, as above.
+
     Shutdown. The segments are created unlinked (torch's ``file_descriptor`` sharing): they
     are freed when the last process mapping them exits or drops them, killed or not, and leave
     nothing in ``/dev/shm``.
