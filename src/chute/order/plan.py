@@ -101,7 +101,7 @@ class Plan(Sequence[np.ndarray]):
             idx = np.asarray(self._lookup(pos.ravel()), dtype=np.int64).reshape(pos.shape)
             idx.setflags(write=False)
             rows.extend(idx)
-        if b > self._full:  # the short last step; positions past the end wrap to the start
+        if a <= self._full < b:  # the short last step; positions past the end wrap to the start
             first = self._start + self._full * self._step + self._rank * self._share
             pos = np.arange(first, first + self._share, dtype=np.int64) % self._n
             idx = np.array(self._lookup(pos), dtype=np.int64)
