@@ -222,7 +222,7 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
             ring,
             handoff,
             len(self.order.plan()),
-            shares.group,
+            shares,
             self.persistent_workers,
             self.pin_memory,
             self.timeout,

@@ -55,14 +55,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import ChuteError
 from ..order.steps import Steps
 from .batch_dataset import BatchDataset, Reported
 from .handoff import Handoff, swap
 from .loader import GROUP_BYTES, MAX_GROUP
 from .processes import worker_init
 
-CONTROL = 64 << 10  # bytes of a message its control slot holds; larger ones go by a queue
-BOARD = 64 << 10  # bytes of the order state a pass starts from
+CONTROL = 16 << 10  # bytes of a message its control slot holds; larger ones go by a queue
+BOARD = 16 << 10  # bytes of the order state a pass starts from (a few hundred)
 POLL = 0.05  # seconds between looks at the board (workers) or at the workers (main process)
 _HEAD = 16  # a control slot: kind, length (int64 each), then the message
 _BATCH, _ERROR = 1, 2
@@ -101,18 +102,21 @@ class Control:
         self.filled = [context.Semaphore(0) for _ in range(workers)]
         self.start = [context.Semaphore(0) for _ in range(workers)]
         self.spill = [context.Queue() for _ in range(workers)]
-        self.control = torch.zeros(workers * slots * (_HEAD + CONTROL), dtype=torch.uint8)
-        self.board = torch.zeros(BOARD + 32, dtype=torch.uint8)
-        self.control.share_memory_()
-        self.board.share_memory_()
+        # one segment: the board (4 words, the state), then the control slots
+        self.shared = torch.empty(
+            32 + BOARD + workers * slots * (_HEAD + CONTROL), dtype=torch.uint8
+        )
+        self.shared.share_memory_()
+        self.shared[:32] = 0
         self.read = [0] * workers  # main process: messages read from each worker
         self.wrote = 0  # a worker: messages it wrote
         self._views()
 
     def _views(self) -> None:
-        self._ctl = self.control.numpy()
-        self._words = self.board[:32].numpy().view(np.int64)
-        self._state = self.board[32:].numpy()
+        whole = self.shared.numpy()
+        self._words = whole[:32].view(np.int64)
+        self._state = whole[32 : 32 + BOARD]
+        self._ctl = whole[32 + BOARD :]
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -130,7 +134,10 @@ class Control:
         """Start a pass from order ``state``: on the board, and a start token each."""
         data = pickle.dumps(state)
         if len(data) > BOARD:
-            raise ValueError(f"an order state of {len(data)} bytes (at most {BOARD})")
+            raise ChuteError(
+                f"an order state of {len(data)} bytes does not fit the {BOARD} the worker "
+                "processes read it from; this is a bug in chute, please report it"
+            )
         self._state[: len(data)] = np.frombuffer(data, np.uint8)
         self._words[_LEN] = len(data)
         self._words[_LIVE] = 1
@@ -207,7 +214,9 @@ class Shares(torch.utils.data.IterableDataset[int]):
     control slots (see the NOTE); yields the number of messages it wrote (nobody reads it).
 
     ``group``: batches per message, gathered at once (small batches of fixed-shape fields,
-    as the thread Loader groups them: ``chute/loader/threads.py``)."""
+    as the thread Loader groups them: ``chute/loader/threads.py``), except the first
+    message of a pass, which holds the first batch alone (it comes no later than one batch).
+    Message ``g`` is worker ``g % W``'s."""
 
     def __init__(self, batches: BatchDataset, order: Steps, with_epoch: bool) -> None:
         self.batches = batches
@@ -242,23 +251,31 @@ class Shares(torch.utils.data.IterableDataset[int]):
         if got is None:
             return
         gen, state = got
-        made, size = 0, self.group
+        made = 0
         try:
             if _INIT_ERROR:
                 raise _InitError
             order = self.order
             order.load_state_dict(state)
             plan, epoch = order.plan(), order.epoch
-            for g in range(w, -(-len(plan) // size), workers):
+            for g in range(w, self.message_of(len(plan) - 1) + 1, workers):
                 if not ring.wait(ring.free[w], gen):
                     break
-                ring.post(w, _BATCH, self._make(plan, range(g * size, (g + 1) * size), epoch))
+                ring.post(w, _BATCH, self._make(plan, self.span(g), epoch))
                 made += 1
         except Exception as exc:
             failure = _INIT_ERROR.pop() if isinstance(exc, _InitError) else _failure(w)
             if ring.wait(ring.free[w], gen):
                 ring.post(w, _ERROR, failure)
         yield made
+
+    def message_of(self, k: int) -> int:
+        """The message that carries batch ``k`` of a pass (see the class doc)."""
+        return 0 if k == 0 else 1 + (k - 1) // self.group
+
+    def span(self, g: int) -> range:
+        """The batches of message ``g`` (those past the pass's end excepted)."""
+        return range(1) if g == 0 else range(1 + (g - 1) * self.group, 1 + g * self.group)
 
     def _make(self, plan: Sequence[np.ndarray], js: range, epoch: int) -> Any:
         """The message of batches ``js`` of ``plan`` (those it has): a list of batches."""
@@ -296,14 +313,14 @@ class Stream:
         ring: Control,
         handoff: Handoff,
         n: int,
-        group: int,
+        shares: Shares,
         persistent: bool,
         pin: bool,
         timeout: float,
     ) -> None:
         self._it = it
         self._handoff = handoff
-        self._group = group
+        self._shares = shares
         self._got: list[Any] = []  # the batches of the group read last
         self._ring = ring
         self._n = n
@@ -338,7 +355,8 @@ class Stream:
         if k >= self._n:
             self._end()
             raise StopIteration
-        g, j = divmod(k, self._group)
+        g = self._shares.message_of(k)
+        j = k - self._shares.span(g).start
         if j == 0:
             self._got = []
             self._handoff.give_back()
