@@ -64,7 +64,7 @@ from .processes import worker_init
 
 CONTROL = 16 << 10  # bytes of a message its control slot holds; larger ones go by a queue
 BOARD = 16 << 10  # bytes of the order state a pass starts from (a few hundred)
-POLL = 0.05  # seconds between looks at the board (workers) or at the workers (main process)
+POLL = 0.02  # seconds between looks at the board (workers) or at the workers (main process)
 _HEAD = 16  # a control slot: kind, length (int64 each), then the message
 _BATCH, _ERROR = 1, 2
 _GEN, _LIVE, _CLOSED, _LEN = range(4)  # the board's int64 words, then the state
@@ -145,11 +145,14 @@ class Control:
             start.release()
 
     def cancel(self, closed: bool = False) -> None:
-        """End the live pass (and with ``closed`` any wait of the workers)."""
+        """End the live pass (and with ``closed`` any wait of the workers, which are woken:
+        the counts no longer matter)."""
         self._words[_LIVE] = 0
         self._words[_GEN] += 1
-        if closed:
+        if closed and not self._words[_CLOSED]:
             self._words[_CLOSED] = 1
+            for sem in (*self.free, *self.start):
+                sem.release()
 
     def drain(self) -> None:
         """Read and drop what workers wrote that no pass read (their slots come back)."""
