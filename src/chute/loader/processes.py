@@ -4,6 +4,7 @@ iterator that hands their batches out."""
 
 from __future__ import annotations
 
+import gc
 import signal
 import threading
 import time
@@ -74,7 +75,19 @@ def worker_init(user_fn: Callable[[int], None] | None, worker_id: int) -> None:
 def uninterrupted(start: Callable[[], T]) -> T:
     """``start()`` (which starts worker processes), with a SIGINT that lands meanwhile
     recorded and replayed to the previous handler once it returns (see the NOTE in
-    ``chute/loader/dataloader.py``); only in the main thread, where Python runs handlers."""
+    ``chute/loader/dataloader.py``); only in the main thread, where Python runs handlers.
+    What exists is frozen out of garbage collection meanwhile (``gc.freeze``), so that a
+    forked worker never collects what it inherited: an earlier loader's unreachable torch
+    iterator would stop its workers from there ("Exception ignored ... can only test a
+    child process"). This process collects it as usual afterwards."""
+    gc.freeze()
+    try:
+        return _uninterrupted(start)
+    finally:
+        gc.unfreeze()
+
+
+def _uninterrupted(start: Callable[[], T]) -> T:
     previous = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or previous is None:
         return start()

@@ -43,7 +43,6 @@ NOTE (the stream protocol: passes, slots, cancelling, errors)
 from __future__ import annotations
 
 import copy
-import gc
 import os
 import pickle
 import sys
@@ -81,11 +80,7 @@ def _failure(worker: int) -> tuple[type, str]:
 
 
 def stream_init(user_fn: Callable[[int], None] | None, worker_id: int) -> None:
-    """:func:`worker_init`, its exception kept for the worker's first message. What the
-    worker inherited from the main process is frozen out of its garbage collection: the
-    parent's unreachable torch iterators would otherwise be collected here, and fail
-    ("Exception ignored ... can only test a child process")."""
-    gc.freeze()
+    """:func:`worker_init`, its exception kept for the worker's first message."""
     try:
         worker_init(user_fn, worker_id)
     except Exception:
