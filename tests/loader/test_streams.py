@@ -5,6 +5,7 @@ batches intact, a pass left early leaving nothing behind, a worker's errors rais
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import numpy as np
@@ -110,6 +111,17 @@ def test_a_failing_gather_names_the_worker_and_stops_the_pass(
 
 def broken(batch: dict[str, Any]) -> dict[str, Any]:
     raise KeyError("no such field")
+
+
+def slow(batch: dict[str, Any]) -> dict[str, Any]:
+    time.sleep(2)
+    return batch
+
+
+def test_timeout_bounds_the_wait_for_a_batch(fixed: chute.Dataset) -> None:
+    dl = dataloader(fixed, 8, num_workers=1, batch_transform=slow, timeout=0.2)
+    with pytest.raises(RuntimeError, match="timed out after 0.2 seconds"):
+        next(iter(dl))
 
 
 def test_only_whole_batches_take_the_stream_path(fixed: chute.Dataset) -> None:

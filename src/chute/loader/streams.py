@@ -22,8 +22,9 @@ NOTE (the stream protocol: passes, slots, cancelling, errors)
     with each tensor's place in the slot) in the worker's next control slot, or through a
     queue when larger than a control slot. Two semaphores per worker count its free and its
     filled control slots: a worker waits for a free one, the main process for the next
-    filled one of the worker whose turn it is. Reading a message copies the batch out and
-    gives both slots back.
+    filled one of the worker whose turn it is. A worker has ``prefetch_factor + 1`` control
+    slots, so it runs that many messages ahead. Reading a message gives its control slot
+    back; the batch is lent as views of its data slot (``chute/loader/handoff.py``).
 
     Cancelling. The board holds a pass number and whether the pass is live. A pass that ends
     before its last batch (``break``, a newer ``iter()``, an error, the iterator collected)
