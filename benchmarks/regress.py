@@ -332,8 +332,8 @@ def dataloader_row(ds: chute.Dataset) -> Row:
     def run() -> float:
         return float(measure_dataloader_ratio(ds, BS, workers=2, rounds=1)["ratio"])
 
-    # No message per batch (chute/loader/streams.py): 0.67-0.94 on a 2-core box at load 1.5-3
-    # (0.48-1.15 single rounds); the floor is the target, 0.6 (docs/benchmarks.md).
+    # No message per batch (chute/loader/streams.py): medians 0.74-0.87 on a 2-core box at
+    # load 1.6-3.1 (single rounds 0.48-1.29); the floor is the target, 0.6 (docs/benchmarks.md).
     return Row("dataloader 2 procs / Loader 2 threads", run, floor=0.6)
 
 
