@@ -84,6 +84,27 @@ def test_a_slot_is_written_again_only_after_its_batch_was_copied_out() -> None:
     assert same(got1, first) and same(got2, second)
 
 
+def test_a_lent_slot_comes_back_once_nothing_refers_to_its_batch() -> None:
+    h = Handoff(1, 2, multiprocessing.get_context("fork"), lend=True)
+    got1, got2 = received(h.pack(batch_of(1), 0)), received(h.pack(batch_of(2), 0))
+    assert same(got1, batch_of(1)) and same(got2, batch_of(2))
+    third = batch_of(3)
+    h.give_back()
+    assert h.pack(third, 0) is third  # both batches are held: their slots stay lent
+    view = got1["x"][1:].numpy()  # a view of batch 1 holds its slot
+    del got1
+    h.give_back()
+    assert h.pack(third, 0) is third
+    del view
+    h.give_back()  # slot 0 comes back; written again, batch 2 (slot 1) is untouched
+    got4 = received(h.pack(batch_of(4), 0))
+    assert same(got4, batch_of(4)) and same(got2, batch_of(2))
+    del got2
+    h.give_back()  # slot 1, the next in turn, comes back; batch 4 (slot 0) is untouched
+    assert same(received(h.pack(batch_of(5), 0)), batch_of(5)) and same(got4, batch_of(4))
+    assert h.pack(third, 0) is third
+
+
 def test_a_batch_gathered_into_its_reserved_slot_is_sent_without_a_copy(ds: chute.Dataset) -> None:
     h = Handoff(1, 1, multiprocessing.get_context("fork"))
     idx = np.array([5, 1, 90, 7])

@@ -319,3 +319,29 @@ def test_restart_reruns_an_epoch_left_early_and_moves_past_a_finished_one():
     order.set_epoch(1)  # a finished epoch chosen by set_epoch: run again, whole
     order.restart()
     assert (order.epoch, order.consumed, len(order.plan())) == (1, 0, 5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 300),
+    bs=st.integers(1, 40),
+    world=st.integers(1, 3),
+    drop_last=st.booleans(),
+    data=st.data(),
+)
+def test_plan_rows_are_the_plans_batches(n, bs, world, drop_last, data):
+    order = Order(n, bs, seed=5, rank=world - 1, world_size=world, drop_last=drop_last)
+    plan = order.plan()
+    a = data.draw(st.integers(0, len(plan)))
+    b = data.draw(st.integers(a, len(plan)))
+    assert [r.tolist() for r in plan.rows(a, b)] == [plan[j].tolist() for j in range(a, b)]
+
+
+def test_counted_advances_as_batches_does():
+    counted, batches = Order(50, 8, seed=1), Order(50, 8, seed=1)
+    a, b = counted.counted(), batches.batches()
+    for _ in range(3):
+        assert next(a) is None and next(b) is not None
+    assert counted.state_dict() == batches.state_dict()
+    assert len(list(a)) == len(list(b)) == len(counted) - 3
+    assert counted.epoch == batches.epoch == 1

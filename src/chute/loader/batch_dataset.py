@@ -91,6 +91,11 @@ class BatchDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
+    @property
+    def whole(self) -> bool:
+        """A batch is one gather (no ``sample_transform`` or ``collate_fn``)."""
+        return self.sample_transform is None and self.collate_fn is None
+
     def __getitem__(self, i: int) -> Any:
         return self._sample(self.dataset, i)
 
@@ -129,16 +134,43 @@ class BatchDataset(torch.utils.data.Dataset):
             epoch, indices = indices
             assert isinstance(ds, PerEpoch)
             ds = ds.at_epoch(epoch)
+        at = indices
+
+        def make(handoff: Handoff | None, worker: int) -> Any:
+            if self.whole:
+                out = handoff and handoff.reserve(worker, self._fixed(ds, len(at)))
+                batch = ds.gather(at, out=out or None, pad=self.pad)
+            else:
+                batch = (self.collate_fn or _collate)(self._samples(ds, at))
+            if self.batch_transform is not None:
+                batch = self.batch_transform(batch)
+            return batch
+
+        return self._handed(indices, make)
+
+    def group(self, parts: list[np.ndarray]) -> Any:
+        """The batches of index arrays ``parts`` from one gather, as a list (fixed-shape
+        fields only; no ``pad``, ``batch_transform`` or per-sample steps): what a worker of
+        ``chute/loader/streams.py`` makes of a group of small batches."""
+        ds, idx = self.dataset, np.concatenate(parts)
+
+        def make(handoff: Handoff | None, worker: int) -> Any:
+            out = handoff and handoff.reserve(worker, self._fixed(ds, len(idx)))
+            got = ds.gather(idx, out=out or None)
+            ends = np.cumsum([len(p) for p in parts]).tolist()
+            starts = [0, *ends[:-1]]
+            return [{k: t[a:b] for k, t in got.items()} for a, b in zip(starts, ends, strict=True)]
+
+        return self._handed(idx, make)
+
+    def _handed(self, indices: Any, make: Callable[[Handoff | None, int], Any]) -> Reported | Any:
+        """``make(handoff, worker)``'s batch, as the message that hands it over (in a
+        worker process: in shared-memory slots) with what ``skipped`` newly reports; an
+        error names the batch's first samples (chute's own errors pass as they are)."""
         info = torch.utils.data.get_worker_info()
         handoff, worker = (self.handoff, info.id) if info is not None else (None, 0)
         try:
-            if self.sample_transform is None and self.collate_fn is None:
-                out = handoff and handoff.reserve(worker, self._fixed(ds, len(indices)))
-                batch = ds.gather(indices, out=out or None, pad=self.pad)
-            else:
-                batch = (self.collate_fn or _collate)(self._samples(ds, indices))
-            if self.batch_transform is not None:
-                batch = self.batch_transform(batch)
+            batch = make(handoff, worker)
         except BaseException as exc:
             if handoff is not None:
                 handoff.unreserve(worker)

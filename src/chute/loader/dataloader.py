@@ -5,7 +5,8 @@ For per-sample Python (decoding, augmentation) in worker *processes*; chute's th
 
 NOTE (what crosses the process boundary, memory, state)
 
-    Batches, not samples. The batch sampler yields one int64 index array per batch from
+    Batches, not samples. With a ``sample_transform`` or ``collate_fn`` (or a dataset in
+    object storage) the batch sampler yields one int64 index array per batch from
     :meth:`Order.plan() <chute.order.Order.plan>`; the DataLoader sends it to a worker, whose
     :meth:`BatchDataset.__getitems__` does one ``ds.gather(idx)``, which decodes the
     ``decode=`` images of the whole batch at once (then, with a ``sample_transform``, splits
@@ -13,6 +14,11 @@ NOTE (what crosses the process boundary, memory, state)
     The batch crosses the process boundary through shared-memory slots that each worker
     allocates once and reuses (the protocol is the NOTE in ``chute/loader/handoff.py``), and
     is copied out of them on arrival; the DataLoader's ``collate_fn`` is the identity.
+    Without those, nobody tells a worker which batch to make: each computes its own share of
+    the pass from the order and the main process receives the batches in order, lent as views
+    of the slots (``chute/loader/streams.py``); the same batches, state and errors.
+    A stack that builds its own DataLoader from ``batch_sampler`` (accelerate) always takes
+    the first way.
 
     Memory. The Dataset pickles as its path, so a spawned worker maps the files itself and a
     forked one inherits the maps; reads go through the OS page cache, which every process
@@ -72,21 +78,16 @@ from __future__ import annotations
 
 import functools
 import inspect
-import signal
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 from .._args import check_int, default_workers
 from ..batch import Pad
 from ..errors import (
     ArgumentValueError,
-    StaleIteratorError,
-    WorkerError,
 )
 from ..order.steps import Steps
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
@@ -95,8 +96,9 @@ from .batch_dataset import BatchDataset, Reported, as_is
 from .decode import Decoded
 from .handoff import Handoff
 from .passes import OnePass, make_order, unknown_keywords
-from .processes import death_message, exited_workers, worker_init
+from .processes import Consumed, uninterrupted, worker_init
 from .samplers import EpochSampler, StepBatches
+from .streams import Control, Shares, Stream, stream_init
 from .views import loader_views
 
 __all__ = ["BatchDataset", "ChuteDataLoader", "dataloader"]
@@ -126,7 +128,13 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
         # what frameworks see: the NOTE of chute/loader/samplers.py
         sampler = EpochSampler(self)
         steps = StepBatches(self, sampler, with_epoch, source, lambda: self._own_pass)
-        kwargs["worker_init_fn"] = functools.partial(worker_init, kwargs.get("worker_init_fn"))
+        # the stream path (chute/loader/streams.py) where no batch needs the main process
+        self._shares = (
+            None if source is not None or not dataset.whole else Shares(dataset, order, with_epoch)
+        )
+        self._streams: torch.utils.data.DataLoader[int] | None = None  # its torch DataLoader
+        self._init_fn = kwargs.get("worker_init_fn")
+        kwargs["worker_init_fn"] = functools.partial(worker_init, self._init_fn)
         torch.utils.data.DataLoader.__init__(
             self,
             dataset,  # type: ignore[arg-type]
@@ -154,100 +162,76 @@ class ChuteDataLoader(OnePass, torch.utils.data.DataLoader):
                 warnings.warn(message, stacklevel=3)  # the user's loop, above __next__
         return got.batch
 
-    def __iter__(self) -> _Consumed:  # type: ignore[override]
+    def __iter__(self) -> Consumed:  # type: ignore[override]
         self._end_active("iter() was called on the DataLoader again")
-        progress = self._start_pass()  # first: it may move on to the next epoch
-        previous = signal.getsignal(signal.SIGINT)
-        if self.num_workers and (not self.persistent_workers or self._iterator is None):
-            # new worker processes start: new slots for them (chute/loader/handoff.py)
-            context = self.multiprocessing_context or torch.multiprocessing.get_context()
-            slots = (self.prefetch_factor or 2) + 1  # what torch sends a worker ahead, + 1
-            self.batches.handoff = Handoff(self.num_workers, slots, context)
+        streams = bool(self.num_workers and self._shares)
+        progress = self._start_pass(streams)  # first: it may move on to the next epoch
+        start = self._stream if streams else self._torch_iter
         self._own_pass = True  # torch iterates the batch sampler now: the pass is started
         try:
-            if threading.current_thread() is not threading.main_thread() or previous is None:
-                it = super().__iter__()
-            else:
-                interrupted: list[int] = []  # a SIGINT while the workers start: see the NOTE
-                signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
-                try:
-                    it = super().__iter__()
-                finally:
-                    signal.signal(signal.SIGINT, previous)
-                    if interrupted:  # the previous handler (default: KeyboardInterrupt) now
-                        signal.raise_signal(signal.SIGINT)
+            it = uninterrupted(start)  # a SIGINT while the workers start: see the NOTE
         finally:
             self._own_pass = False
-        consumed = _Consumed(it, progress, self)
+        consumed = Consumed(it, progress, self)
         self._track(consumed)
         return consumed
 
+    def _slots(self) -> tuple[int, Any]:
+        """Slots per worker (what torch sends a worker ahead, + 1) and the workers' context."""
+        context = self.multiprocessing_context or torch.multiprocessing.get_context()
+        return (self.prefetch_factor or 2) + 1, context
 
-class _Consumed:
-    """The DataLoader's iterator, advancing ``Order.batches()`` as batches are handed out."""
+    def _torch_iter(self) -> Iterator[Any]:
+        if not self.persistent_workers or self._iterator is None:
+            # new worker processes start: new slots for them (chute/loader/handoff.py)
+            self.batches.handoff = Handoff(self.num_workers, *self._slots())
+        return super().__iter__()
 
-    def __init__(
-        self, it: Iterator[Any], progress: Iterator[np.ndarray], loader: ChuteDataLoader
-    ) -> None:
-        self._it: Iterator[Any] | None = it
-        self._progress = progress
-        self._loader = loader
-        self._handed = 0
-        self._stale: str | None = None  # why a newer pass ended this one
+    def _stream(self) -> Stream:
+        """The pass through ``chute/loader/streams.py``: workers make their shares."""
+        shares, streams = self._shares, self._streams
+        assert shares is not None
+        if streams is None:
+            self._streams = streams = torch.utils.data.DataLoader(
+                shares,
+                batch_size=None,
+                num_workers=self.num_workers,
+                collate_fn=as_is,
+                persistent_workers=self.persistent_workers,
+                worker_init_fn=functools.partial(stream_init, self._init_fn),
+                multiprocessing_context=self.multiprocessing_context,
+                prefetch_factor=1,
+            )
+        if not self.persistent_workers or streams._iterator is None:
+            slots, context = self._slots()
+            # lent slots: one the consumer holds and one coming back (chute/loader/streams.py)
+            self.batches.handoff = Handoff(self.num_workers, slots + 2, context, lend=True)
+            shares.ring = Control(self.num_workers, slots, context)
+        ring = shares.ring
+        assert ring is not None
+        ring.cancel()  # a persistent worker still making the last pass stops
+        it = iter(streams)
+        handoff = self.batches.handoff
+        assert handoff is not None
+        ring.drain()
+        handoff.give_back()
+        ring.begin(self.order.state_dict())
+        return Stream(
+            it,
+            ring,
+            handoff,
+            len(self.order.plan()),
+            shares,
+            self.persistent_workers,
+            self.pin_memory,
+            self.timeout,
+        )
 
-    def __iter__(self) -> _Consumed:
-        return self
-
-    def __len__(self) -> int:
-        return 0 if self._it is None else len(self._it)  # type: ignore[arg-type]
-
-    def close(self, why: str | None = None) -> None:
-        """End this pass: a newer pass took the loader over (``why``), or ``close``. Drops
-        torch's iterator (its workers stop, unless persistent, when the newer pass is already
-        reusing it) and refuses further batches."""
-        if self._it is not None:
-            self._stale = why
-            self._it = None
-
-    def _stop_workers(self, it: Iterator[Any]) -> None:
-        """The pass failed: stop its workers now, not when ``it`` is collected (see the NOTE),
-        and let the next ``iter()`` start new ones, also with ``persistent_workers``."""
-        self._it = None
-        self._loader._iterator = None
-        shutdown = getattr(it, "_shutdown_workers", None)  # none without worker processes
-        if shutdown is not None:
-            shutdown()
-
-    def __next__(self) -> Any:
-        it = self._it
-        if it is None:
-            if self._stale is not None:
-                raise StaleIteratorError(
-                    f"this DataLoader iterator was ended after {self._handed} batches: "
-                    f"{self._stale}. chute.dataloader runs one pass at a time: use one "
-                    "iterator at a time, or a second dataloader"
-                )
-            raise StopIteration
-        try:
-            batch = next(it)
-        except StopIteration:
-            next(self._progress, None)  # the epoch is over: the order moves on to the next
-            self._it = None
-            raise
-        except Exception as exc:  # from a worker (or a dead one: see the NOTE)
-            dead: list[tuple[int, int]] = []
-            if isinstance(exc, (ConnectionError, EOFError, RuntimeError)):  # a dead worker?
-                # A dropped connection comes a moment before the exit: wait for it, boundedly.
-                dead = exited_workers(it, 0.0 if isinstance(exc, RuntimeError) else 2.0)
-            self._stop_workers(it)
-            if not dead:
-                raise
-            raise WorkerError(death_message(dead, exc)) from exc
-        next(self._progress)  # record the batch as consumed
-        self._handed += 1
-        if type(batch) is Reported:  # samples replaced (on_error="skip")
-            return self._loader._report(batch)
-        return batch
+    def _forget_workers(self) -> None:
+        """The next ``iter()`` starts new workers, also with ``persistent_workers``."""
+        self._iterator = None
+        if self._streams is not None:
+            self._streams._iterator = None
 
 
 _OWN = ("batch_sampler", "sampler", "dataset")

@@ -37,6 +37,14 @@ NOTE (the slot protocol: who owns which slot, when one is reused, shutdown)
     workers torch reads (and drops) what is left of a pass before the next one starts, which
     gives its slots back.
 
+    Lending (``lend=True``, the stream path of ``chute/loader/streams.py``). Nothing is
+    copied out: each tensor the main process unpickles is a view of its slot, and the slot
+    is given back (:meth:`Handoff.give_back`, called before each batch is read) only once the
+    reference count of the slot's array shows that no tensor, view or array made from it
+    is left, and only in the order the slots were written: a batch the user keeps keeps its
+    slot, and the worker, finding none free, sends the next batches through torch's own
+    hand-off until slots come back. The batch is valid for as long as it is held, as above.
+
     Shutdown. The segments are created unlinked (torch's ``file_descriptor`` sharing): they
     are freed when the last process mapping them exits or drops them, killed or not, and leave
     nothing in ``/dev/shm``.
@@ -46,7 +54,9 @@ from __future__ import annotations
 
 import math
 import secrets
+import sys
 import weakref
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,8 +77,12 @@ class Handoff:
     """Shared-memory slots for the batches of ``workers`` worker processes, ``slots`` each
     (see the NOTE). ``context``: the multiprocessing context the workers are started with."""
 
-    def __init__(self, workers: int, slots: int, context: Any) -> None:
+    def __init__(self, workers: int, slots: int, context: Any, lend: bool = False) -> None:
         self.token = secrets.token_hex(8)
+        self.lend = lend  # hand out views of the slots (see the NOTE), not copies
+        self._lent: list[deque[tuple[tuple[int, int], np.ndarray]]] = [
+            deque() for _ in range(workers)
+        ]
         self.slots = slots
         self.free = [context.Semaphore(slots) for _ in range(workers)]
         self._arenas: dict[tuple[int, int], np.ndarray] = {}  # main process: what it read
@@ -81,10 +95,17 @@ class Handoff:
         _LIVE[self.token] = self
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"token": self.token, "slots": self.slots, "free": self.free, "_cap": self._cap}
+        return {
+            "token": self.token,
+            "slots": self.slots,
+            "free": self.free,
+            "_cap": self._cap,
+            "lend": self.lend,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._lent = [deque() for _ in self.free]
         self._arenas = {}
         self._kept = {}
         self._mine = [None] * self.slots
@@ -104,6 +125,19 @@ class Handoff:
             if len(bufs) > self._cap + 1:  # the user keeps batches: stop tracking the oldest
                 del bufs[1]
         return raw
+
+    def give_back(self) -> None:
+        """In the main process (``lend``): each worker's lent slots that nothing refers to any
+        more, oldest first, given back to it (see the NOTE)."""
+        for free, lent in zip(self.free, self._lent, strict=True):
+            while lent:
+                key, arena = lent[0]
+                # idle: referred to by the deque's tuple, ``arena``, getrefcount's argument
+                # and, unless a larger arena replaced it, ``_arenas``: no tensor is left
+                if sys.getrefcount(arena) > 3 + (self._arenas.get(key) is arena):
+                    break
+                lent.popleft()
+                free.release()
 
     def reserve(
         self, worker: int, fields: Mapping[str, tuple[torch.dtype, tuple[int, ...]]]
@@ -166,7 +200,7 @@ class Handoff:
             return piece
 
         try:
-            payload = _swap(batch, place)
+            payload = swap(batch, place)
             if not pieces:
                 self.free[worker].release()
                 return batch
@@ -195,7 +229,7 @@ def _plain(t: torch.Tensor) -> bool:
     )
 
 
-def _swap(obj: Any, fn: Any) -> Any:
+def swap(obj: Any, fn: Any) -> Any:
     """``obj`` with each tensor ``t`` in it replaced by ``fn(t)``: through dicts, lists,
     tuples and RaggedBatches (anything else is left as it is, tensors inside included)."""
     if isinstance(obj, torch.Tensor):
@@ -203,11 +237,11 @@ def _swap(obj: Any, fn: Any) -> Any:
     if isinstance(obj, RaggedBatch):
         return obj.map(fn)
     if type(obj) is dict:
-        return {k: _swap(v, fn) for k, v in obj.items()}
+        return {k: swap(v, fn) for k, v in obj.items()}
     if type(obj) in (list, tuple):
         if obj and isinstance(obj[0], str):  # strings: nothing inside
             return obj
-        return type(obj)(_swap(v, fn) for v in obj)
+        return type(obj)(swap(v, fn) for v in obj)
     return obj
 
 
@@ -253,7 +287,7 @@ class _Message:
     def __reduce__(self) -> tuple[Any, ...]:
         token, worker, slot, new, payload = self.args
         arena = None if new is None else _Arena(token, worker, slot, new)
-        return _received, (arena, payload, token, worker)
+        return _received, (arena, payload, token, worker, slot)
 
 
 class _Arena:
@@ -291,12 +325,19 @@ def _copy_out(
     shape: tuple[int, ...],
 ) -> torch.Tensor:
     h = _live(token)
+    arena = h._arenas[worker, slot]
+    if h.lend:  # a view: the slot comes back once nothing refers to it (see the NOTE)
+        return torch.from_numpy(arena)[off : off + nbytes].view(dtype).view(shape)
     raw = h.idle(k, nbytes) if nbytes >= POOLED else np.empty(nbytes, np.uint8)
-    np.copyto(raw[:nbytes], h._arenas[worker, slot][off : off + nbytes])  # numpy: one thread
+    np.copyto(raw[:nbytes], arena[off : off + nbytes])  # numpy: one thread
     # from raw itself: a numpy view of it would refer to its base, not to raw (see idle())
     return torch.from_numpy(raw)[:nbytes].view(dtype).view(shape)
 
 
-def _received(_arena: None, payload: Any, token: str, worker: int) -> Any:
-    _live(token).free[worker].release()
+def _received(_arena: None, payload: Any, token: str, worker: int, slot: int) -> Any:
+    h = _live(token)
+    if h.lend:
+        h._lent[worker].append(((worker, slot), h._arenas[worker, slot]))
+    else:
+        h.free[worker].release()
     return payload

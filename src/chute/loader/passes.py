@@ -62,14 +62,15 @@ class OnePass:
     _name = "loader"  # in StaleIteratorError messages: "the Loader", "the DataLoader"
     _shard_given = True  # rank= or world_size= given: no check against torch.distributed
 
-    def _start_pass(self) -> Iterator[np.ndarray]:
+    def _start_pass(self, counted: bool = False) -> Iterator[Any]:
         """The order's batches for a new pass: the current epoch from its start, or right
-        after ``load_state_dict`` the saved position (see the module doc)."""
+        after ``load_state_dict`` the saved position (see the module doc); ``counted``: None
+        for each (``Order.counted()``)."""
         self._check_world()
         if not self._resume:
             self.order.restart()
         self._resume = False
-        return self.order.batches()
+        return self.order.counted() if counted else self.order.batches()
 
     def _check_world(self) -> None:
         """A loader whose rank and world size were not given took them when it was made

@@ -87,7 +87,12 @@ class Plan(Sequence[np.ndarray]):
         """The batches of chunk ``c``, from one lookup of their positions (two with the short
         last step)."""
         a = c * self._per_chunk
-        b = min(a + self._per_chunk, self._len)
+        return self.rows(a, min(a + self._per_chunk, self._len))
+
+    def rows(self, a: int, b: int) -> list[np.ndarray]:
+        """Batches ``a`` to ``b`` (``0 <= a <= b <= len``), computed now from one lookup of
+        their positions (two with the short last step), not kept: for a process that reads
+        only some batches of the plan (``chute/loader/streams.py``)."""
         rows: list[np.ndarray] = []
         full = min(b, self._full)
         if a < full:
@@ -96,7 +101,7 @@ class Plan(Sequence[np.ndarray]):
             idx = np.asarray(self._lookup(pos.ravel()), dtype=np.int64).reshape(pos.shape)
             idx.setflags(write=False)
             rows.extend(idx)
-        if b > self._full:  # the short last step; positions past the end wrap to the start
+        if a <= self._full < b:  # the short last step; positions past the end wrap to the start
             first = self._start + self._full * self._step + self._rank * self._share
             pos = np.arange(first, first + self._share, dtype=np.int64) % self._n
             idx = np.array(self._lookup(pos), dtype=np.int64)

@@ -12,9 +12,10 @@ and what this rank's batches of the rest are (:meth:`Steps.plan`).
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -162,7 +163,14 @@ class Steps(ABC):
         """
         if self.finished and not self._chosen:
             self._start(self._epoch + 1)
-        return self._advance(self._epoch)
+        return self._advance(self._epoch, self.plan)
+
+    def counted(self) -> Iterator[None]:
+        """:meth:`batches`, yielding None for each batch instead of its indices (for a
+        loader whose worker processes look them up: ``chute/loader/streams.py``)."""
+        if self.finished and not self._chosen:
+            self._start(self._epoch + 1)
+        return self._advance(self._epoch, lambda: itertools.repeat(None, len(self.plan())))
 
     def rank_plans(self) -> list[Sequence[np.ndarray]]:
         """Every rank's :meth:`plan` (rank ``r``'s at index ``r``), at this position: the
@@ -178,9 +186,9 @@ class Steps(ABC):
             plans.append(other.plan())
         return plans
 
-    def _advance(self, epoch: int) -> Iterator[np.ndarray]:
+    def _advance(self, epoch: int, plan: Callable[[], Iterable[Any]]) -> Iterator[Any]:
         total = self._units(epoch)
-        for idx in self.plan():
+        for idx in plan():
             if self._epoch != epoch:  # set_epoch / load_state_dict while iterating
                 return
             self._consumed = min(total, self._consumed + self.step_samples)
