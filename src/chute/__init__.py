@@ -52,10 +52,12 @@ if TYPE_CHECKING:
         MixUp,
         RandomErasing,
     )
+    from .image.affine import RandomAffine, RandomRotation
     from .image.boxes import transform_boxes, transform_points
     from .image.follow import Follow, Geometry, View
     from .image.mosaic import Mosaic
     from .image.normalize import normalize
+    from .image.perspective import RandomPerspective
     from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
     from .image.placing import RandomCrop, RandomIoUCrop, ResizePad, ScaleJitter, ZoomOut
     from .image.randaugment import RandAugment, TrivialAugmentWide
@@ -94,10 +96,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "MixUp",
         "RandomErasing",
     ),
+    "image.affine": ("RandomAffine", "RandomRotation"),
     "image.boxes": ("transform_boxes", "transform_points"),
     "image.follow": ("Follow", "Geometry", "View"),
     "image.mosaic": ("Mosaic",),
     "image.normalize": ("normalize",),
+    "image.perspective": ("RandomPerspective",),
     "image.ops": ("CenterCrop", "RandomHorizontalFlip", "RandomResizedCrop", "Resize"),
     "image.placing": ("RandomCrop", "RandomIoUCrop", "ResizePad", "ScaleJitter", "ZoomOut"),
     "image.randaugment": ("RandAugment", "TrivialAugmentWide"),
@@ -162,11 +166,14 @@ __all__ = [
     "Ragged",
     "RaggedBatch",
     "RandAugment",
+    "RandomAffine",
     "RandomCrop",
     "RandomErasing",
     "RandomHorizontalFlip",
     "RandomIoUCrop",
+    "RandomPerspective",
     "RandomResizedCrop",
+    "RandomRotation",
     "RemoteError",
     "Resize",
     "ResizePad",

@@ -85,8 +85,9 @@ def boxes_through(boxes: np.ndarray, geo: np.ndarray) -> np.ndarray:
         y1, y2 = ((min(max(y, it), ib) - top) * oh / ch for y in (y1, y2))
         if flip:
             x1, x2 = ow - x2, ow - x1
-        for m in geo[11:].reshape(-1, 2, 3):
+        for m in geo[11:].reshape(-1, 3, 3):
             corners = np.array([[x1, y1, 1], [x2, y1, 1], [x2, y2, 1], [x1, y2, 1]]) @ m.T
+            corners = corners[:, :2] / corners[:, 2:]
             x1, y1 = np.clip(corners.min(0), 0, [ow, oh])
             x2, y2 = np.clip(corners.max(0), 0, [ow, oh])
         out.append([x1, y1, x2, y2])
@@ -101,7 +102,8 @@ def points_through(points: np.ndarray, geo: np.ndarray) -> np.ndarray:
         x, y = (x - left) * ow / (right - left), (y - top) * oh / (bottom - top)
         if flip:
             x = ow - 1 - x
-        for m in geo[11:].reshape(-1, 2, 3):
-            x, y = m @ [x, y, 1.0]
+        for m in geo[11:].reshape(-1, 3, 3):
+            x, y, w = m @ [x, y, 1.0]
+            x, y = x / w, y / w
         out.append([x, y])
     return np.array(out, np.float64)

@@ -140,7 +140,7 @@ def test_followers_move_with_every_warp(data: Path, aug: str, workers: int) -> N
         p = plan(ops, sizes[:, 0], sizes[:, 1], idx, seed=SEED)
         rounds = drawn(ops, idx, p.size)
         geo = b["geo"].numpy()
-        assert geo.shape == (len(idx), 11 + 6 * len(rounds[0]))
+        assert geo.shape == (len(idx), 11 + 9 * len(rounds[0]))
         plain = np.empty((len(idx), 3, *p.size), np.uint8)  # decoded, no augmentation
         enc = ds.gather(idx)["image"]
         chute.image.decode_batch(enc, sizes[:, 0], sizes[:, 1], ops[:2], idx, SEED, 0, plain)
@@ -155,7 +155,9 @@ def test_followers_move_with_every_warp(data: Path, aug: str, workers: int) -> N
             why = f"sample {i}, rounds {rounds[j]}"
             np.testing.assert_array_equal(b["mask"][j].numpy(), mask, err_msg=why)
             np.testing.assert_array_equal(b["ids"][j].numpy(), ids, err_msg=why)
-            np.testing.assert_allclose(geo[j, 11:].reshape(-1, 2, 3), mats, atol=1e-9)
+            got = geo[j, 11:].reshape(-1, 3, 3)
+            np.testing.assert_array_equal(got[:, 2], np.tile([0.0, 0.0, 1.0], (len(got), 1)))
+            np.testing.assert_allclose(got[:, :2], mats, atol=1e-9)
             if names & set(WARP_NAMES):
                 warped += 1
                 moved += not np.array_equal(b["mask"][j].numpy(), cropped[0])
@@ -304,7 +306,7 @@ def test_every_decode_op_moves_its_followers_or_is_refused(data: Path, cls: type
     targets = {"box": [stored_box(i) for i in range(N)]}
     p = plan(ops, sizes[:, 0], sizes[:, 1], idx, seed=SEED, targets=targets)
     rounds = drawn(ops, idx, p.size)
-    assert b["geo"].shape == (N, 11 + 6 * len(rounds[0]))
+    assert b["geo"].shape == (N, 11 + 9 * len(rounds[0]))
     moved = 0
     pad, dest = padded(p), placed(p)
     for j in range(N):

@@ -4,8 +4,9 @@ loader's worker threads, each one's randomness a pure function of (seed, epoch, 
 Two kinds:
 
 - **Per-sample ops** (:class:`ColorJitter`, :class:`Grayscale`, :class:`GaussianBlur`,
-  :class:`RandomErasing`, and RandAugment / TrivialAugmentWide of
-  :mod:`chute.image.randaugment`) go in an image field's ``decode=`` list after its crop:
+  :class:`RandomErasing`, RandAugment / TrivialAugmentWide of
+  :mod:`chute.image.randaugment`, and the per-sample warps of :mod:`chute.image.affine` and
+  :mod:`chute.image.perspective`) go in an image field's ``decode=`` list after its crop:
   ``decode={"image": [chute.RandomResizedCrop(224), chute.RandomHorizontalFlip(),
   chute.ColorJitter(0.4, 0.4, 0.4), chute.RandomErasing()]}``. Op ``k`` of the list draws
   from stream ``k`` (:func:`chute.image.uniforms`), so a sample's augmentation depends on
@@ -37,6 +38,8 @@ from .checks import check_batch, check_draws, integer, number, pair, probability
 from .draws import uniforms
 from .kernels import load
 from .mixing import BatchTransform, CutMix, MixUp, indexed_transform
+from .affine import RandomAffine, RandomRotation
+from .perspective import RandomPerspective
 from .randaugment import RandAugment, TrivialAugmentWide
 
 __all__ = [
@@ -225,6 +228,9 @@ AUGMENTS: tuple[type, ...] = (
     RandomErasing,
     RandAugment,
     TrivialAugmentWide,
+    RandomAffine,
+    RandomRotation,
+    RandomPerspective,
 )
 """The per-sample ops a ``decode=`` list may hold after its crop."""
 

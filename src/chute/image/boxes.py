@@ -1,11 +1,12 @@
 """Boxes and keypoints mapped into a decoded image's frame, from what a
 :class:`chute.Geometry` field carries per sample: the plan (crop box in stored pixels,
-output size, flip), then the affine map of each warp round (RandAugment's shears,
-translations and rotations; :mod:`chute.image.warps`).
+output size, flip), then the 3 x 3 map of each warp round (RandAugment's shears,
+translations and rotations, :mod:`chute.image.warps`; RandomAffine's, RandomRotation's and
+RandomPerspective's maps, :mod:`chute.image.affine`, :mod:`chute.image.perspective`).
 
 The semantics are torchvision.transforms.v2's for ``tv_tensors.BoundingBoxes`` and
 ``tv_tensors.KeyPoints`` under crop -> resize -> horizontal flip -> ``F.affine`` /
-``F.rotate`` per warp. Boxes (edges): shifted into the crop and clipped to it, scaled to the
+``F.rotate`` / ``F.perspective`` per warp. Boxes (edges): shifted into the crop and clipped to it, scaled to the
 output size, mirrored (``x -> W' - x``); then per warp, the four corners mapped, the box
 enclosing them, clipped to the image. ``valid`` is what ``SanitizeBoundingBoxes(min_size)``
 keeps (both sides at least ``min_size`` output pixels). Keypoints (pixel centres): shifted,
@@ -31,11 +32,11 @@ _PLAN = 11  # the plan's columns (chute.image.follow.GEOMETRY_COLUMNS)
 
 def _frame(params: Any, like: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The geometry columns, broadcast against ``like`` (..., k) along all but its last axis:
-    the 11 of the plan, and the 6 of each warp round."""
+    the 11 of the plan, and the 9 of each warp round."""
     p = torch.as_tensor(params, dtype=torch.float64)
-    if p.ndim == 0 or p.shape[-1] < _PLAN or (p.shape[-1] - _PLAN) % 6:
+    if p.ndim == 0 or p.shape[-1] < _PLAN or (p.shape[-1] - _PLAN) % 9:
         raise ArgumentError(
-            f"params must be a chute.Geometry field: the {_PLAN} geometry columns, then 6 per "
+            f"params must be a chute.Geometry field: the {_PLAN} geometry columns, then 9 per "
             f"warp round, got shape {tuple(p.shape)}"
         )
     while p.ndim < like.ndim:  # (B, C) against (B, K, 4): one params row per sample
@@ -44,10 +45,12 @@ def _frame(params: Any, like: torch.Tensor) -> tuple[list[torch.Tensor], list[to
     return cols[:_PLAN], cols[_PLAN:]
 
 
-def _affine(x: torch.Tensor, y: torch.Tensor, m: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """Points ``(x, y)`` through the forward affine map ``m`` (its 6 columns)."""
-    a, b, c, d, e, f = m
-    return a * x + b * y + c, d * x + e * y + f
+def _map(x: torch.Tensor, y: torch.Tensor, m: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Points ``(x, y)`` through the forward map ``m`` (its 9 columns, a 3 x 3 matrix by
+    rows; an affine map divides by 1)."""
+    a, b, c, d, e, f, g, h, i = m
+    w = g * x + h * y + i
+    return (a * x + b * y + c) / w, (d * x + e * y + f) / w
 
 
 def _to_xyxy(b: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -94,8 +97,8 @@ def transform_boxes(
         cy = ((xy[..., 1] + xy[..., 3]) / 2)[..., None]
         kept = (il < cx) & (cx < ir) & (it < cy) & (cy < ib)
     x = torch.where(flip > 0, (ow - x).flip(-1), x)
-    for r in range(0, len(warps), 6):  # each warp: the box enclosing its corners, clipped
-        cx, cy = _affine(x[..., [0, 1, 1, 0]], y[..., [0, 0, 1, 1]], warps[r : r + 6])
+    for r in range(0, len(warps), 9):  # each warp: the box enclosing its corners, clipped
+        cx, cy = _map(x[..., [0, 1, 1, 0]], y[..., [0, 0, 1, 1]], warps[r : r + 9])
         x = torch.stack([cx.amin(-1), cx.amax(-1)], -1).clamp_min(0).minimum(ow)
         y = torch.stack([cy.amin(-1), cy.amax(-1)], -1).clamp_min(0).minimum(oh)
     out = torch.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], dim=-1)
@@ -117,7 +120,7 @@ def transform_points(points: Any, params: Any) -> tuple[torch.Tensor, torch.Tens
     x = (pt[..., :1] - left) * (ow / (right - left))
     y = (pt[..., 1:] - top) * (oh / (bottom - top))
     x = torch.where(flip > 0, ow - 1 - x, x)
-    for r in range(0, len(warps), 6):
-        x, y = _affine(x, y, warps[r : r + 6])
+    for r in range(0, len(warps), 9):
+        x, y = _map(x, y, warps[r : r + 9])
     inside = ((x >= 0) & (x <= ow - 1) & (y >= 0) & (y <= oh - 1))[..., 0]
     return torch.cat([x, y], dim=-1), inside

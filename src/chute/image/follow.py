@@ -7,8 +7,9 @@ ops (:func:`chute.image.plan`), and applied to every field that follows it: a
 blended), another :class:`chute.fields.Image` bilinearly as the leader. The warps the
 leader's RandAugment / TrivialAugmentWide draw (:mod:`chute.image.warps`) then move every
 follower through the same pixel index as the image (:func:`follow_warps`), uncovered pixels
-taking the follower's ``fill``. :class:`Geometry` puts the plan and each warp's affine
-matrix into the batch, for boxes and keypoints (:func:`chute.transform_boxes`). Every op
+taking the follower's ``fill``; so do the per-sample maps of RandomAffine, RandomRotation and
+RandomPerspective (:mod:`chute.image.affine`, :mod:`chute.image.perspective`).
+:class:`Geometry` puts the plan and each warp's 3 x 3 matrix into the batch, for boxes and keypoints (:func:`chute.transform_boxes`). Every op
 says how its followers move (``moves``, see :data:`chute.image.ops.DECODE_OPS`); a tied
 field whose leader has an op that does not say is refused when the loader is made
 (:func:`check_followable`).
@@ -28,6 +29,7 @@ import numpy as np
 from ..errors import ArgumentError
 from .draws import uniforms
 from .ops import MOVES, Plan
+from .affine import Warp, move
 from .randaugment import OPS, Round
 from .warps import WARPS, forward, move_images, move_planes
 
@@ -63,12 +65,14 @@ GEOMETRY_COLUMNS = (
 the output frame shows (may be fractional, and reach past the image where it is padded), the
 output size, 1.0 when mirrored left-right after the resize, and the part of the image the
 output shows (the box clipped to the image and to every crop on the way; boxes are clipped
-to it). Then 6 per warp round of the leader's ops (:data:`WARP_COLUMNS`)."""
+to it). Then 9 per warp round of the leader's ops (:data:`WARP_COLUMNS`)."""
 
-WARP_COLUMNS = ("a", "b", "c", "d", "e", "f")
-"""The columns of one warp round in a :class:`Geometry` row: the forward affine map
-``x' = a x + b y + c``, ``y' = d x + e y + f`` in output pixels (the identity when the
-sample's round drew no warp), in the order the rounds ran."""
+WARP_COLUMNS = ("a", "b", "c", "d", "e", "f", "g", "h", "i")
+"""The columns of one warp round in a :class:`Geometry` row: the forward map, a 3 x 3
+matrix by rows, ``x' = (a x + b y + c) / (g x + h y + i)``, ``y' = (d x + e y + f) / (g x +
+h y + i)`` in output pixels with pixel edges at whole numbers (``g = h = 0``, ``i = 1`` for
+an affine map; the identity when the sample's round drew no warp), in the order the rounds
+ran."""
 
 
 def _leader(field: Any, what: str) -> str:
@@ -101,10 +105,10 @@ class Follow:
 
 @dataclass(frozen=True)
 class Geometry:
-    """A float64 ``(B, 11 + 6 * rounds)`` batch field holding how image field ``field`` was
-    made: per sample, the plan (:data:`GEOMETRY_COLUMNS`), then the affine map of each warp
-    round of its ops (:data:`WARP_COLUMNS`; ``(B, 11)`` without RandAugment /
-    TrivialAugmentWide). Give it to :func:`chute.transform_boxes` or
+    """A float64 ``(B, 11 + 9 * rounds)`` batch field holding how image field ``field`` was
+    made: per sample, the plan (:data:`GEOMETRY_COLUMNS`), then the map of each warp round
+    of its ops (:data:`WARP_COLUMNS`; ``(B, 11)`` without RandAugment, TrivialAugmentWide,
+    RandomAffine, RandomRotation or RandomPerspective). Give it to :func:`chute.transform_boxes` or
     :func:`chute.transform_points`."""
 
     field: str
@@ -166,7 +170,7 @@ def _warping(ops: Sequence[Any]) -> list[tuple[int, Any]]:
 
 
 def geometry_width(ops: Sequence[Any]) -> int:
-    """The columns of a :class:`Geometry` row for leader ``ops``: 11, and 6 per warp round."""
+    """The columns of a :class:`Geometry` row for leader ``ops``: 11, and 9 per warp round."""
     return len(GEOMETRY_COLUMNS) + len(WARP_COLUMNS) * sum(
         op.rounds_per_sample for _, op in _warping(ops)
     )
@@ -174,11 +178,17 @@ def geometry_width(ops: Sequence[Any]) -> int:
 
 def _rounds(
     ops: Sequence[Any], idx: np.ndarray, seed: int, epoch: int, size: tuple[int, ...]
-) -> Iterator[Round]:
-    """Each warp round of ``ops`` for samples ``idx``: (op numbers, magnitudes), as the
-    leader's augmentation drew them (same streams, same output size)."""
+) -> Iterator[tuple[Any, Round | Warp]]:
+    """Each warp round of ``ops`` for samples ``idx`` with the op that drew it (same
+    streams, same output size as the leader): RandAugment's (op numbers, magnitudes), or
+    the :class:`~chute.image.affine.Warp` of an op that maps each sample by its own matrix."""
     for k, op in _warping(ops):
-        yield from op.rounds(uniforms(seed, epoch, idx, k, op.draws), *size)
+        u = uniforms(seed, epoch, idx, k, op.draws)
+        if hasattr(op, "warp"):
+            yield op, op.warp(u, *size)
+        else:
+            for r in op.rounds(u, *size):
+                yield op, r
 
 
 def follow_warps(
@@ -186,12 +196,17 @@ def follow_warps(
 ) -> None:
     """Move follower batch ``out`` in place by the warps leader ``ops`` drew for samples
     ``indices`` (with the leader's ``seed``, at ``epoch``): a mask ``(B, H, W)`` with
-    ``fill`` where uncovered, an image ``(B, 3, H, W)`` uint8 with 0. The same pixel index
-    as the leader's image, so the two stay aligned pixel for pixel."""
+    ``fill`` where uncovered, an image ``(B, 3, H, W)`` uint8 with the leader's fill (0
+    for RandAugment's). The same pixel index as the leader's image, so the two stay aligned
+    pixel for pixel."""
     if not _warping(ops) or out.size == 0:
         return
     idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-    for op, mag in _rounds(ops, idx, seed, epoch, out.shape[-2:]):
+    for leader, r in _rounds(ops, idx, seed, epoch, out.shape[-2:]):
+        if isinstance(r, Warp):
+            move(out, r, leader.fill if out.ndim == 4 else fill)
+            continue
+        op, mag = r
         for name in WARPS:
             rows = np.flatnonzero(op == OPS.index(name))
             if not len(rows):
@@ -205,18 +220,23 @@ def follow_warps(
 def warp_matrices(
     ops: Sequence[Any], indices: Any, seed: int, epoch: int, size: tuple[int, int]
 ) -> np.ndarray:
-    """``(B, rounds, 2, 3)`` float64: the forward affine map of each warp round of leader
-    ``ops`` per sample (:func:`chute.image.warps.forward`; the identity where a round drew
-    no warp), in an output frame of ``size`` (height, width)."""
+    """``(B, rounds, 3, 3)`` float64: the forward map of each warp round of leader ``ops``
+    per sample (:func:`chute.image.warps.forward` for RandAugment's, the op's
+    :class:`~chute.image.affine.Warp` otherwise; the identity where a round drew no warp),
+    in an output frame of ``size`` (height, width)."""
     idx = np.asarray(indices, dtype=np.int64).reshape(-1)
     rounds = list(_rounds(ops, idx, seed, epoch, size))
-    m = np.zeros((len(idx), len(rounds), 2, 3))
-    m[..., 0, 0] = m[..., 1, 1] = 1.0
-    for r, (op, mag) in enumerate(rounds):
+    m = np.zeros((len(idx), len(rounds), 3, 3))
+    m[..., 0, 0] = m[..., 1, 1] = m[..., 2, 2] = 1.0
+    for r, (_, got) in enumerate(rounds):
+        if isinstance(got, Warp):
+            m[:, r] = got.forward
+            continue
+        op, mag = got
         for name in WARPS:
             rows = np.flatnonzero(op == OPS.index(name))
             if len(rows):
-                m[rows, r] = forward(name, mag[rows], *size)
+                m[rows, r, :2] = forward(name, mag[rows], *size)
     return m
 
 

@@ -1,13 +1,14 @@
 """The warp kernel: RandAugment's shears, translations and rotations as a nearest-neighbour
 gather, each output pixel reading the input pixel a precomputed index names (the index made
-once per distinct warp, shared by all the samples that drew it)."""
+once per distinct warp, shared by all the samples that drew it); and the per-sample
+projective gather of RandomAffine / RandomRotation / RandomPerspective (``project``)."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-__all__ = ["affine_index", "gather", "gather_planes", "shear_index"]
+__all__ = ["affine_index", "gather", "gather_planes", "project", "shear_index"]
 
 
 @njit(cache=True, nogil=True)
@@ -87,3 +88,35 @@ def shear_index(shifts: np.ndarray, h: int, w: int, across: bool) -> np.ndarray:
                 inside = 0 <= sx < w and 0 <= sy < h
                 index[u, y * w + x] = sy * w + sx if inside else h * w
     return index
+
+
+@njit(cache=True, nogil=True, error_model="numpy")  # a 0 denominator: inf, outside
+def project(x: np.ndarray, rows: np.ndarray, m: np.ndarray, fill: int) -> None:
+    """Warp samples ``rows`` of the C-contiguous batch ``x`` (B, C, H, W), any integer dtype
+    that holds ``fill``, in place, sample ``rows[j]`` by its own map ``m[j]`` (3, 3) from
+    output pixel ``p = (x, y, 1)`` (centres at whole numbers) to input pixel coordinates:
+    ``sx = m[0] . p / m[2] . p``, likewise ``sy``; the pixel read is ``(rint(sy), rint(sx))``
+    (half to even: ``grid_sample``'s nearest), ``fill`` outside. Each index is computed once
+    and read by every channel."""
+    _, c, h, w = x.shape
+    n = h * w
+    src = np.empty((c, n + 1), x.dtype)
+    for k in range(c):
+        src[k, n] = fill
+    for j in range(len(rows)):
+        px = x[rows[j]].reshape(c, n)
+        for k in range(c):
+            for p in range(n):
+                src[k, p] = px[k, p]
+        t = m[j]
+        for y in range(h):
+            ax, ay, az = t[0, 1] * y + t[0, 2], t[1, 1] * y + t[1, 2], t[2, 1] * y + t[2, 2]
+            for xx in range(w):
+                den = t[2, 0] * xx + az
+                sx = np.rint((t[0, 0] * xx + ax) / den)
+                sy = np.rint((t[1, 0] * xx + ay) / den)
+                q = n
+                if 0 <= sx < w and 0 <= sy < h:  # False for nan
+                    q = np.int64(sy) * w + np.int64(sx)
+                for k in range(c):
+                    px[k, y * w + xx] = src[k, q]
