@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .conversion import convert, from_iterable, from_torch
     from .device import to_device
     from .fields import Bytes, Mask, Ragged, String
+    from .image.affine import RandomAffine, RandomRotation
     from .image.augment import (
         BatchTransform,
         ColorJitter,
@@ -52,13 +53,12 @@ if TYPE_CHECKING:
         MixUp,
         RandomErasing,
     )
-    from .image.affine import RandomAffine, RandomRotation
     from .image.boxes import transform_boxes, transform_points
     from .image.follow import Follow, Geometry, View
     from .image.mosaic import Mosaic
     from .image.normalize import normalize
-    from .image.perspective import RandomPerspective
     from .image.ops import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
+    from .image.perspective import RandomPerspective
     from .image.placing import RandomCrop, RandomIoUCrop, ResizePad, ScaleJitter, ZoomOut
     from .image.randaugment import RandAugment, TrivialAugmentWide
     from .image.scales import MultiScale

@@ -179,8 +179,11 @@ class RandomAffine:
                     f"{op}: translate must be None or an (a, b) pair of fractions of the width "
                     f"and height, got {self.translate!r}"
                 )
-            a, b = (number(op, f"translate[{k}]", t, 0.0, 1.0) for k, t in enumerate(self.translate))
-            translate = (a, b)
+            a, b = self.translate
+            translate = (
+                number(op, "translate[0]", a, 0.0, 1.0),
+                number(op, "translate[1]", b, 0.0, 1.0),
+            )
         scale = (1.0, 1.0) if self.scale is None else pair(op, "scale", self.scale, 0.0)
         shear = (0.0, 0.0) if self.shear is None else _span(op, "shear", self.shear, (2, 4))
         return degrees, translate, scale, shear
@@ -234,7 +237,9 @@ class RandomRotation:
     def __post_init__(self) -> None:
         _span("RandomRotation", "degrees", self.degrees, (2,))
         if not isinstance(self.expand, bool):
-            raise ArgumentError(f"RandomRotation: expand must be True or False, got {self.expand!r}")
+            raise ArgumentError(
+                f"RandomRotation: expand must be True or False, got {self.expand!r}"
+            )
         if self.expand:
             raise ArgumentValueError(
                 "RandomRotation: expand=True would give each sample its own canvas size, but a "

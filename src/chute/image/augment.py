@@ -33,12 +33,12 @@ import numpy as np
 import torch
 
 from ..errors import ArgumentError, ArgumentValueError
+from .affine import RandomAffine, RandomRotation
 from .blur_taps import blur, gaussian_taps
 from .checks import check_batch, check_draws, integer, number, pair, probability
 from .draws import uniforms
 from .kernels import load
 from .mixing import BatchTransform, CutMix, MixUp, indexed_transform
-from .affine import RandomAffine, RandomRotation
 from .perspective import RandomPerspective
 from .randaugment import RandAugment, TrivialAugmentWide
 

@@ -9,7 +9,8 @@ leader's RandAugment / TrivialAugmentWide draw (:mod:`chute.image.warps`) then m
 follower through the same pixel index as the image (:func:`follow_warps`), uncovered pixels
 taking the follower's ``fill``; so do the per-sample maps of RandomAffine, RandomRotation and
 RandomPerspective (:mod:`chute.image.affine`, :mod:`chute.image.perspective`).
-:class:`Geometry` puts the plan and each warp's 3 x 3 matrix into the batch, for boxes and keypoints (:func:`chute.transform_boxes`). Every op
+:class:`Geometry` puts the plan and each warp's 3 x 3 matrix into the batch, for boxes and
+keypoints (:func:`chute.transform_boxes`). Every op
 says how its followers move (``moves``, see :data:`chute.image.ops.DECODE_OPS`); a tied
 field whose leader has an op that does not say is refused when the loader is made
 (:func:`check_followable`).
@@ -27,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError
+from .affine import Warp, move
 from .draws import uniforms
 from .ops import MOVES, Plan
-from .affine import Warp, move
 from .randaugment import OPS, Round
 from .warps import WARPS, forward, move_images, move_planes
 
