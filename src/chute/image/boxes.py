@@ -8,10 +8,11 @@ The semantics are torchvision.transforms.v2's for ``tv_tensors.BoundingBoxes`` a
 ``tv_tensors.KeyPoints`` under crop -> resize -> horizontal flip -> ``F.affine`` /
 ``F.rotate`` / ``F.perspective`` per warp. Boxes (edges): shifted into the crop and clipped
 to it, scaled to the output size, mirrored (``x -> W' - x``); then per warp, the four
-corners mapped, the box enclosing them, clipped to the image. ``valid`` is what ``SanitizeBoundingBoxes(min_size)``
-keeps (both sides at least ``min_size`` output pixels). Keypoints (pixel centres): shifted,
-scaled, mirrored ``x -> W' - 1 - x``, mapped by each warp, never clipped; ``inside`` is
-whether they lie within ``[0, W' - 1] x [0, H' - 1]`` (v2's ``clamp_keypoints`` range).
+corners mapped, the box enclosing them, clipped to the image. ``valid`` is what
+``SanitizeBoundingBoxes(min_size)`` keeps (both sides at least ``min_size`` output
+pixels). Keypoints (pixel centres): shifted, scaled, mirrored ``x -> W' - 1 - x``, mapped
+by each warp, never clipped; ``inside`` is whether they lie within
+``[0, W' - 1] x [0, H' - 1]`` (v2's ``clamp_keypoints`` range).
 """
 
 from __future__ import annotations
