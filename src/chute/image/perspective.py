@@ -56,19 +56,22 @@ def _matrices(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inverse = np.concatenate([c, np.ones((len(c), 1))], 1).reshape(-1, 3, 3)
     c0, c1, c2, c3, c4, c5, c6, c7 = c.T
     denom = c0 * c4 - c1 * c3
-    forward = np.stack(
-        [
-            c4 - c5 * c7,
-            -c1 + c2 * c7,
-            c1 * c5 - c2 * c4,
-            -c3 + c5 * c6,
-            c0 - c2 * c6,
-            -c0 * c5 + c2 * c3,
-            -c4 * c6 + c3 * c7,
-            -c0 * c7 + c1 * c6,
-        ],
-        1,
-    ) / denom[:, None]
+    forward = (
+        np.stack(
+            [
+                c4 - c5 * c7,
+                -c1 + c2 * c7,
+                c1 * c5 - c2 * c4,
+                -c3 + c5 * c6,
+                c0 - c2 * c6,
+                -c0 * c5 + c2 * c3,
+                -c4 * c6 + c3 * c7,
+                -c0 * c7 + c1 * c6,
+            ],
+            1,
+        )
+        / denom[:, None]
+    )
     return inverse, np.concatenate([forward, np.ones((len(c), 1))], 1).reshape(-1, 3, 3)
 
 
