@@ -8,8 +8,8 @@ sample augmented (``p=1``, the worst case); MixUp / CutMix / Mosaic through thei
 (Mosaic also with a uint8 mask, one to three boxes per image and their labels). The
 ``follower`` rows are what a field tied to the image costs on top: a uint8 segmentation
 mask (``Follow("image", fill=255)``) and a second image (``Follow("image")``) moved by the
-warps RandAugment / TrivialAugmentWide drew for the image
-(``chute.image.follow.follow_warps``), and the ``Geometry`` row's affine matrices
+warps RandAugment / TrivialAugmentWide / RandomAffine / RandomPerspective drew for the
+image (``chute.image.follow.follow_warps``), and the ``Geometry`` rows' matrices
 (``warp_matrices``). The ``recipe`` rows are the detection ops
 (``chute.image.placing``, and ``CenterCrop`` to a wide size, which pads most photos): the
 same batch decoded with the recipe in place of ``RandomResizedCrop`` + flip to the same
@@ -69,6 +69,11 @@ def augmentations() -> dict[str, Any]:
         "RandomErasing(p=1)": chute.RandomErasing(p=1.0),
         "RandAugment(2, 9)": chute.RandAugment(2, 9),
         "TrivialAugmentWide()": chute.TrivialAugmentWide(),
+        "RandomAffine(15, (0.1, 0.1), (0.8, 1.2), 10)": chute.RandomAffine(
+            15, translate=(0.1, 0.1), scale=(0.8, 1.2), shear=10
+        ),
+        "RandomRotation(30)": chute.RandomRotation(30),
+        "RandomPerspective(0.5, p=1)": chute.RandomPerspective(0.5, p=1.0),
         "MixUp(10)": chute.MixUp(10),
         "CutMix(10)": chute.CutMix(10),
         "Mosaic()": chute.Mosaic(),
@@ -87,6 +92,9 @@ def followers() -> dict[str, tuple[Any, str]]:
         "RandAugment(2, 9): Geometry matrices": (chute.RandAugment(2, 9), "geometry"),
         "TrivialAugmentWide(): mask follower": (chute.TrivialAugmentWide(), "mask"),
         "TrivialAugmentWide(): image follower": (chute.TrivialAugmentWide(), "image"),
+        "RandomAffine(15): mask follower": (chute.RandomAffine(15, scale=(0.8, 1.2)), "mask"),
+        "RandomPerspective(p=1): mask follower": (chute.RandomPerspective(p=1.0), "mask"),
+        "RandomPerspective(p=1): Geometry matrices": (chute.RandomPerspective(p=1.0), "geometry"),
     }
 
 

@@ -14,7 +14,7 @@ applied to the fields that follow it (a :class:`chute.fields.Mask` by nearest ne
 ``Tensor((H, W), mask dtype)``, another image bilinearly), then the warps its RandAugment /
 TrivialAugmentWide drew move them through the image's own pixel index (uncovered mask
 pixels take ``Follow(..., fill=)``), while ``"geo"`` (a name the dataset does not have)
-carries the plan and each warp's affine map, float64 ``(B, 7 + 6 * rounds)`` (see
+carries the plan and each warp's affine map, float64 ``(B, 11 + 9 * rounds)`` (see
 :mod:`chute.image.follow`), for :func:`chute.transform_boxes`. The op order of the leader is
 the only one there is.
 

@@ -109,14 +109,17 @@ def project(x: np.ndarray, rows: np.ndarray, m: np.ndarray, fill: int) -> None:
             for p in range(n):
                 src[k, p] = px[k, p]
         t = m[j]
+        q = np.empty(w, np.int64)
         for y in range(h):
             ax, ay, az = t[0, 1] * y + t[0, 2], t[1, 1] * y + t[1, 2], t[2, 1] * y + t[2, 2]
-            for xx in range(w):
+            for xx in range(w):  # branch-free, so the row's index vectorises
                 den = t[2, 0] * xx + az
                 sx = np.rint((t[0, 0] * xx + ax) / den)
                 sy = np.rint((t[1, 0] * xx + ay) / den)
-                q = n
-                if 0 <= sx < w and 0 <= sy < h:  # False for nan
-                    q = np.int64(sy) * w + np.int64(sx)
-                for k in range(c):
-                    px[k, y * w + xx] = src[k, q]
+                inside = (sx >= 0) & (sx < w) & (sy >= 0) & (sy < h)  # False for nan
+                q[xx] = np.int64(sy * w + sx) if inside else n
+            row = y * w
+            for k in range(c):
+                out, s = px[k], src[k]
+                for xx in range(w):
+                    out[row + xx] = s[q[xx]]
