@@ -11,11 +11,14 @@ import copy
 import importlib.util
 import io
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import chute
 from chute import format as fmt
@@ -338,3 +341,55 @@ def test_field_files():
         "offsets",
         "shapes",
     }
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    dtype=st.sampled_from(
+        ["<f4", ">f8", "<i8", "|u1", "|i1", "<u2", "|b1", "<c16", "|S7", "<U3", "<f2", "<M8[ns]"]
+    ),
+    shape=st.lists(st.integers(0, 5), max_size=4),
+    version=st.sampled_from([None, (1, 0), (2, 0), (3, 0)]),
+)
+def test_header_reads_as_numpy_reads_it(dtype: str, shape: list[int], version) -> None:
+    """Every header numpy writes reads back as numpy reads it (plain ones without the AST)."""
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.zeros(shape, dtype), version=version)
+    buf.seek(0)
+    got = read_header(buf, "x.npy")
+    buf.seek(0)
+    ref = np.load(buf, allow_pickle=False)
+    assert got[:2] == (ref.dtype, ref.shape)
+    assert got[2] == len(buf.getvalue()) - ref.nbytes
+
+
+def test_headers_parse_while_other_threads_compile() -> None:
+    """Header reads in threads beside threads that build ASTs (an import compiling a module)
+    never fail: plain headers are not parsed with ast.literal_eval."""
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.zeros((3, 2), "<f4"))
+    raw = buf.getvalue()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def compiles() -> None:
+        while not stop.is_set():
+            compile("[" * 40 + "]" * 40, "<t>", "eval")
+
+    def reads() -> None:
+        try:
+            for _ in range(3000):
+                assert read_header(io.BytesIO(raw), "x.npy")[1] == (3, 2)
+        except BaseException as exc:
+            errors.append(exc)
+
+    builders = [threading.Thread(target=compiles) for _ in range(2)]
+    readers = [threading.Thread(target=reads) for _ in range(2)]
+    for t in builders + readers:
+        t.start()
+    for t in readers:
+        t.join(timeout=120)
+    stop.set()
+    for t in builders:
+        t.join(timeout=60)
+    assert not errors, errors

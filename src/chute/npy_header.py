@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import threading
 import tokenize
 from typing import BinaryIO
@@ -21,11 +22,18 @@ from .errors import FormatError
 MAGIC = b"\x93NUMPY"
 MAX_HEADER_BYTES = 1 << 16  # numpy itself refuses headers of more than 10,000 characters
 # numpy parses the header with ast.literal_eval. On CPython 3.11 the AST builder keeps one
-# recursion counter per interpreter, so two threads parsing at once (loader workers mapping
-# their first columns) can fail with a spurious "SystemError: AST constructor recursion depth
-# mismatch" (cpython#106905). Headers are tiny: parse one at a time. Reentrant, because a
-# garbage-collector finalizer may open a file in the middle of a parse.
+# recursion counter per interpreter, so a parse while another thread builds an AST (another
+# parse, or an import compiling a module from source) can fail with a spurious "SystemError:
+# AST constructor recursion depth mismatch" (cpython#106905). The header numpy and chute
+# write (a plain dtype, C order) is therefore matched by _PLAIN, without the AST; any other
+# goes to numpy, one at a time. Reentrant, because a garbage-collector finalizer may open a
+# file in the middle of a parse.
 _PARSE_LOCK = threading.RLock()
+_PLAIN = re.compile(
+    rb"\{'descr': '(?P<descr>[<>|=]?[a-zA-Z]\d{0,4})', 'fortran_order': False, "
+    rb"'shape': \((?P<shape>(?:\d{1,30}(?:, \d{1,30})*,?)?)\), \} *\n"
+)
+_VERSIONS = (MAGIC + b"\x01\x00", MAGIC + b"\x02\x00", MAGIC + b"\x03\x00")
 _ALIGN = 64
 _GROWTH_DIGITS = 21
 
@@ -69,7 +77,36 @@ def read_header(
     size = int.from_bytes(length, "little")
     if size > MAX_HEADER_BYTES:
         raise FormatError(f"{path}: .npy header declares {size} bytes; not a chute file")
-    head = io.BytesIO(start + length + f.read(size))
+    literal = f.read(size)
+    match = _PLAIN.fullmatch(literal) if start in _VERSIONS else None
+    dtype = _plain_dtype(match["descr"]) if match is not None else None
+    if match is not None and dtype is not None:
+        shape: tuple[int, ...] = tuple(int(d) for d in match["shape"].split(b",") if d.strip())
+        fortran = False
+    else:
+        dtype, shape, fortran = _numpy_header(io.BytesIO(start + length + literal), path)
+    if any(d < 0 for d in shape):
+        raise FormatError(f"{path}: .npy header has a negative dimension in shape {shape}")
+    plain = dtype.fields is None or structured
+    if dtype.hasobject or not plain or dtype.subdtype is not None:
+        raise FormatError(
+            f"{path}: dtype {dtype} is refused (object/structured .npy is never loaded)"
+        )
+    if fortran:
+        raise FormatError(f"{path}: Fortran-order .npy is not a chute file")
+    return dtype, tuple(int(d) for d in shape), f.tell()
+
+
+def _plain_dtype(descr: bytes) -> np.dtype | None:
+    """The dtype a plain header's ``descr`` names; None if numpy has no such dtype."""
+    try:
+        return np.dtype(descr.decode("ascii"))
+    except TypeError:  # numpy's own parse names what is wrong
+        return None
+
+
+def _numpy_header(head: io.BytesIO, path: str) -> tuple[np.dtype, tuple[int, ...], bool]:
+    """(dtype, shape, fortran order) of the header in ``head`` as numpy reads it."""
     try:
         with _PARSE_LOCK:
             version = np.lib.format.read_magic(head)
@@ -82,16 +119,7 @@ def read_header(
     except (ValueError, SyntaxError, TypeError, OverflowError, tokenize.TokenError) as exc:
         # TokenError: numpy re-tokenizes a header it cannot parse, as written by Python 2
         raise FormatError(f"{path}: not a valid .npy file ({exc})") from None
-    if any(d < 0 for d in shape):
-        raise FormatError(f"{path}: .npy header has a negative dimension in shape {shape}")
-    plain = dtype.fields is None or structured
-    if dtype.hasobject or not plain or dtype.subdtype is not None:
-        raise FormatError(
-            f"{path}: dtype {dtype} is refused (object/structured .npy is never loaded)"
-        )
-    if fortran:
-        raise FormatError(f"{path}: Fortran-order .npy is not a chute file")
-    return dtype, tuple(int(d) for d in shape), f.tell()
+    return dtype, shape, fortran
 
 
 def check_size(path: str, dtype: np.dtype, shape: tuple[int, ...], offset: int, size: int) -> None:

@@ -6,6 +6,9 @@ them against a real S3-protocol server."""
 from __future__ import annotations
 
 import io
+import multiprocessing
+import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +16,7 @@ import pytest
 import xxhash
 
 import chute
-from chute.errors import DatasetExistsError, DatasetNotFoundError
+from chute.errors import DatasetExistsError, DatasetNotFoundError, RemoteError
 from chute.reader.remote import RemoteDataset
 from chute.store import FolderStore, ObjectStore, Store
 from chute.store.client import CorruptObjectError
@@ -127,3 +130,39 @@ def test_a_corrupted_object_in_the_folder_is_caught(local: Path, tmp_path: Path)
     ds = RemoteDataset(store, cache_dir=tmp_path / "cache")
     with pytest.raises(chute.ChecksumError):
         ds.gather(np.arange(300))
+
+
+def _make_client(store: Store) -> None:
+    try:
+        store.client()
+    except RemoteError as exc:  # the parent used obstore already: the clear refusal
+        assert "forked" in str(exc)
+
+
+def test_a_child_forked_while_a_thread_makes_the_client_makes_its_own(tmp_path: Path) -> None:
+    """fork() while a thread of the parent holds the lock that makes the client (the first
+    request of a prefetch thread): the child makes its own client; it does not wait forever on
+    the lock it inherited held (it makes one, or refuses one that fork() broke)."""
+    (tmp_path / "bucket").mkdir()
+    store = Store((tmp_path / "bucket").as_uri())
+    held, release = threading.Event(), threading.Event()
+
+    def maker() -> None:  # a parent thread inside the client's making
+        with store._locks.setdefault(os.getpid(), threading.Lock()):
+            held.set()
+            release.wait(60)
+
+    thread = threading.Thread(target=maker)
+    thread.start()
+    try:
+        assert held.wait(60)
+        child = multiprocessing.get_context("fork").Process(target=_make_client, args=(store,))
+        child.start()
+        child.join(timeout=60)
+        alive = child.is_alive()
+        if alive:
+            child.kill()
+        assert not alive and child.exitcode == 0
+    finally:
+        release.set()
+        thread.join(timeout=60)

@@ -113,25 +113,23 @@ class Store:
         self._client: Any = None
         self._signed: Any = None  # a SignedReader when the client carries a session token
         self._pid = -1
-        self._lock = threading.Lock()
+        # The lock that makes the client, one per process: a lock inherited through fork()
+        # may be held by a parent thread that was making the parent's client at that moment.
+        self._locks: dict[int, threading.Lock] = {}
 
     # ----------------------------------------------------------------- the client
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_client"], state["_pid"], state["_lock"] = None, -1, None
+        state["_client"], state["_pid"], state["_locks"] = None, -1, {}
         state["_signed"] = None
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def client(self) -> Any:
         """This process's ``obstore`` store, created on first use here (never inherited)."""
         pid = os.getpid()
         if self._client is None or self._pid != pid:
-            with self._lock:
+            with self._locks.setdefault(pid, threading.Lock()):  # (setdefault is atomic)
                 if self._client is None or self._pid != pid:
                     self._client, self._signed = self._make_client()
                     self._pid = pid
