@@ -35,8 +35,12 @@ PER_SAMPLE = [
     chute.RandomErasing(1.0),
     chute.RandAugment(2, 9),
     chute.TrivialAugmentWide(),
+    chute.RandomAffine(15, (0.1, 0.1), (0.8, 1.2), 10),
+    chute.RandomRotation(30),
+    chute.RandomPerspective(0.5, p=1.0),
 ]
 assert {type(op) for op in PER_SAMPLE} == set(AUGMENTS)
+WARPING = (chute.RandomAffine, chute.RandomRotation, chute.RandomPerspective)
 
 
 def images(b: int, c: int = 3, h: int = 12, w: int = 14) -> torch.Tensor:
@@ -191,8 +195,8 @@ def test_mixing_labels_that_do_not_fit_are_refused(mixing: Any, record_property:
 
 @pytest.mark.parametrize("op", PER_SAMPLE, ids=name)
 def test_degenerate_batches(op: Any, record_property: Record) -> None:
-    """No samples or no pixels: nothing to do. One or four channels: blurred / erased as any
-    planes, gray already (Grayscale), else refused; floats refused."""
+    """No samples or no pixels: nothing to do. One or four channels: blurred / erased /
+    warped as any planes, gray already (Grayscale), else refused; floats refused."""
     outcomes: Counter = Counter()
     for b, h, w in [(0, 12, 14), (2, 0, 14), (2, 12, 0)]:
         x = images(b, 3, h, w)
@@ -201,7 +205,8 @@ def test_degenerate_batches(op: Any, record_property: Record) -> None:
         outcomes["empty: no-op"] += 1
     for c, planes in ((1, "1 channel"), (4, "4 channels")):
         x = images(2, c)
-        if isinstance(op, (chute.GaussianBlur, chute.RandomErasing)):
+        planewise = (chute.GaussianBlur, chute.RandomErasing, *WARPING)
+        if isinstance(op, planewise):
             rgb = images(2, 3)  # each plane on its own: as the first planes of an RGB batch
             rgb[:, : min(c, 3)] = x[:, : min(c, 3)]
             augment([op], x, [5, 6], 0, 0)
