@@ -345,6 +345,17 @@ def test_a_failing_batch_transform_names_the_batch(ds: chute.Dataset, workers: i
         list(dl)
 
 
+def test_a_chute_batch_transform_is_refused_naming_the_loader_that_takes_it(
+    ds: chute.Dataset,
+) -> None:
+    """Mosaic, MixUp, CutMix draw from (indices, seed, epoch): only chute.Loader passes them."""
+    for op in (chute.MixUp(10, label="y"), chute.Mosaic()):
+        with pytest.raises(
+            ArgumentError, match=rf"use chute.Loader\(\.\.\., transform={type(op).__name__}"
+        ):
+            dataloader(ds, 8, batch_transform=op)
+
+
 def test_rejects_a_non_chute_dataset() -> None:
     with pytest.raises(ArgumentError, match="chute Dataset"):
         dataloader(torch.utils.data.TensorDataset(torch.ones(3)), 2)

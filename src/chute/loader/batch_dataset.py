@@ -17,6 +17,7 @@ from .. import _compat as compat
 from ..batch import Pad
 from ..columns.gather import head
 from ..errors import ArgumentError, ChuteError, SchemaError, WorkerError
+from ..image.mixing import BatchTransform
 from ..reader.gatherable import Gatherable, PerEpoch
 from ..reader.samples import split_batch
 from .handoff import Handoff
@@ -69,6 +70,12 @@ class BatchDataset(torch.utils.data.Dataset):
             ("batch_transform", batch_transform),
             ("collate_fn", collate_fn),
         ):
+            if isinstance(fn, BatchTransform):  # not callable: it draws from (seed, epoch)
+                raise ArgumentError(
+                    f"{name}={type(fn).__name__}(...): a chute batch transform draws from the "
+                    "batch's sample indices, the seed and the epoch, which only chute.Loader "
+                    f"passes: use chute.Loader(..., transform={type(fn).__name__}(...))"
+                )
             if fn is not None and not callable(fn):
                 raise ArgumentError(f"{name} must be callable, got {fn!r}")
         if pad is not None:
