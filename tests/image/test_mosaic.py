@@ -275,6 +275,11 @@ def test_what_would_be_left_behind_is_refused(data: Path, record_property: Recor
             "no field 'nope'",
         ),
         (chute.Mosaic(masks=("boxes",)), SchemaError, "mask field 'boxes'"),
+        (
+            chute.Mosaic(boxes="boxes", geometry="geo", per_box=("kps",), masks=("ids", "inst")),
+            ArgumentError,
+            r"per_box field 'kps' has float rows of shape \(5, 3\), which look like points",
+        ),
     ]
     bad_batch = {**batch, "ids": batch["ids"][:, :5]}  # not the images' size
     for m, exc, match in cases:
@@ -288,7 +293,10 @@ def test_what_would_be_left_behind_is_refused(data: Path, record_property: Recor
     extra = [torch.cat([v, v[:1]]) for v in batch["labels"]]  # a row more than boxes
     with pytest.raises(SchemaError, match=r"'labels' has \d+ rows .* a per_box field needs one"):
         _mosaic(p=0.0).apply({**batch, "labels": extra}, idx, 0, 0)
-    outcomes["SchemaError"] += 3
+    flat = [v[..., :2] for v in batch["kps"]]  # no visibility column
+    with pytest.raises(SchemaError, match=r"keypoint field 'kps' must hold \(K, 3\)"):
+        _mosaic().apply({**batch, "kps": flat}, idx, 0, 0)
+    outcomes["SchemaError"] += 4
     for kw in (
         {"p": 1.5},
         {"center": (0.8, 0.2)},
@@ -297,6 +305,8 @@ def test_what_would_be_left_behind_is_refused(data: Path, record_property: Recor
         {"fill": 300},
         {"min_size": -1.0},
         {"per_box": ("labels",)},
+        {"keypoints": ("kps",)},
+        {"boxes": "boxes", "keypoints": ("kps",), "per_box": ("kps",)},
         {"masks": (3,)},
     ):
         with pytest.raises((ArgumentError, ArgumentValueError)) as info:
@@ -306,8 +316,10 @@ def test_what_would_be_left_behind_is_refused(data: Path, record_property: Recor
         record_property,
         "image: Mosaic would leave a field behind",
         "a mask or instance field of the images' size not in masks=, a per_box field with "
-        "other rows than boxes, a missing field, a mask of another size, indices that do not "
-        "fit; bad parameters (p, center, size, fill, min_size, per_box without boxes)",
-        len(cases) + 11,
+        "other rows than boxes, keypoints in per_box (carried unmoved) or without a visibility "
+        "column, a missing field, a mask of another size, indices that do not fit; bad "
+        "parameters (p, center, size, fill, min_size, per_box or keypoints without boxes, a "
+        "field in keypoints and per_box)",
+        len(cases) + 14,
         outcomes,
     )
