@@ -1,9 +1,10 @@
 """Mosaic through the Loader on real JPEGs: each output pixel of the image, of a mask of
-per-pixel ids and of every instance plane, each box and each per-box label, checked against a
-plain numpy reference of YOLO's tiling on the same draws (the centre and partners from
-``chute.image.uniforms``, each image translated so that its corner meets the centre, boxes
-shifted and clipped to the image's piece, degenerate ones dropped with their rows); the same
-mosaics after a resume, others in the next epoch; refusals of what would be left behind."""
+per-pixel ids and of every instance plane, each box, each per-box label and each keypoint with
+its visibility, checked against a plain numpy reference of YOLO's tiling on the same draws (the
+centre and partners from ``chute.image.uniforms``, each image translated so that its corner
+meets the centre, boxes shifted and clipped to the image's piece, degenerate ones dropped with
+their rows, keypoints shifted unclipped and invisible outside their piece); the same mosaics
+after a resume, others in the next epoch; refusals of what would be left behind."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ Record = Callable[[str, Any], None]
 N = 20
 SEED = 3
 OBJ = 100_000  # plane k of a sample's instance masks is its ids + k * OBJ
+KP = 5  # keypoints per box
 
 
 def _size(i: int) -> tuple[int, int]:
@@ -48,6 +50,16 @@ def _boxes(i: int) -> np.ndarray:
     return np.concatenate([xy[0], xy[1]], axis=1)
 
 
+def _keypoints(i: int) -> np.ndarray:
+    """Sample ``i``'s keypoints: KP (x, y, visibility) per box, some past the image's
+    edges, visibility 0, 1 or 2 (COCO's)."""
+    h, w = _size(i)
+    rng = np.random.default_rng(1000 + i)
+    n = len(_boxes(i))
+    xy = rng.uniform(-4, [w + 4, h + 4], (n, KP, 2))
+    return np.concatenate([xy, rng.integers(0, 3, (n, KP, 1))], axis=2).astype(np.float32)
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dst = tmp_path_factory.mktemp("mosaic") / "d.chute"
@@ -60,6 +72,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "inst": [np.stack([_ids(i) + k * OBJ for k in range(len(boxes[i]))]) for i in range(N)],
             "boxes": boxes,
             "labels": [10 * i + np.arange(len(b)) for i, b in enumerate(boxes)],
+            "kps": [_keypoints(i) for i in range(N)],
         },
         schema={
             "image": chute.fields.Image(),
@@ -67,6 +80,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "inst": chute.fields.Mask("int32", instances=True),
             "boxes": chute.Ragged("float64", (4,)),
             "labels": chute.Ragged("int64", ()),
+            "kps": chute.Ragged("float32", (KP, 3)),
         },
         part_size=7,
     )
@@ -86,6 +100,7 @@ def _mosaic(**kw: Any) -> chute.Mosaic:
         boxes="boxes",
         geometry="geo",
         per_box=("labels", "inst"),
+        keypoints=("kps",),
         masks=("ids", "inst"),
         mask_fill=-7,
         **kw,
@@ -110,7 +125,10 @@ def _reference(before: dict[str, Any], idx: np.ndarray, m: chute.Mosaic, epoch: 
     boxes, valid = chute.transform_boxes(torch.cat(list(before["boxes"])), _rows(before))
     counts = [len(v) for v in before["boxes"]]
     first = np.concatenate([[0], np.cumsum(counts)])
-    out: dict[str, list[Any]] = {k: [] for k in ("image", "ids", "boxes", "labels", "inst")}
+    kps = torch.cat(list(before["kps"])).numpy().astype(np.float64)
+    kxy = chute.transform_points(kps[..., :2], _rows(before)[:, None])[0].numpy()
+    keys = ("image", "ids", "boxes", "labels", "inst", "kps", "hidden")
+    out: dict[str, list[Any]] = {k: [] for k in keys}
     for j in range(b):
         cx = int(np.floor(ow * (lo + (hi - lo) * u[j, 1])))
         cy = int(np.floor(oh * (lo + (hi - lo) * u[j, 2])))
@@ -128,7 +146,7 @@ def _reference(before: dict[str, Any], idx: np.ndarray, m: chute.Mosaic, epoch: 
         o_img = np.empty((3, oh, ow), np.uint8)
         o_img[:] = np.array(m.fill if isinstance(m.fill, tuple) else (m.fill,) * 3)[:, None, None]
         o_ids = np.full((oh, ow), m.mask_fill, np.int32)
-        o_boxes, o_labels, o_inst = [], [], []
+        o_boxes, o_labels, o_inst, o_kps = [], [], [], []
         for s, (ox, oy) in tiles:
             inside = (xs >= ox) & (xs < ox + w) & (ys >= oy) & (ys < oy + h)
             sy, sx = (ys - oy)[inside], (xs - ox)[inside]
@@ -144,11 +162,20 @@ def _reference(before: dict[str, Any], idx: np.ndarray, m: chute.Mosaic, epoch: 
                     plane = np.zeros((oh, ow), np.int32)
                     plane[inside] = before["inst"][s][k].numpy()[sy, sx]
                     o_inst.append(plane)
+                    pts = []
+                    for (x, y), v in zip(kxy[first[s] + k], kps[first[s] + k, :, 2], strict=True):
+                        x, y = x + ox, y + oy  # on the piece's pixel centres, or invisible
+                        seen = max(ox, 0) <= x <= min(ox + w, ow) - 1
+                        seen = seen and max(oy, 0) <= y <= min(oy + h, oh) - 1
+                        pts.append([x, y, v if seen else 0.0])
+                        out["hidden"] += [1] if v and not seen else []
+                    o_kps.append(pts)
         out["image"].append(o_img)
         out["ids"].append(o_ids)
         out["boxes"].append(np.array(o_boxes, np.float64).reshape(-1, 4))
         out["labels"].append(np.array(o_labels, np.int64))
         out["inst"].append(np.array(o_inst, np.int32).reshape(-1, oh, ow))
+        out["kps"].append(np.array(o_kps, np.float64).reshape(-1, KP, 3))
     return out
 
 
@@ -165,6 +192,8 @@ def _check(got: dict[str, Any], want: dict[str, Any]) -> None:
         assert np.allclose(got["boxes"][j].numpy(), want["boxes"][j], rtol=0, atol=1e-9)
         assert np.array_equal(got["labels"][j].numpy(), want["labels"][j])
         assert np.array_equal(got["inst"][j].numpy(), want["inst"][j])
+        assert got["kps"][j].dtype == torch.float64
+        assert np.allclose(got["kps"][j].numpy(), want["kps"][j], rtol=0, atol=1e-9)
 
 
 @pytest.mark.parametrize(
@@ -179,11 +208,15 @@ def test_every_pixel_box_and_plane_matches_the_reference(data: Path, kw: dict) -
         plain.set_epoch(epoch)
         tiled.set_epoch(epoch)
         plan = plain.order.plan()
-        seen = 0
+        seen, shown, hidden = 0, 0, 0
         for k, (before, after) in enumerate(zip(plain, tiled, strict=True)):
-            _check(after, _reference(before, np.asarray(plan[k]), m, epoch))
+            want = _reference(before, np.asarray(plan[k]), m, epoch)
+            _check(after, want)
             seen += sum(len(v) for v in after["boxes"])
+            shown += int((torch.cat(list(after["kps"]))[..., 2] > 0).sum())
+            hidden += len(want["hidden"])  # visible points that left their piece
         assert seen  # some boxes survive the tiling
+        assert shown and hidden  # some points stay visible, some are hidden by the tiling
 
 
 def test_pieces_tile_the_output_and_partners_come_from_the_batch(data: Path) -> None:
@@ -242,6 +275,11 @@ def test_what_would_be_left_behind_is_refused(data: Path, record_property: Recor
             "no field 'nope'",
         ),
         (chute.Mosaic(masks=("boxes",)), SchemaError, "mask field 'boxes'"),
+        (
+            chute.Mosaic(boxes="boxes", geometry="geo", per_box=("kps",), masks=("ids", "inst")),
+            ArgumentError,
+            r"per_box field 'kps' has float rows of shape \(5, 3\), which look like points",
+        ),
     ]
     bad_batch = {**batch, "ids": batch["ids"][:, :5]}  # not the images' size
     for m, exc, match in cases:
@@ -255,7 +293,10 @@ def test_what_would_be_left_behind_is_refused(data: Path, record_property: Recor
     extra = [torch.cat([v, v[:1]]) for v in batch["labels"]]  # a row more than boxes
     with pytest.raises(SchemaError, match=r"'labels' has \d+ rows .* a per_box field needs one"):
         _mosaic(p=0.0).apply({**batch, "labels": extra}, idx, 0, 0)
-    outcomes["SchemaError"] += 3
+    flat = [v[..., :2] for v in batch["kps"]]  # no visibility column
+    with pytest.raises(SchemaError, match=r"keypoint field 'kps' must hold \(K, 3\)"):
+        _mosaic().apply({**batch, "kps": flat}, idx, 0, 0)
+    outcomes["SchemaError"] += 4
     for kw in (
         {"p": 1.5},
         {"center": (0.8, 0.2)},
@@ -264,6 +305,8 @@ def test_what_would_be_left_behind_is_refused(data: Path, record_property: Recor
         {"fill": 300},
         {"min_size": -1.0},
         {"per_box": ("labels",)},
+        {"keypoints": ("kps",)},
+        {"boxes": "boxes", "keypoints": ("kps",), "per_box": ("kps",)},
         {"masks": (3,)},
     ):
         with pytest.raises((ArgumentError, ArgumentValueError)) as info:
@@ -273,8 +316,10 @@ def test_what_would_be_left_behind_is_refused(data: Path, record_property: Recor
         record_property,
         "image: Mosaic would leave a field behind",
         "a mask or instance field of the images' size not in masks=, a per_box field with "
-        "other rows than boxes, a missing field, a mask of another size, indices that do not "
-        "fit; bad parameters (p, center, size, fill, min_size, per_box without boxes)",
-        len(cases) + 11,
+        "other rows than boxes, keypoints in per_box (carried unmoved) or without a visibility "
+        "column, a missing field, a mask of another size, indices that do not fit; bad "
+        "parameters (p, center, size, fill, min_size, per_box or keypoints without boxes, a "
+        "field in keypoints and per_box)",
+        len(cases) + 14,
         outcomes,
     )

@@ -9,10 +9,13 @@ the images' size (the default) the four pieces tile it exactly; a larger ``size`
 rest in the fill colour (ultralytics' canvas of twice the size). Every pixel is a copy of
 one source pixel or the fill: no resampling, so masks keep their ids and boxes move by whole
 pixels. Boxes are translated, clipped to their piece, and dropped with the rows of their
-``per_box`` fields (labels, instance masks) when a side is under ``min_size`` (v2's
-``SanitizeBoundingBoxes``). The draws are a pure function of (seed, epoch, sample index)
-(:func:`chute.image.uniforms`); the partners are positions in the batch, which the loader's
-order fixes, so a resumed run tiles the same mosaics.
+``per_box`` fields (labels, instance masks) and of the ``keypoints`` fields when a side is
+under ``min_size`` (v2's ``SanitizeBoundingBoxes``). Keypoints (pixel centres, with a
+visibility column) move with their box's image; one that leaves its piece keeps its
+coordinates (never clipped, as :func:`chute.transform_points`) and gets visibility 0. The
+draws are a pure function of (seed, epoch, sample index) (:func:`chute.image.uniforms`); the
+partners are positions in the batch, which the loader's order fixes, so a resumed run tiles
+the same mosaics.
 """
 
 from __future__ import annotations
@@ -31,11 +34,11 @@ from .boxes import transform_boxes
 from .checks import integer, number, pair, probability, size2
 from .draws import uniforms
 from .mixing import BatchTransform
+from .mosaic_rows import Kept, Piece, place_instances, points, rows_of
 from .placing import fill_colour
 
 __all__ = ["Layout", "Mosaic"]
 
-Piece = tuple[int, int, int, tuple[int, int, int, int]]  # source, ox, oy, output rect
 STREAM = 0x4D4F53414943  # "MOSAIC": the draws' stream, apart from the decode ops' (0, 1, ...)
 
 
@@ -66,7 +69,13 @@ class Mosaic(BatchTransform):
     :class:`chute.Geometry` field (mapped by :func:`chute.transform_boxes` first; the
     geometry field is then dropped from the batch, as it no longer describes the images).
     ``per_box``: ragged fields with one row per box (class labels, an instance-mask field
-    with a plane per box), kept or dropped with their box. ``masks``: fields placed as the
+    with a plane per box), kept or dropped with their box and carried unmoved (a float field
+    of points, last dimension 2 or 3, is refused there). ``keypoints``: ragged fields of
+    ``(K, 3)`` keypoints ``(x, y, visibility)`` per box (pixel centres, in the same frame as
+    the boxes: mapped by :func:`chute.transform_points` with ``geometry``), shifted with
+    their box's image and kept or dropped with it; visibility is set to 0 where a point lies
+    outside its piece ``[x0, x1 - 1] x [y0, y1 - 1]`` (which lies within its image), the
+    coordinates are not clipped (float64, as the boxes). ``masks``: fields placed as the
     image: a ``(B, ..., H, W)`` tensor (a semantic mask, another image) with ``mask_fill``
     where no image is, or a :class:`chute.RaggedBatch` of ``(N, H, W)`` instance masks
     (0 outside their piece). A tensor field of the images' size that is not listed is
@@ -80,6 +89,7 @@ class Mosaic(BatchTransform):
     boxes: str | None = None
     geometry: str | None = None
     per_box: Sequence[str] = ()
+    keypoints: Sequence[str] = ()
     masks: Sequence[str] = ()
     mask_fill: int = 0
     min_size: float = 1.0
@@ -100,9 +110,17 @@ class Mosaic(BatchTransform):
                 _names("Mosaic", what, getattr(self, what))
         object.__setattr__(self, "per_box", _names("Mosaic", "per_box", self.per_box))
         object.__setattr__(self, "masks", _names("Mosaic", "masks", self.masks))
-        if self.boxes is None and (self.per_box or self.geometry is not None):
+        object.__setattr__(self, "keypoints", _names("Mosaic", "keypoints", self.keypoints))
+        if self.boxes is None and (self.per_box or self.keypoints or self.geometry is not None):
             raise ArgumentError(
-                "Mosaic: per_box and geometry go with boxes=: name the batch's boxes field"
+                "Mosaic: per_box, keypoints and geometry go with boxes=: name the batch's "
+                "boxes field"
+            )
+        both = sorted(set(self.keypoints) & {*self.per_box, *self.masks})
+        if both:
+            raise ArgumentError(
+                f"Mosaic: field {both[0]!r} is in keypoints and per_box or masks: keypoints= "
+                "moves a field's points with their boxes, list it there only"
             )
 
     def layout(
@@ -162,18 +180,22 @@ class Mosaic(BatchTransform):
             field = batch[name]
             if isinstance(field, RaggedBatch):
                 rows = keep if name in self.per_box else None
-                out[name] = _place_instances(name, field, pieces, out_hw, rows)
+                out[name] = place_instances(name, field, pieces, out_hw, rows)
             else:
                 out[name] = _place(field, pieces, out_hw, self.mask_fill)
         for name in self.per_box:
             if name not in self.masks:
                 assert keep is not None
-                out[name] = _rows(name, batch[name], keep)
+                out[name] = rows_of(name, batch[name], keep)
+        for name in self.keypoints:
+            assert keep is not None
+            geo = batch[self.geometry] if self.geometry is not None else None
+            out[name] = points(name, batch[name], keep, geo)
         return out
 
     def _check_fields(self, batch: dict[str, Any], b: int, hw: tuple[int, int]) -> None:
         """Every named field is in the batch; no unnamed tensor of the images' size."""
-        named = [*self.masks, *self.per_box]
+        named = [*self.masks, *self.per_box, *self.keypoints]
         named += [n for n in (self.boxes, self.geometry) if n is not None]
         for name in named:
             if name not in batch:
@@ -249,19 +271,15 @@ class Mosaic(BatchTransform):
         owner = np.repeat(np.repeat(np.arange(len(pieces)), per), n)  # output sample per row
         out_counts = np.bincount(owner[ok], minlength=len(pieces))
         offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(out_counts)]).astype(np.int64))
-        kept = Kept(counts, rows[ok], offsets, np.split(ok, np.cumsum(n)[:-1]))
+        kept = Kept(
+            counts,
+            rows[ok],
+            offsets,
+            np.split(ok, np.cumsum(n)[:-1]),
+            shift[piece][ok][:, :2],
+            rect[piece][ok],
+        )
         return RaggedBatch(torch.from_numpy(moved[ok]), offsets), kept
-
-
-class Kept(NamedTuple):
-    """Which boxes Mosaic kept: ``counts`` (B,) boxes per source sample, ``rows`` the kept
-    source rows (into the batch's boxes, concatenated) in output order, ``offsets`` each
-    output sample's first, ``pieces`` a bool row mask per piece (in the pieces' order)."""
-
-    counts: np.ndarray
-    rows: np.ndarray
-    offsets: torch.Tensor
-    pieces: list[np.ndarray]
 
 
 def _pieces(lay: Layout, hw: tuple[int, int], out: tuple[int, int]) -> list[list[Piece]]:
@@ -294,66 +312,3 @@ def _place(
         for s, ox, oy, (x0, y0, x1, y1) in sample:
             d[j, ..., y0:y1, x0:x1] = a[s, ..., y0 - oy : y1 - oy, x0 - ox : x1 - ox]
     return dst
-
-
-def _ragged(rows: list[torch.Tensor], flat: bool, like: torch.Tensor) -> RaggedBatch:
-    """A RaggedBatch of the samples ``rows``: stacked along their first dimension, or (with
-    ``flat``) flattened, with each sample's shape."""
-    if not rows:
-        return RaggedBatch(
-            like.reshape(-1)[:0] if flat else like[:0], torch.zeros(1, dtype=torch.int64)
-        )
-    sizes = [r.numel() if flat else len(r) for r in rows]
-    offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
-    if not flat:
-        return RaggedBatch(torch.cat(rows), offsets)
-    shapes = torch.tensor([list(r.shape) for r in rows], dtype=torch.int64)
-    return RaggedBatch(torch.cat([r.reshape(-1) for r in rows]), offsets, shapes)
-
-
-def _check_rows(name: str, got: int, boxes: int, s: int) -> None:
-    if got != boxes:
-        raise SchemaError(
-            f"Mosaic: field {name!r} has {got} rows for sample at batch position {s}, which "
-            f"has {boxes} boxes; a per_box field needs one row per box"
-        )
-
-
-def _rows(name: str, field: Any, kept: Kept) -> RaggedBatch:
-    """Per-box field ``name``: each output sample's rows, the rows of the boxes kept."""
-    src = [torch.as_tensor(np.asarray(v)) for v in field]
-    have = np.array([len(v) for v in src], np.int64)
-    if len(have) != len(kept.counts) or (have != kept.counts).any():
-        s = int(np.flatnonzero(have != kept.counts)[0]) if len(have) == len(kept.counts) else 0
-        _check_rows(name, int(have[s]) if len(have) else 0, int(kept.counts[s]), s)
-    values = torch.cat(src)[torch.from_numpy(kept.rows)] if src else torch.zeros(0)
-    return RaggedBatch(values, kept.offsets)
-
-
-def _place_instances(
-    name: str,
-    field: RaggedBatch,
-    pieces: list[list[Piece]],
-    out: tuple[int, int],
-    keep: Kept | None,
-) -> RaggedBatch:
-    """Instance masks (N, h, w) per sample placed by ``pieces`` into (N', H, W) planes, 0
-    outside their piece; with ``keep``, only the planes of the boxes kept."""
-    src = list(field)
-    if keep is not None:
-        for s, planes in enumerate(src):
-            _check_rows(name, len(planes), int(keep.counts[s]), s)
-    rows = []
-    k = 0  # the piece's number, in the order of keep.pieces
-    for sample in pieces:
-        got = []
-        for s, ox, oy, (x0, y0, x1, y1) in sample:
-            planes = src[s]
-            if keep is not None:
-                planes = planes[torch.from_numpy(keep.pieces[k])]
-                k += 1
-            dst = torch.zeros((len(planes), *out), dtype=planes.dtype)
-            dst[:, y0:y1, x0:x1] = planes[:, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
-            got.append(dst)
-        rows.append(torch.cat(got) if got else torch.zeros((0, *out), dtype=field.values.dtype))
-    return _ragged(rows, flat=True, like=field.values)
