@@ -1,5 +1,5 @@
 """chute itself: the threaded ``chute.Loader``, and ``chute.dataloader`` (a torch DataLoader
-whose worker processes each gather a whole batch) for per-sample Python transforms."""
+whose worker processes each gather whole batches of their share of the pass)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ CONTENDERS = [
     ),
     Contender(
         "chute.dataloader",
-        "torch DataLoader, worker processes gather whole batches (__getitems__)",
+        "torch DataLoader whose worker processes make their own shares of the pass, batches "
+        "lent from shared memory",
         copy_path,
         _dataloader,
     ),
