@@ -99,13 +99,17 @@ def parse_size(size: int | float | str, what: str = "a size") -> int:
     return int(n)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def default_workers() -> int:
     """Worker threads or processes by default: the CPUs this process may use, at most 4."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return min(4, cpus)
+    return min(4, usable_cpus())
 
 
 def dist_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
