@@ -49,6 +49,28 @@ def test_write_arrays_tensors_and_lists(tmp_path, check_sample):
         check_sample(ds[i], {"x": x[i], "y": y[i], "w": words[i], "n": np.int64(i)})
 
 
+def test_write_with_a_schema_for_some_fields_infers_the_others(tmp_path):
+    """schema= may declare a few fields; the others are inferred as without it, in the
+    arrays' order; a field the schema names but the arrays lack is still an error."""
+    docs = [np.arange(k, dtype=np.int32) for k in (3, 1, 4)]
+    path = chute.write(
+        tmp_path / "d.chute",
+        {"label": np.arange(3), "tokens": docs, "name": ["a", "b", "c"]},
+        schema={"tokens": chute.fields.Ragged("int32")},
+    )
+    ds = chute.open(path)
+    assert list(ds.schema) == ["label", "tokens", "name"]
+    assert ds.schema["tokens"] == chute.fields.Ragged("int32")
+    assert ds[2]["tokens"].tolist() == [0, 1, 2, 3] and ds[1]["name"] == "b"
+    assert int(ds[2]["label"]) == 2
+    with pytest.raises(SchemaError, match="missing"):
+        chute.write(
+            tmp_path / "e.chute",
+            {"label": np.arange(3)},
+            schema={"label": chute.fields.Tensor((), "int64"), "other": chute.fields.Bytes()},
+        )
+
+
 def test_write_in_chunks_equals_one_go(tmp_path):
     data = {"x": np.arange(1000 * 5, dtype=np.int32).reshape(1000, 5), "t": np.arange(1000)}
     chute.write(tmp_path / "one.chute", data)

@@ -13,7 +13,7 @@ from .. import kinds
 from .._args import check_path
 from ..errors import SchemaError
 from ..store.url import is_url
-from .schema_inference import flatten, infer_field, sample_count
+from .schema_inference import check_schema, flatten, infer_field, infer_schema, sample_count
 from .writer import Writer, row_bytes
 
 __all__ = ["write"]
@@ -35,7 +35,9 @@ def write(
 
     >>> chute.write("cifar.chute", {"image": images, "label": labels})
 
-    Arrays are copied in chunks of about ``chunk_bytes``, so memory-mapped inputs larger than
+    ``schema`` may declare some fields only (``{"image": chute.fields.Image()}``): the others
+    are inferred from the first sample, as without it. Arrays are copied in chunks of about
+    ``chunk_bytes``, so memory-mapped inputs larger than
     RAM work too. Nested dicts give ``group/name`` fields. With ``part_size`` the data is split
     into ``part-NNNNN`` folders of at most that many samples, as with :class:`Writer`
     (which also says how a URL ``path`` is written: ``storage_options``, ``compression``).
@@ -48,6 +50,10 @@ def write(
     step = max(1, chunk_bytes // max(row_bytes(arrays, n), 1))
     if schema is None and n == 0:
         schema = {k: infer_field(k, v[:0], batch=True) for k, v in arrays.items()}  # bf16 too
+    elif schema is not None and n and any(k not in schema for k in arrays):
+        schema = dict(check_schema(schema))  # (a bad schema is named before any inference)
+        inferred = infer_schema({k: v[0] for k, v in arrays.items() if k not in schema})
+        schema = {**{k: schema.get(k) or inferred[k] for k in arrays}, **schema}
     with Writer(
         path,
         schema,
