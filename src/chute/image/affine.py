@@ -33,10 +33,10 @@ __all__ = [
     "RandomRotation",
     "Warp",
     "affine_maps",
-    "check_apply",
     "check_fill",
     "move",
     "pixel_maps",
+    "warp_batch",
 ]
 
 
@@ -138,10 +138,20 @@ def _centres(center: tuple[float, float] | None, n: int, h: int, w: int) -> np.n
     return np.tile(np.array((w * 0.5, h * 0.5) if center is None else center), (n, 1))
 
 
-def check_apply(op: str, out: torch.Tensor, u: np.ndarray, draws: int) -> bool:
-    check_batch(op, out, None)
-    check_draws(op, out, u, draws)
-    return out.numel() == 0
+def warp_batch(op: Any, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+    """Warp the contiguous uint8 batch ``out`` (B, C, H, W) in place by the maps
+    ``op.warp`` draws from ``u``, ``op.fill`` where the image is uncovered; returns it."""
+    name = type(op).__name__
+    check_batch(name, out, None)
+    check_draws(name, out, u, op.draws)
+    if out.numel():
+        move(out.numpy(), op.warp(u, *out.shape[-2:]), op.fill)
+    return out
+
+
+def _affine_warp(args: tuple[Any, Any, Any, Any, Any]) -> Warp:
+    """The forward and inverse maps of :func:`affine_maps` ``args``, for every sample."""
+    return Warp(affine_maps(*args, False), affine_maps(*args, True), np.arange(len(args[0])))
 
 
 @dataclass(frozen=True)
@@ -208,13 +218,11 @@ class RandomAffine:
             shears,
             _centres(check_center("RandomAffine", self.center), n, height, width),
         )
-        return Warp(affine_maps(*args, False), affine_maps(*args, True), np.arange(n))
+        return _affine_warp(args)
 
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
         """Warp the contiguous uint8 batch ``out`` (B, C, H, W) in place; returns it."""
-        if not check_apply("RandomAffine", out, u, self.draws):
-            move(out.numpy(), self.warp(u, *out.shape[-2:]), self.fill)
-        return out
+        return warp_batch(self, out, u)
 
 
 @dataclass(frozen=True)
@@ -262,10 +270,8 @@ class RandomRotation:
             zeros,
             _centres(check_center("RandomRotation", self.center), n, height, width),
         )
-        return Warp(affine_maps(*args, False), affine_maps(*args, True), np.arange(n))
+        return _affine_warp(args)
 
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
         """Turn the contiguous uint8 batch ``out`` (B, C, H, W) in place; returns it."""
-        if not check_apply("RandomRotation", out, u, self.draws):
-            move(out.numpy(), self.warp(u, *out.shape[-2:]), self.fill)
-        return out
+        return warp_batch(self, out, u)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import ArgumentValueError
-from .affine import Warp, check_apply, check_fill, move
+from .affine import Warp, check_fill, warp_batch
 from .checks import number
 
 __all__ = ["RandomPerspective", "perspective_coefficients"]
@@ -133,6 +133,4 @@ class RandomPerspective:
 
     def apply(self, out: torch.Tensor, u: np.ndarray) -> torch.Tensor:
         """Distort the contiguous uint8 batch ``out`` (B, C, H, W) in place; returns it."""
-        if not check_apply("RandomPerspective", out, u, self.draws):
-            move(out.numpy(), self.warp(u, *out.shape[-2:]), self.fill)
-        return out
+        return warp_batch(self, out, u)
