@@ -10,13 +10,12 @@ from typing import Any
 
 import torch
 
+from .._args import usable_cpus
+
 
 def machine() -> dict[str, Any]:
     """CPUs usable by this process, load average, platform, versions, torch threads, CUDA."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     versions: dict[str, str | None] = {}
     for dist in ("chute", "numpy", "torch", "h5py", "zarr"):
         try:

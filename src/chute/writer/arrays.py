@@ -53,7 +53,7 @@ def write(
     elif schema is not None and n and any(k not in schema for k in arrays):
         schema = dict(check_schema(schema))  # (a bad schema is named before any inference)
         inferred = infer_schema({k: v[0] for k, v in arrays.items() if k not in schema})
-        schema = {**{k: schema.get(k) or inferred[k] for k in arrays}, **schema}
+        schema = {**{k: schema[k] if k in schema else inferred[k] for k in arrays}, **schema}
     with Writer(
         path,
         schema,
