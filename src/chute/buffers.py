@@ -41,12 +41,14 @@ buffer when, and how scheduling keeps workers within these lifetimes)
 
     Variable-size values (:class:`Values`, both modes). The values of ragged, bytes and string
     fields, whose size is known only once the batch's offsets are, are gathered into buffers
-    shared by a loader's workers, a pool per variable-size field of a batch (its first, its
-    second...), reused by the same rule: an idle buffer at least the batch's size (as batches
-    differ in size, a new one is as large as the pool's largest and a quarter larger than
-    asked, and replaces an idle one too small), so they are never limited to ``reuse_after``
-    either. A new array per batch cost up to half the copy into it: the allocator gives the
-    heap's freed top back to the kernel and the next batch faults its pages in again (shuffled
+    shared by a loader's workers, a pool per variable-size field of a work item (its first,
+    its second...; a kept batch's values keep the buffer of its work item's values of that
+    field, as for fixed-shape fields), reused by the same rule: an idle buffer at least the
+    item's size (as items differ in size, a new one is as large as the pool's largest and a
+    quarter larger than asked, and replaces an idle one too small), so they are never
+    limited to ``reuse_after`` either. A new array per batch cost up to half the copy into
+    it: the allocator gives the heap's freed top back to the kernel and the next batch faults
+    its pages in again (shuffled
     token documents, ~600 KB a batch: 37-40 page faults and 14-72 us of the kernel's time a
     batch). ``ds.gather`` called outside a loader allocates a new array.
 

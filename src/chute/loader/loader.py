@@ -24,7 +24,9 @@ from ..batch import Pad
 from ..buffers import Buffers, Pool, Ring
 from ..errors import ArgumentError
 from ..image.augment import indexed_transform
+from ..kinds import Bytes, Ragged, String, Tensor
 from ..order.steps import Steps
+from ..reader.dataset import Dataset
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
 from .decode import sizes_vary
 from .passes import OnePass, make_order, unknown_keywords
@@ -34,7 +36,7 @@ from .views import loader_views
 
 __all__ = ["Loader", "LoaderStats"]
 
-GROUP_BYTES = 4 << 20  # small batches are gathered in groups of about this many bytes
+GROUP_BYTES = 8 << 20  # small batches are gathered in groups of about this many bytes
 MAX_GROUP = 32
 
 
@@ -104,7 +106,8 @@ class Loader(OnePass):
     raises :class:`~chute.errors.StaleIteratorError`.
 
     ``num_workers``: gather threads (default ``min(4, CPUs)``). ``prefetch``: batches prepared
-    ahead of the consumer (default 2 per worker). ``reuse_after``: ``None`` (default) for
+    ahead of the consumer (default 2 per worker; at least one work item, ``loader.group``
+    batches, per worker and one more). ``reuse_after``: ``None`` (default) for
     fresh batches, never reused while referenced; an int ``k`` >= 1 for the ring, whose
     batches' memory is reused after ``k`` more batches were asked for (``k=1`` suits
     ``chute.to_device``, which copies a batch before asking for the next). ``keep=`` is the
@@ -236,13 +239,29 @@ class Loader(OnePass):
         keep = self.reuse_after or 1  # batches a consumer holds at once
         if self.num_workers == 0:
             return 1, keep
-        probe = self.dataset.empty_batch(1)  # the fixed-shape fields, one row each
+        batch_bytes = self._batch_bytes()
         group = 1
-        if probe.keys() == self.dataset.schema.keys() and not sizes_vary(self.dataset):
-            batch_bytes = self._slot_rows * sum(t.nbytes for t in probe.values())
+        if batch_bytes is not None:
             group = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, batch_bytes)))
-        ahead = max(-(-self.prefetch // group), self.num_workers)
+        ahead = max(-(-self.prefetch // group), self.num_workers + 1)
         return group, -(-keep // group) + ahead
+
+    def _batch_bytes(self) -> int | None:
+        """About the bytes of a batch when batches may be gathered in groups (one gather cut
+        into batches: the NOTE in ``chute/loader/threads.py``), else None: fixed-shape fields
+        whose shape never varies, or a dataset on disk whose variable-size fields a batch's
+        offsets cut (ragged, bytes, strings; not with ``pad=``, which pads each batch to its
+        own longest sample), by its bytes per sample."""
+        ds = self.dataset
+        probe = ds.empty_batch(1)  # the fixed-shape fields, one row each
+        if probe.keys() == ds.schema.keys():
+            return (
+                None if sizes_vary(ds) else self._slot_rows * sum(t.nbytes for t in probe.values())
+            )
+        cut = all(isinstance(f, (Tensor, Ragged, Bytes, String)) for f in ds.schema.values())
+        if type(ds) is Dataset and cut and self.pad is None and len(ds):
+            return self._slot_rows * ds.nbytes // len(ds)
+        return None
 
     def _not_plain(self) -> str | None:
         """What a DataLoader reading ``self.dataset`` with ``__getitems__`` and torch's

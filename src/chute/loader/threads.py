@@ -8,12 +8,18 @@ buffers a batch lives in, and how long, have their own NOTE in ``chute/buffers.p
     :class:`~chute.order.Order` (its ``plan()``: index arrays, each computed when asked; the
     whole epoch, or after ``load_state_dict`` the rest from the saved position) and starts
     ``num_workers`` daemon threads. A work item is a group of ``group`` consecutive batches
-    (``group`` > 1 only when every field is fixed-shape and a batch is smaller than
-    ``GROUP_BYTES``; the Loader decides it): a worker gathers the whole group with one
-    ``ds.gather(idx, out=...)``, runs ``transform`` on each batch, and posts the group's
-    batches at once. Small batches (CIFAR-like: 0.8 MB) thus share one gather call and one
-    hand-off, whose fixed costs (Python, waking the consumer, passing the GIL: ~40 us) would
-    otherwise add 40% to the gather itself (~100 us on 2 vCPUs). The consumer (the thread
+    (``group`` > 1 only when a batch is smaller than ``GROUP_BYTES`` and its fields can be cut
+    out of a larger gather: every field fixed-shape, or a dataset on disk whose variable-size
+    fields are ragged, bytes or strings, without ``pad=``; the Loader decides it): a worker
+    gathers the whole group with one ``ds.gather(idx, out=...)``, cuts it into its batches
+    (views: a ragged batch's values are a slice of the group's, its offsets rebased), runs
+    ``transform`` on each batch, and posts the group's batches at once. Small batches thus
+    share one gather call and one hand-off, whose fixed costs (Python under the GIL, waking
+    the consumer, passing the GIL: ~40 us) would otherwise add 40% to the gather itself
+    (CIFAR-like, 0.8 MB: ~100 us on 2 vCPUs) and keep two threads from gathering at once
+    (shuffled token documents, 0.6 MB a batch: 2 threads each calling ``ds.gather``
+    reached 1.06x one thread; grouped, the Loader with 2 threads 1.56x the bare loop). The
+    consumer (the thread
     calling ``next()``) hands batches out strictly in order; ``Order.batches()`` is advanced
     only then, so ``state_dict()`` counts what the consumer received, never what the workers
     prefetched. A consumer that finds no batch ready and a work item given out that no worker
@@ -43,7 +49,10 @@ buffers a batch lives in, and how long, have their own NOTE in ``chute/buffers.p
     Scheduling (both modes). The consumer gives work items out itself: asking for batch ``j``
     releases batch ``j - k`` (``k`` = 1 without a ring) and gives out every work item up to
     ``items`` past the oldest unreleased one, so ``prefetch`` batches (rounded up to whole
-    items, at least one item per worker) are prepared ahead, never more. With the ring,
+    items, at least one item per worker and one more: a consumer that helps takes it, and a
+    worker done early has the next; with 1 thread and groups of 6 batches, 2 items ahead
+    instead of 1 took shuffled token documents from 1.12x to 1.3-1.4x the bare loop) are
+    prepared ahead, never more. With the ring,
     ``items`` is its number of work items: group ``q`` is given out only once every batch of
     group ``q - items`` (the one whose slots it reuses) was released, so no worker can get
     ahead of the lifetime rule.
@@ -84,7 +93,7 @@ import numpy as np
 import torch
 
 from .._args import usable_cpus
-from ..batch import Pad
+from ..batch import Pad, RaggedBatch
 from ..buffers import Buffers
 from ..columns import segments
 from ..columns.gather import head
@@ -205,18 +214,21 @@ class Run:
             if len(js) == 1:  # variable-size values into the pool's buffers (chute/buffers.py)
                 with segments.Outputs(self.buffers.values.batch()):
                     batches = [ds.gather(plan[js[0]], out=out, pad=self.pad)]
-            else:  # fixed-shape fields only: one gather, cut into the group's batches
+            else:  # one gather, cut into the group's batches (see the NOTE)
                 idx = np.concatenate([plan[j] for j in js])
-                got = ds.gather(idx, out=out)
+                with segments.Outputs(self.buffers.values.batch()):
+                    got = ds.gather(idx, out=out)
                 ends = np.cumsum([len(plan[j]) for j in js]).tolist()
                 batches = [
-                    {k: t[a:b] for k, t in got.items()}
+                    {k: cut(t, a, b) for k, t in got.items()}
                     for a, b in zip([0, *ends[:-1]], ends, strict=True)
                 ]
         except catch as exc:
             return [(j, (None, exc, where)) for j in js]
         outcomes: list[tuple[int, _Outcome]] = []
         for j, batch in zip(js, batches, strict=True):
+            if self.stopped:  # the pass ended: the group's other transforms are not wanted
+                break
             try:
                 if self.transform is not None:  # with the batch's samples (chute.image.augment)
                     batch = self.transform(batch, plan[j], self.epoch)
@@ -252,6 +264,18 @@ class Run:
         """Seconds from ``iter()`` to the end of the pass (or now)."""
         end = self.ended if self.ended is not None else time.perf_counter()
         return end - self.started
+
+
+def cut(value: Any, a: int, b: int) -> Any:
+    """Samples ``a:b`` of a group's gathered ``value`` (a tensor, a :class:`RaggedBatch`,
+    a list of strings), as views: a ragged batch's values are a slice of the group's and its
+    offsets start at 0."""
+    if isinstance(value, RaggedBatch):
+        offsets = value.offsets.numpy()
+        lo, hi = int(offsets[a]), int(offsets[b])
+        shapes = None if value.shapes is None else value.shapes[a:b]
+        return RaggedBatch(value.values[lo:hi], torch.from_numpy(offsets[a : b + 1] - lo), shapes)
+    return value[a:b]
 
 
 def _work(run: Run, w: int, ready: threading.Barrier) -> None:
