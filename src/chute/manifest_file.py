@@ -115,9 +115,7 @@ def load_manifest(path: Path) -> tuple[kinds.Manifest, Identity]:
     file = path / fmt.MANIFEST
     folder = _folder_identity(path)
     if folder is None:
-        if path.is_dir() or any(path.parent.glob(f".{glob.escape(path.name)}.old-*")):
-            # Between the two renames of a replace without an atomic swap (or a writer died
-            # there: the old dataset is in that folder until the next write to path).
+        if _being_replaced(path):
             raise replaced(path)
         raise DatasetNotFoundError(not_a_dataset(path) or f"{path}: no such dataset folder")
     try:
@@ -202,6 +200,16 @@ def _folder_identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def _being_replaced(path: Path) -> bool:
+    """Whether ``path`` is between the two renames of a replace without an atomic swap (or a
+    writer died there: the old dataset is in that folder until the next write to path): the
+    old folder beside it, or the new one in place by now. Looked for old, new, old: a writer
+    can end a replace (rename in, remove the old) between two of these calls, and begin the
+    next one."""
+    old = f".{glob.escape(path.name)}.old-*"
+    return any(path.parent.glob(old)) or path.is_dir() or any(path.parent.glob(old))
 
 
 def manifest_changed(path: Path, identity: Identity) -> bool:
