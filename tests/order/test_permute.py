@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from chute import ChuteError, Order
 from chute.errors import SampleIndexError, SchemaError
 from chute.order.permute import Permutation, check_materialise
+from chute.order.plan import CHUNK, FIRST_CHUNK
 
 seeds = st.integers(0, 2**64 - 1) | st.tuples(st.integers(0, 2**32), st.integers(0, 1000))
 
@@ -219,15 +220,18 @@ special_n = st.sampled_from([1, 2, 3, 4, 5, 2**10, 2**10 + 1, 2**20, 2**20 + 1, 
     st.data(),
 )
 def test_plan_chunks_equal_the_position_wise_permutation(n, seed, epoch, batch, world, data):
-    """A Plan looks batches up a chunk at a time, through round tables once a permutation
-    has been used enough: every batch equals the position-by-position definition."""
+    """A Plan looks batches up a chunk at a time (a smaller first one), through round tables
+    once a permutation has been used enough: every batch equals the position-by-position
+    definition, on either side of the chunks' edges too."""
     rank = data.draw(st.integers(0, world - 1))
     order = Order(n, batch, seed=seed, rank=rank, world_size=world)
     order.set_epoch(epoch)
     plan = order.plan()
     ks = data.draw(st.lists(st.integers(0, len(plan) - 1), min_size=1, max_size=4))
     step = batch * world
-    for k in [*ks, len(plan) - 1]:
+    first = max(1, FIRST_CHUNK // batch)  # the first chunk's batches, then CHUNK // batch
+    edges = [first - 1, first, first + CHUNK // batch - 1, first + CHUNK // batch]
+    for k in [*ks, len(plan) - 1, *(e for e in edges if e < len(plan))]:
         if (k + 1) * step <= n:
             pos = [k * step + rank * batch + i for i in range(batch)]
         else:  # the short last step, wrapped: as Plan's docstring says
