@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import chute
+from chute._args import usable_cpus
 from chute.errors import (
     ArgumentError,
     ArgumentValueError,
@@ -33,6 +34,12 @@ N = 203  # not a multiple of the batch sizes used: the last batch is short
 
 def loader_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("chute-loader")]
+
+
+def gather_threads(workers: int) -> int:
+    """The threads a plain gather starts: with no CPU to spare, the consumer takes one's place."""
+    cpus = usable_cpus()
+    return cpus - 1 if workers >= cpus > 1 else workers
 
 
 @pytest.fixture(autouse=True)
@@ -309,7 +316,7 @@ def test_worker_error_reaches_the_caller_with_its_traceback(
 
 
 def test_break_del_and_gc_stop_the_workers(ds):
-    loader = chute.Loader(ds, 4, num_workers=3)
+    loader = chute.Loader(ds, 4, num_workers=3, transform=lambda batch: batch)  # 3 threads
     for _ in loader:
         assert len(loader_threads()) == 3
         break
@@ -518,7 +525,7 @@ def test_stats(ds):
     for _ in loader:
         time.sleep(0.005)  # a "training step": the loader keeps up, so little waiting
     s = loader.stats()
-    assert (s.batches, s.samples, s.workers) == (13, N, 2)
+    assert (s.batches, s.samples, s.workers) == (13, N, gather_threads(2))
     assert 0 < s.wait_s < s.total_s and s.busy_s > 0
     assert 0 <= s.wait_fraction < 0.5 and 0 < s.worker_utilization <= 1
     assert "13 batches" in str(s) and "waited" in str(s)
@@ -641,3 +648,29 @@ def test_keep_is_the_deprecated_name_of_reuse_after(ds, workers):
     assert [b["y"].tolist() for b in old] == [b["y"].tolist() for b in new]
     with pytest.raises(ArgumentError, match="reuse_after= alone"):
         chute.Loader(ds, 8, keep=1, reuse_after=1)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_with_no_cpu_to_spare_the_consumer_takes_a_workers_place(ds, workers):
+    """A plain gather with as many workers as CPUs or more: one fewer than the CPUs start, and
+    the thread iterating the loader gathers whenever it would wait; with a transform (torch
+    ops in the workers' one intra-op thread) every worker starts. The batches are the same."""
+    mine = chute.open(ds.path)
+    gathered = []
+
+    def spy(idx, out=None, pad=None):
+        gathered.append(threading.current_thread().name)
+        return chute.Dataset.gather(mine, idx, out=out, pad=pad)
+
+    mine.gather = spy  # type: ignore[method-assign]  # the same plain Dataset, its gathers seen
+    loader = chute.Loader(mine, 4, seed=1, num_workers=workers)
+    plan = [idx.tolist() for idx in loader.order.plan()]  # y[i] == i
+    it = iter(loader)
+    assert len(loader_threads()) == gather_threads(workers)
+    assert [b["y"].tolist() for b in it] == plan
+    threads = {f"chute-loader-{w}" for w in range(gather_threads(workers))}
+    assert set(gathered) <= {threading.current_thread().name, *threads}
+    assert loader.stats().workers == gather_threads(workers)
+    it = iter(chute.Loader(mine, 4, num_workers=workers, transform=lambda batch: batch))
+    assert len(loader_threads()) == workers
+    it.close()

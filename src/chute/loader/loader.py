@@ -49,7 +49,7 @@ class LoaderStats:
     total_s: float  # from iter() to the end of the pass (or now)
     wait_s: float  # time the consumer spent blocked in next(), waiting for data
     busy_s: float  # summed over workers: gathering and transforming
-    workers: int
+    workers: int  # threads started (see Loader's num_workers)
     skipped: int = 0  # samples whose image failed to decode, replaced (on_error="skip")
 
     @property
@@ -105,9 +105,11 @@ class Loader(OnePass):
     pass stopped. A loader runs one pass at a time: an iterator superseded by a newer pass
     raises :class:`~chute.errors.StaleIteratorError`.
 
-    ``num_workers``: gather threads (default ``min(4, CPUs)``). ``prefetch``: batches prepared
-    ahead of the consumer (default 2 per worker; at least one work item, ``loader.group``
-    batches, per worker and one more). ``reuse_after``: ``None`` (default) for
+    ``num_workers``: gather threads (default ``min(4, CPUs)``; with a plain gather, no
+    ``transform=``, ``pad=`` or ``decode=``, and no CPU to spare, one fewer than the CPUs,
+    the thread iterating the loader gathering whenever it would wait). ``prefetch``: batches
+    prepared ahead of the consumer (default 2 per worker; at least one work item,
+    ``loader.group`` batches, per worker and one more). ``reuse_after``: ``None`` (default) for
     fresh batches, never reused while referenced; an int ``k`` >= 1 for the ring, whose
     batches' memory is reused after ``k`` more batches were asked for (``k=1`` suits
     ``chute.to_device``, which copies a batch before asking for the next). ``keep=`` is the

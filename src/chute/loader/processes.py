@@ -157,7 +157,14 @@ class Consumed:
             dead: list[tuple[int, int]] = []
             if isinstance(exc, (ConnectionError, EOFError, RuntimeError)):  # a dead worker?
                 # A dropped connection comes a moment before the exit: wait for it, boundedly.
-                dead = exited_workers(it, 0.0 if isinstance(exc, RuntimeError) else 2.0)
+                # torch's SIGCHLD handler raises wherever the signal lands, the call's first
+                # line too: once a dead worker at most, so look again as often.
+                for _ in range(len(getattr(it, "_workers", ())) + 1):
+                    try:
+                        dead = exited_workers(it, 0.0 if isinstance(exc, RuntimeError) else 2.0)
+                        break
+                    except RuntimeError:
+                        continue
             self._stop_workers(it)
             if not dead:
                 raise

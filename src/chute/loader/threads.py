@@ -25,11 +25,14 @@ buffers a batch lives in, and how long, have their own NOTE in ``chute/buffers.p
     prefetched. A consumer that finds no batch ready and a work item given out that no worker
     has taken yet gathers that item itself rather than wait (plain gathers only: no
     ``transform``, ``pad=`` or decode, whose torch ops stay in the workers' one intra-op
-    thread; and fewer workers than CPUs, else the consumer takes a core a worker needs: 2
-    threads on 2 cores, CIFAR-like shuffled, 1.17x the bare loop with, 1.43x without): on a
-    busy machine a thread started (or woken) for the pass can wait milliseconds
+    thread): on a busy machine a thread started (or woken) for the pass can wait milliseconds
     for a core, while the consumer is already running (shuffled token documents, 1 thread on a
-    loaded 2-core box: 0.64x the bare gather loop without, 0.83x with).
+    loaded 2-core box: 0.64x the bare gather loop without, 0.83x with). With no CPU to spare
+    for it (``num_workers`` at least the CPUs this process may use), the consumer takes a
+    worker's place: one thread fewer than the CPUs starts, and the consumer gathers whenever
+    it would wait (2 CPUs, ``num_workers=2``, against the bare loop: shuffled token documents
+    1.68x with 1 thread and the consumer, 1.26x with 2 threads; CIFAR-like 1.72x and 1.46x;
+    2 threads and a helping consumer, three gathering on two cores, no faster than 2).
 
     Why threads. The gather is numpy ``take`` into the batch's buffer (no per-sample Python,
     no torch op) and releases the GIL; a batch never crosses a process boundary. Torch ops in
@@ -136,7 +139,13 @@ class Run:
         self.first_step = first_step  # the epoch's step of this pass's first batch
         self.plan = plan
         self.reuse_after = reuse_after
-        self.workers = workers
+        # whether the consumer may gather a work item itself (see the NOTE): plain gathers
+        # only, which run no torch op (a transform, pad=, a decode: the workers' one thread);
+        # with no CPU to spare for it, it takes a worker's place
+        plain = transform is None and pad is None and type(ds) is Dataset
+        cpus = usable_cpus()
+        self.workers = cpus - 1 if plain and workers >= cpus > 1 else workers
+        self.helpable = plain and self.workers < cpus
         self.items = -(-len(plan) // self.group)  # work items in this pass
         self.tasks: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self.results: queue.SimpleQueue[list[tuple[int, _Outcome]]] = queue.SimpleQueue()
@@ -150,11 +159,6 @@ class Run:
         self.scheduled = 0
         self.threads: list[threading.Thread] = []
         self.on_stop: list[Callable[[], Any]] = []  # e.g. a remote dataset's prefetch feed
-        # whether the consumer may gather a work item itself (see the NOTE): plain gathers
-        # only, which run no torch op (a transform, pad=, a decode: the workers' one thread),
-        # and only with a CPU the workers leave free
-        plain = transform is None and pad is None and type(ds) is Dataset
-        self.helpable = plain and workers < usable_cpus()
 
     def start(self) -> None:
         """Start the workers (none with ``num_workers=0``) and give them the first items."""
