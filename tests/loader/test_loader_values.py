@@ -10,6 +10,8 @@ import time
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import chute
 from chute.buffers import Values
@@ -174,3 +176,28 @@ def test_grouped_variable_size_batches_are_cut_exactly(tmp_path, workers, reuse_
             assert torch.equal(batch["img"].shapes, want["img"].shapes)
             assert [t.shape for t in batch["img"]] == [t.shape for t in want["img"]]
         assert k == len(plan) - 1
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batch=st.integers(1, 40),
+    workers=st.integers(1, 3),
+    drop_last=st.booleans(),
+    epoch=st.integers(0, 3),
+    group_bytes=st.sampled_from([1, 600, 4000, 8 << 20]),
+)
+def test_every_grouping_gives_the_batches_gather_gives(
+    docs, monkeypatch, batch, workers, drop_last, epoch, group_bytes
+):
+    """Whatever the batch size and however many batches a work item holds (1 to 32: the
+    group's bytes), each batch is ``ds.gather`` of its indices, every field byte for byte."""
+    monkeypatch.setattr(chute.loader.loader, "GROUP_BYTES", group_bytes)
+    loader = chute.Loader(docs, batch, seed=epoch, num_workers=workers, drop_last=drop_last)
+    loader.set_epoch(epoch)
+    plan = loader.order.plan()
+    got = list(loader)
+    assert len(got) == len(plan)
+    for k, b in enumerate(got):
+        same(b, docs.gather(plan[k]))
