@@ -51,6 +51,7 @@ class LoaderStats:
     busy_s: float  # summed over workers: gathering and transforming
     workers: int  # threads started (see Loader's num_workers)
     skipped: int = 0  # samples whose image failed to decode, replaced (on_error="skip")
+    helped_s: float = 0.0  # of wait_s: the consumer gathering work items itself meanwhile
 
     @property
     def wait_fraction(self) -> float:
@@ -64,9 +65,10 @@ class LoaderStats:
 
     def __str__(self) -> str:
         rate = self.samples / self.total_s if self.total_s > 0 else 0.0
+        helped = f" (gathering {self.helped_s / self.total_s:.0%})" if self.helped_s else ""
         return (
             f"{self.batches} batches, {self.samples} samples in {self.total_s:.3f} s "
-            f"({rate:,.0f}/s); consumer waited {self.wait_fraction:.0%}; "
+            f"({rate:,.0f}/s); consumer waited {self.wait_fraction:.0%}{helped}; "
             f"workers busy {self.worker_utilization:.0%} ({self.workers})"
         )
 
@@ -306,7 +308,14 @@ class Loader(OnePass):
         if run is None:
             return LoaderStats(0, 0, 0.0, 0.0, 0.0, self.num_workers, skipped)
         return LoaderStats(
-            run.handed, run.samples, run.elapsed(), run.wait, sum(run.busy), run.workers, skipped
+            run.handed,
+            run.samples,
+            run.elapsed(),
+            run.wait,
+            sum(run.busy),
+            run.workers,
+            skipped,
+            run.helped,
         )
 
     def __iter__(self) -> Iterator[Any]:

@@ -154,6 +154,7 @@ class Run:
         self.started = time.perf_counter()
         self.ended: float | None = None
         self.wait = 0.0
+        self.helped = 0.0  # of `wait`: the consumer gathering work items itself
         self.handed = 0
         self.samples = 0
         self.scheduled = 0
@@ -405,7 +406,7 @@ class LoaderIter:
             return run.results.get()
         t0 = time.perf_counter()
         got = run.produce(q, Exception)
-        run.busy[0] += time.perf_counter() - t0
+        run.helped += time.perf_counter() - t0
         return got
 
     def close(self, why: str | None = None) -> None:
