@@ -30,6 +30,7 @@ class Audio(VarKind):
     dtype: ClassVar[str] = "int16"  # type: ignore[misc]
     inner_shape: tuple[int | None, ...] = field(default=(), init=False)
     pads: ClassVar[bool] = True
+    cuts: ClassVar[bool] = True  # a batch is a RaggedBatch: a Loader may gather several at once
 
     def __post_init__(self) -> None:
         rate = self.sample_rate

@@ -19,6 +19,7 @@ class Bytes(VarKind):
 
     kind: ClassVar[str] = "bytes"
     pads: ClassVar[bool] = True
+    cuts: ClassVar[bool] = True
     dtype: ClassVar[str] = "uint8"  # type: ignore[misc]
     inner_shape: tuple[int | None, ...] = field(default=(), init=False)
 
@@ -32,6 +33,7 @@ class String(VarKind):
     batch)."""
 
     kind: ClassVar[str] = "string"
+    cuts: ClassVar[bool] = True
     dtype: ClassVar[str] = "uint8"  # type: ignore[misc]
     inner_shape: tuple[int | None, ...] = field(default=(), init=False)
 

@@ -46,6 +46,8 @@ class FieldKind:
     variable_dims: ClassVar[bool] = False  # a per-sample shapes file is stored (Ragged only)
     numeric: ClassVar[bool] = False  # samples are the user's numbers (tensor, ragged): tokens
     encodes: ClassVar[bool] = False  # a source's values are encoded on the way in (images)
+    cuts: ClassVar[bool] = False  # a gathered batch's rows a:b are a[a:b] (tensor, RaggedBatch
+    # by its offsets, list): a loader may gather several batches at once and cut them apart
     dtype: str
 
     # ---------------------------------------------------------------- the format (no I/O)

@@ -26,6 +26,7 @@ class Ragged(VarKind):
     kind: ClassVar[str] = "ragged"
     pads: ClassVar[bool] = True
     numeric: ClassVar[bool] = True
+    cuts: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", dtype_name(self.dtype))

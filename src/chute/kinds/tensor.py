@@ -29,6 +29,7 @@ class Tensor(FieldKind):
     dtype: str = "float32"
     kind: ClassVar[str] = "tensor"
     fixed: ClassVar[bool] = True
+    cuts: ClassVar[bool] = True
     numeric: ClassVar[bool] = True
 
     def __post_init__(self) -> None:

@@ -24,7 +24,6 @@ from ..batch import Pad
 from ..buffers import Buffers, Pool, Ring
 from ..errors import ArgumentError
 from ..image.augment import indexed_transform
-from ..kinds import Bytes, Ragged, String, Tensor
 from ..order.steps import Steps
 from ..reader.dataset import Dataset
 from ..reader.gatherable import Gatherable, PerEpoch, Prefetching
@@ -262,7 +261,7 @@ class Loader(OnePass):
             return (
                 None if sizes_vary(ds) else self._slot_rows * sum(t.nbytes for t in probe.values())
             )
-        cut = all(isinstance(f, (Tensor, Ragged, Bytes, String)) for f in ds.schema.values())
+        cut = all(f.cuts for f in ds.schema.values())
         if type(ds) is Dataset and cut and self.pad is None and len(ds):
             return self._slot_rows * ds.nbytes // len(ds)
         return None
