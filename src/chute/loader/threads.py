@@ -7,32 +7,32 @@ buffers a batch lives in, and how long, have their own NOTE in ``chute/buffers.p
     Who does what. ``iter(loader)`` takes this rank's batches of the pass from the
     :class:`~chute.order.Order` (its ``plan()``: index arrays, each computed when asked; the
     whole epoch, or after ``load_state_dict`` the rest from the saved position) and starts
-    ``num_workers`` daemon threads. A work item is a group of ``group`` consecutive batches
+    ``num_workers`` daemon threads (one fewer than the CPUs where the consumer takes a worker's
+    place: below). A work item is a group of ``group`` consecutive batches
     (``group`` > 1 only when a batch is smaller than ``GROUP_BYTES`` and its fields can be cut
     out of a larger gather: every field fixed-shape, or a dataset on disk whose variable-size
     fields are ragged, bytes or strings, without ``pad=``; the Loader decides it): a worker
     gathers the whole group with one ``ds.gather(idx, out=...)``, cuts it into its batches
     (views: a ragged batch's values are a slice of the group's, its offsets rebased), runs
-    ``transform`` on each batch, and posts the group's batches at once. Small batches thus
-    share one gather call and one hand-off, whose fixed costs (Python under the GIL, waking
-    the consumer, passing the GIL: ~40 us) would otherwise add 40% to the gather itself
-    (CIFAR-like, 0.8 MB: ~100 us on 2 vCPUs) and keep two threads from gathering at once
-    (shuffled token documents, 0.6 MB a batch: 2 threads each calling ``ds.gather``
-    reached 1.06x one thread; grouped, the Loader with 2 threads 1.56x the bare loop). The
-    consumer (the thread
-    calling ``next()``) hands batches out strictly in order; ``Order.batches()`` is advanced
-    only then, so ``state_dict()`` counts what the consumer received, never what the workers
-    prefetched. A consumer that finds no batch ready and a work item given out that no worker
-    has taken yet gathers that item itself rather than wait (plain gathers only: no
-    ``transform``, ``pad=`` or decode, whose torch ops stay in the workers' one intra-op
-    thread): on a busy machine a thread started (or woken) for the pass can wait milliseconds
-    for a core, while the consumer is already running (shuffled token documents, 1 thread on a
-    loaded 2-core box: 0.64x the bare gather loop without, 0.83x with). With no CPU to spare
-    for it (``num_workers`` at least the CPUs this process may use), the consumer takes a
-    worker's place: one thread fewer than the CPUs starts, and the consumer gathers whenever
-    it would wait (2 CPUs, ``num_workers=2``, against the bare loop: shuffled token documents
-    1.68x with 1 thread and the consumer, 1.26x with 2 threads; CIFAR-like 1.72x and 1.46x;
-    2 threads and a helping consumer, three gathering on two cores, no faster than 2).
+    ``transform`` on each batch, and posts the group's batches at once. Small batches thus share
+    one gather call and one hand-off, whose fixed costs (Python under the GIL, waking the
+    consumer, passing the GIL: ~40 us) would otherwise add 40% to the gather itself (CIFAR-like,
+    0.8 MB: ~100 us on 2 vCPUs) and keep two threads from gathering at once (shuffled token
+    documents, 0.6 MB a batch: 2 threads each calling ``ds.gather`` per batch reached 1.06x one
+    thread; gathering 6 or 13 batches at once, 2.7x and 3.2x). The consumer (the thread calling
+    ``next()``) hands batches out strictly in order; ``Order.batches()`` is advanced only then,
+    so ``state_dict()`` counts what the consumer received, never what the workers prefetched. A
+    consumer that finds no batch ready and a work item given out that no worker has taken yet
+    gathers that item itself rather than wait (plain gathers only: no ``transform``, ``pad=`` or
+    decode, whose torch ops stay in the workers' one intra-op thread): on a busy machine a
+    thread started (or woken) for the pass can wait milliseconds for a core, while the consumer
+    is already running (shuffled token documents, 1 thread on a loaded 2-core box: 0.64x the
+    bare gather loop without, 0.83x with). With no CPU to spare for it (``num_workers`` at least
+    the CPUs this process may use), the consumer takes a worker's place: one thread fewer than
+    the CPUs starts, and the consumer gathers whenever it would wait (2 CPUs, ``num_workers=2``,
+    against the bare loop: shuffled token documents 1.68x with 1 thread and the consumer, 1.26x
+    with 2 threads; CIFAR-like 1.72x and 1.46x; 2 threads and a helping consumer, three
+    gathering on two cores, no faster than 2).
 
     Why threads. The gather is numpy ``take`` into the batch's buffer (no per-sample Python,
     no torch op) and releases the GIL; a batch never crosses a process boundary. Torch ops in
@@ -53,9 +53,9 @@ buffers a batch lives in, and how long, have their own NOTE in ``chute/buffers.p
     releases batch ``j - k`` (``k`` = 1 without a ring) and gives out every work item up to
     ``items`` past the oldest unreleased one, so ``prefetch`` batches (rounded up to whole
     items, at least one item per worker and one more: a consumer that helps takes it, and a
-    worker done early has the next; with 1 thread and groups of 6 batches, 2 items ahead
-    instead of 1 took shuffled token documents from 1.12x to 1.3-1.4x the bare loop) are
-    prepared ahead, never more. With the ring,
+    worker done early has the next; with 1 thread, 2 items ahead instead of 1 took shuffled
+    token documents in items of 4 MB from 1.11x to 1.25x the bare loop) are prepared ahead,
+    never more. With the ring,
     ``items`` is its number of work items: group ``q`` is given out only once every batch of
     group ``q - items`` (the one whose slots it reuses) was released, so no worker can get
     ahead of the lifetime rule.
