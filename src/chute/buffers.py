@@ -48,9 +48,9 @@ buffer when, and how scheduling keeps workers within these lifetimes)
     quarter larger than asked, and replaces an idle one too small), so they are never
     limited to ``reuse_after`` either. A new array per batch cost up to half the copy into
     it: the allocator gives the heap's freed top back to the kernel and the next batch faults
-    its pages in again (shuffled
-    token documents, ~600 KB a batch: 37-40 page faults and 14-72 us of the kernel's time a
-    batch). ``ds.gather`` called outside a loader allocates a new array.
+    its pages in again (shuffled token documents, ~600 KB a batch: 37-40 page faults and
+    14-72 us of the kernel's time a batch). ``ds.gather`` called outside a loader allocates a
+    new array.
 
     Per thread (:func:`thread_bytes`, :func:`thread_scratch`). An image field's gathered
     JPEG bytes (handed out in the batch: reused by the rule above) and the decoder's scratch

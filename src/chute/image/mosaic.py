@@ -187,9 +187,9 @@ class Mosaic(BatchTransform):
             if name not in self.masks:
                 assert keep is not None
                 out[name] = rows_of(name, batch[name], keep)
+        geo = batch[self.geometry] if self.geometry is not None else None
         for name in self.keypoints:
             assert keep is not None
-            geo = batch[self.geometry] if self.geometry is not None else None
             out[name] = points(name, batch[name], keep, geo)
         return out
 

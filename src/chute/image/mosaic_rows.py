@@ -37,17 +37,12 @@ def _t(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
-def _ragged(rows: list[torch.Tensor], flat: bool, like: torch.Tensor) -> RaggedBatch:
-    """A RaggedBatch of the samples ``rows``: stacked along their first dimension, or (with
-    ``flat``) flattened, with each sample's shape."""
+def _flat(rows: list[torch.Tensor], like: torch.Tensor) -> RaggedBatch:
+    """A RaggedBatch of the samples ``rows``, flattened, with each sample's shape."""
     if not rows:
-        return RaggedBatch(
-            like.reshape(-1)[:0] if flat else like[:0], torch.zeros(1, dtype=torch.int64)
-        )
-    sizes = [r.numel() if flat else len(r) for r in rows]
+        return RaggedBatch(like.reshape(-1)[:0], torch.zeros(1, dtype=torch.int64))
+    sizes = [r.numel() for r in rows]
     offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
-    if not flat:
-        return RaggedBatch(torch.cat(rows), offsets)
     shapes = torch.tensor([list(r.shape) for r in rows], dtype=torch.int64)
     return RaggedBatch(torch.cat([r.reshape(-1) for r in rows]), offsets, shapes)
 
@@ -134,4 +129,4 @@ def place_instances(
             dst[:, y0:y1, x0:x1] = planes[:, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
             got.append(dst)
         rows.append(torch.cat(got) if got else torch.zeros((0, *out), dtype=field.values.dtype))
-    return _ragged(rows, flat=True, like=field.values)
+    return _flat(rows, like=field.values)

@@ -95,8 +95,11 @@ class Plan(Sequence[np.ndarray]):
     def _compute(self, c: int) -> list[np.ndarray]:
         """The batches of chunk ``c``, from one lookup of their positions (two with the short
         last step)."""
-        a = 0 if c == 0 else self._first + (c - 1) * self._per_chunk
-        return self.rows(a, min(self._first if c == 0 else a + self._per_chunk, self._len))
+        return self.rows(self._chunk_start(c), min(self._chunk_start(c + 1), self._len))
+
+    def _chunk_start(self, c: int) -> int:
+        """The first batch of chunk ``c``: 0, then ``first`` and every ``per_chunk`` after."""
+        return 0 if c == 0 else self._first + (c - 1) * self._per_chunk
 
     def rows(self, a: int, b: int) -> list[np.ndarray]:
         """Batches ``a`` to ``b`` (``0 <= a <= b <= len``), computed now from one lookup of

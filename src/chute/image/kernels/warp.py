@@ -103,13 +103,13 @@ def project(x: np.ndarray, rows: np.ndarray, m: np.ndarray, fill: int) -> None:
     src = np.empty((c, n + 1), x.dtype)
     for k in range(c):
         src[k, n] = fill
+    q = np.empty(w, np.int64)  # a row's source indices
     for j in range(len(rows)):
         px = x[rows[j]].reshape(c, n)
         for k in range(c):
             for p in range(n):
                 src[k, p] = px[k, p]
         t = m[j]
-        q = np.empty(w, np.int64)
         for y in range(h):
             ax, ay, az = t[0, 1] * y + t[0, 2], t[1, 1] * y + t[1, 2], t[2, 1] * y + t[2, 2]
             for xx in range(w):  # branch-free, so the row's index vectorises
